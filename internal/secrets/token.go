@@ -1,0 +1,120 @@
+package secrets
+
+import (
+	"crypto/rand"
+	"hash/crc32"
+	"strings"
+)
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// Token kinds: the fixed prefixes of agentgate's credentials.
+const (
+	PrefixServiceKey   = "ag_sk_" // service-account API key
+	PrefixAccessToken  = "ag_at_" // device-flow or operator-issued access token
+	PrefixRefreshToken = "ag_rt_" // refresh token, single use
+)
+
+// Sizes of the parts of a token: <prefix><id12>_<secret32><crc6>.
+const (
+	IDLen     = 12
+	SecretLen = 32
+	CRCLen    = 6
+	tokenLen  = 6 + IDLen + 1 + SecretLen + CRCLen
+)
+
+// RandomString returns n random base62 characters (about 5.95 bits each).
+func RandomString(n int) string {
+	const max = 248 // largest multiple of 62 below 256: no modulo bias
+	out := make([]byte, 0, n)
+	buf := make([]byte, n+n/4+8)
+	for len(out) < n {
+		if _, err := rand.Read(buf); err != nil {
+			panic(err)
+		}
+		for _, b := range buf {
+			if b < max {
+				out = append(out, base62[b%62])
+				if len(out) == n {
+					break
+				}
+			}
+		}
+	}
+	return string(out)
+}
+
+// NewID returns a prefixed random identifier such as "wrk_3fK9…".
+func NewID(prefix string) string { return prefix + RandomString(16) }
+
+// Token is a parsed credential.
+type Token struct {
+	Prefix string // one of the Prefix constants
+	ID     string // the public key id (12 base62 characters)
+	Secret string // the whole token, the input of MAC
+}
+
+// NewToken makes a fresh token of the given prefix. It returns the token
+// string, shown once, and its id.
+func NewToken(prefix string) (token, id string) {
+	id = RandomString(IDLen)
+	body := prefix + id + "_" + RandomString(SecretLen)
+	return body + crc6(body), id
+}
+
+// ParseToken checks the shape and checksum of a credential without any
+// store access. ok is false for anything malformed.
+func ParseToken(s string) (Token, bool) {
+	if len(s) != tokenLen || !strings.HasPrefix(s, "ag_") || s[5] != '_' {
+		return Token{}, false
+	}
+	prefix := s[:6]
+	switch prefix {
+	case PrefixServiceKey, PrefixAccessToken, PrefixRefreshToken:
+	default:
+		return Token{}, false
+	}
+	id := s[6 : 6+IDLen]
+	if s[6+IDLen] != '_' {
+		return Token{}, false
+	}
+	rest := s[6+IDLen+1:]
+	if !isBase62(id) || !isBase62(rest) {
+		return Token{}, false
+	}
+	body := s[:len(s)-CRCLen]
+	if crc6(body) != s[len(s)-CRCLen:] {
+		return Token{}, false
+	}
+	return Token{Prefix: prefix, ID: id, Secret: s}, true
+}
+
+// crc6 is the CRC32 (IEEE) of s in six base62 digits.
+func crc6(s string) string {
+	v := crc32.ChecksumIEEE([]byte(s))
+	var out [CRCLen]byte
+	for i := CRCLen - 1; i >= 0; i-- {
+		out[i] = base62[v%62]
+		v /= 62
+	}
+	return string(out[:])
+}
+
+func isBase62(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+// Redact returns the non-secret part of a credential for display: its prefix
+// and key id, e.g. "ag_sk_AbC123xyz789_…".
+func Redact(s string) string {
+	if t, ok := ParseToken(s); ok {
+		return t.Prefix + t.ID + "_…"
+	}
+	return "…"
+}

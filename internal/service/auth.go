@@ -1,0 +1,269 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/secrets"
+	"github.com/agentgate/agentgate/modules/store"
+)
+
+// Kind is the kind of credential behind a principal.
+type Kind int
+
+// Principal kinds.
+const (
+	KindServiceKey Kind = iota + 1 // a service-account API key
+	KindPerson                     // a person (access token or web session)
+	KindOperator                   // the operator, through Caddy's admin API
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindServiceKey:
+		return "service_key"
+	case KindPerson:
+		return "person"
+	case KindOperator:
+		return "operator"
+	}
+	return "unknown"
+}
+
+// Principal is who a request acts as, within one resolved workspace.
+type Principal struct {
+	Kind      Kind
+	Workspace string
+
+	// Service-account keys.
+	KeyID          string
+	ServiceAccount string
+	Permission     string
+
+	// People.
+	PersonID string
+	FamilyID string
+	Role     string
+}
+
+// MemberID is the budget member the principal spends as: the person, or the
+// service account of a key.
+func (p *Principal) MemberID() string {
+	if p.Kind == KindServiceKey {
+		return p.ServiceAccount
+	}
+	return p.PersonID
+}
+
+// Actor names the principal in created_by fields.
+func (p *Principal) Actor() string {
+	switch p.Kind {
+	case KindServiceKey:
+		return "key:" + p.KeyID
+	case KindPerson:
+		return p.PersonID
+	}
+	return "operator"
+}
+
+// Operator is the principal of the operator's admin API for a workspace.
+func Operator(workspace string) *Principal {
+	return &Principal{Kind: KindOperator, Workspace: workspace}
+}
+
+// BearerToken returns the token of an "Authorization: Bearer" header.
+func BearerToken(h http.Header) string {
+	v := h.Get("Authorization")
+	if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+		return strings.TrimSpace(v[7:])
+	}
+	return ""
+}
+
+// lastUsedEvery bounds how often a key's last_used_at is written.
+const lastUsedEvery = time.Minute
+
+// Authenticate resolves a credential and the x-org-id header to a principal
+// in one workspace. Errors: 401 Unauthorized (missing, malformed, unknown,
+// expired or revoked credential), 400 OrgRequired, 403 Forbidden (another
+// workspace, not a member), 404 WorkspaceNotFound. A malformed credential is
+// rejected without touching the store. Nothing is cached: revocation and
+// expiry take effect on the very next request.
+func (s *Service) Authenticate(ctx context.Context, credential, orgID string) (*Principal, error) {
+	tok, ok := secrets.ParseToken(credential)
+	if !ok {
+		return nil, apierr.Unauthorized()
+	}
+	switch tok.Prefix {
+	case secrets.PrefixServiceKey:
+		return s.authKey(ctx, tok, orgID)
+	case secrets.PrefixAccessToken:
+		return s.authAccessToken(ctx, tok, orgID)
+	}
+	return nil, apierr.Unauthorized() // refresh tokens are for the token endpoint only
+}
+
+func (s *Service) authKey(ctx context.Context, tok secrets.Token, orgID string) (*Principal, error) {
+	mac := s.Secrets.MAC(tok.Secret)
+	now := s.Clock.Now()
+	var p *Principal
+	var touch bool
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		k, err := tx.APIKey(tok.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			return apierr.Unauthorized()
+		}
+		if err != nil {
+			return err
+		}
+		if !secrets.Equal(k.MAC, mac) || !k.Usable(now) {
+			return apierr.Unauthorized()
+		}
+		if _, err := tx.ServiceAccount(k.ServiceAccount); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return apierr.Unauthorized()
+			}
+			return err
+		}
+		if orgID != "" && orgID != k.Workspace {
+			return apierr.Forbidden("this key belongs to another workspace than x-org-id names")
+		}
+		if _, err := workspace(tx, k.Workspace); err != nil {
+			return err
+		}
+		touch = k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) >= lastUsedEvery
+		p = &Principal{Kind: KindServiceKey, Workspace: k.Workspace, KeyID: k.ID, ServiceAccount: k.ServiceAccount, Permission: k.Permission}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if touch {
+		s.touchKey(ctx, tok.ID, now)
+	}
+	return p, nil
+}
+
+// touchKey records when a key was last used. It is approximate by design
+// (at most once a minute per key) and never fails a request.
+func (s *Service) touchKey(ctx context.Context, id string, now time.Time) {
+	err := s.Store.Update(context.WithoutCancel(ctx), func(tx store.Tx) error {
+		k, err := tx.APIKey(id)
+		if err != nil {
+			return err
+		}
+		if k.LastUsedAt != nil && now.Sub(*k.LastUsedAt) < lastUsedEvery {
+			return nil
+		}
+		t := now.UTC().Truncate(time.Second)
+		k.LastUsedAt = &t
+		return tx.PutAPIKey(k, false)
+	})
+	if err != nil {
+		s.Logger.Debug("recording key use failed", zapKeyID(id), zapErr(err))
+	}
+}
+
+func (s *Service) authAccessToken(ctx context.Context, tok secrets.Token, orgID string) (*Principal, error) {
+	mac := s.Secrets.MAC(tok.Secret)
+	now := s.Clock.Now()
+	var p *Principal
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		t, err := tx.Token(tok.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			return apierr.Unauthorized()
+		}
+		if err != nil {
+			return err
+		}
+		if t.Kind != store.TokenAccess || !secrets.Equal(t.MAC, mac) || !now.Before(t.ExpiresAt) {
+			return apierr.Unauthorized()
+		}
+		f, err := tx.TokenFamily(t.FamilyID)
+		if err != nil || f.RevokedAt != nil || !now.Before(f.ExpiresAt) {
+			return apierr.Unauthorized()
+		}
+		person, err := tx.Person(f.PersonID)
+		if err != nil || person.Disabled {
+			return apierr.Unauthorized()
+		}
+		ws := f.Workspace
+		switch {
+		case ws != "" && orgID != "" && orgID != ws:
+			return apierr.Forbidden("this token is bound to another workspace than x-org-id names")
+		case ws == "" && orgID == "":
+			return apierr.OrgRequired()
+		case ws == "":
+			ws = orgID
+		}
+		if _, err := workspace(tx, ws); err != nil {
+			return err
+		}
+		m, err := tx.Member(ws, person.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			return apierr.Forbidden("you are not a member of this workspace")
+		}
+		if err != nil {
+			return err
+		}
+		p = &Principal{Kind: KindPerson, Workspace: ws, PersonID: person.ID, FamilyID: f.ID, Role: m.Role}
+		return nil
+	})
+	return p, err
+}
+
+// IssuedToken is a newly issued access token, shown once.
+type IssuedToken struct {
+	AccessToken string    `json:"access_token"`
+	TokenType   string    `json:"token_type"`
+	ExpiresIn   int       `json:"expires_in"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	OrgID       *string   `json:"org_id"`
+	FamilyID    string    `json:"family_id"`
+}
+
+// IssuePersonToken starts a token family for a person and issues its first
+// access token. workspace binds the family ("" for none); the person must be
+// a member of it. The operator uses this to hand a person a Console
+// credential before any web sign-in exists.
+func (s *Service) IssuePersonToken(ctx context.Context, personID, workspaceID, clientID string) (*IssuedToken, error) {
+	now := s.now()
+	ttl := s.AccessTokenTTL
+	fam := &store.TokenFamily{ID: secrets.NewID("tfm_"), PersonID: personID, Workspace: workspaceID, ClientID: clientID, Created: now, ExpiresAt: now.Add(ttl)}
+	var out *IssuedToken
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		person, err := tx.Person(personID)
+		if err != nil {
+			return storeErr(err, "PersonNotFound", "person")
+		}
+		if person.Disabled {
+			return apierr.Forbidden("this person is disabled")
+		}
+		if workspaceID != "" {
+			if _, err := workspace(tx, workspaceID); err != nil {
+				return err
+			}
+			if _, err := tx.Member(workspaceID, personID); err != nil {
+				return storeErr(err, "MemberNotFound", "membership of this person in the workspace")
+			}
+		}
+		if err := tx.PutTokenFamily(fam); err != nil {
+			return err
+		}
+		tokStr, id := secrets.NewToken(secrets.PrefixAccessToken)
+		t := &store.Token{ID: id, Kind: store.TokenAccess, FamilyID: fam.ID, MAC: s.Secrets.MAC(tokStr), Created: now, ExpiresAt: now.Add(ttl)}
+		if err := tx.PutToken(t, true); err != nil {
+			return err
+		}
+		out = &IssuedToken{AccessToken: tokStr, TokenType: "Bearer", ExpiresIn: int(ttl / time.Second), ExpiresAt: t.ExpiresAt, FamilyID: fam.ID}
+		if workspaceID != "" {
+			out.OrgID = &workspaceID
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,326 @@
+// Package agentgate is the agentgate Caddy app: it opens the store once per
+// data directory (shared across config reloads through a UsagePool), holds
+// the master key and the Console service that every handler shares, and
+// reconciles the connections declared in the Caddyfile into the store.
+package agentgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/secrets"
+	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/modules/store"
+)
+
+func init() {
+	caddy.RegisterModule(new(App))
+}
+
+// storePool keeps one open store per data directory across config reloads:
+// a new config takes a reference before the old one lets go of its own, so
+// the store is never closed and reopened by a reload.
+var storePool = caddy.NewUsagePool()
+
+// App is the agentgate app: the store, the master key and the shared Console
+// service. Configure it with the `agentgate` global option; a config that
+// uses an agentgate handler without it gets the defaults.
+type App struct {
+	// Storage chooses where state lives. Default: the embedded Badger store
+	// in `caddy.AppDataDir()/agentgate`.
+	Storage *StorageConfig `json:"storage,omitempty"`
+
+	// MasterKey encrypts provider credentials at rest and keys the HMACs of
+	// API keys and tokens: 32 bytes as 64 hex characters or base64. Use a
+	// placeholder such as `{env.AGENTGATE_MASTER_KEY}` or
+	// `{file./run/secrets/agentgate}`: it is resolved at provision and never
+	// written into the adapted JSON. Default: generated once into
+	// `<data dir>/master.key` with mode 0600. A data directory refuses to
+	// open with a master key other than the one it was created with.
+	MasterKey string `json:"master_key,omitempty"`
+
+	// Connections are provider connections declared in the config. They are
+	// written into the store when the app starts, idempotently: unchanged
+	// connections are left alone, changed ones are updated in place. They are
+	// read-only in the Console.
+	Connections []*DeclaredConnection `json:"connections,omitempty"`
+
+	// StartTimeout is how long a request that arrives before the store is
+	// open waits for it before it is answered 503. Default: 10s.
+	StartTimeout caddy.Duration `json:"start_timeout,omitempty"`
+
+	// Clock is the time source; tests set a fake one. Default: the wall clock.
+	Clock clock.Clock `json:"-"`
+
+	dir       string
+	masterKey []byte
+	ready     chan struct{}
+	svc       *service.Service
+	startErr  error
+	pooled    bool
+	logger    *zap.Logger
+}
+
+// StorageConfig selects the store backend.
+type StorageConfig struct {
+	// Backend is the store: "badger" (the embedded default).
+	Backend string `json:"backend,omitempty"`
+	// Path is the data directory: Badger files go to `<path>/badger`, the
+	// generated master key to `<path>/master.key`. Placeholders are
+	// resolved. Default: `caddy.AppDataDir()/agentgate`.
+	Path string `json:"path,omitempty"`
+}
+
+// DeclaredConnection is a provider connection declared in the config.
+type DeclaredConnection struct {
+	// ID is the connection id used in gateway paths, `conn_…`.
+	ID string `json:"id"`
+	// Workspace is a workspace id (`wrk_…`, which must exist) or a name (the
+	// workspace is created at start when no workspace has that name).
+	Workspace string `json:"workspace"`
+	// Name is shown in the Console and the config. Default: the id.
+	Name string `json:"name,omitempty"`
+	// Kind is openai, anthropic, google or openai-compatible.
+	Kind string `json:"kind"`
+	// BaseURL is the provider's API base URL, e.g. https://api.openai.com/v1.
+	BaseURL string `json:"base_url"`
+	// Credential is the provider API key, as a placeholder
+	// (`{env.OPENAI_API_KEY}`); it is stored encrypted.
+	Credential string `json:"credential"`
+	// Headers are extra headers sent upstream.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Models maps model ids to their settings and pricing (USD per million tokens).
+	Models map[string]service.ModelInput `json:"models,omitempty"`
+
+	credential string
+}
+
+// CaddyModule returns the Caddy module information.
+func (*App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "agentgate", New: func() caddy.Module { return new(App) }}
+}
+
+// Provision sets defaults and checks the config. It opens nothing, so that
+// `caddy validate` works while a server runs on the same data directory.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.logger = ctx.Logger()
+	a.ready = make(chan struct{})
+	if a.Clock == nil {
+		a.Clock = clock.Real{}
+	}
+	if a.StartTimeout <= 0 {
+		a.StartTimeout = caddy.Duration(10 * time.Second)
+	}
+	repl := caddy.NewReplacer()
+	if a.Storage == nil {
+		a.Storage = &StorageConfig{}
+	}
+	if a.Storage.Backend == "" {
+		a.Storage.Backend = "badger"
+	}
+	dir := repl.ReplaceAll(a.Storage.Path, "")
+	if dir == "" {
+		dir = filepath.Join(caddy.AppDataDir(), "agentgate")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("data directory %q: %v", dir, err)
+	}
+	a.dir = filepath.Clean(abs)
+	if a.MasterKey != "" {
+		mk := strings.TrimSpace(repl.ReplaceAll(a.MasterKey, ""))
+		if mk == "" {
+			return errors.New("master_key is set but empty (is its environment variable or file there?)")
+		}
+		if a.masterKey, err = secrets.ParseMasterKey(mk); err != nil {
+			return fmt.Errorf("master_key: %v", err)
+		}
+	}
+	seen := map[string]bool{}
+	for i, dc := range a.Connections {
+		if dc == nil {
+			return fmt.Errorf("connection %d is empty", i)
+		}
+		if seen[dc.ID] {
+			return fmt.Errorf("connection %s is declared twice", dc.ID)
+		}
+		seen[dc.ID] = true
+		if strings.TrimSpace(dc.Workspace) == "" {
+			return fmt.Errorf("connection %s: workspace is required", dc.ID)
+		}
+		dc.credential = strings.TrimSpace(repl.ReplaceAll(dc.Credential, ""))
+		if dc.credential == "" {
+			return fmt.Errorf("connection %s: credential is empty (is its environment variable or file there?)", dc.ID)
+		}
+		if _, err := service.PrepareConnection("", dc.input(), time.Time{}); err != nil {
+			return fmt.Errorf("connection %s: %s", dc.ID, apierr.As(err).Message)
+		}
+	}
+	return nil
+}
+
+func (dc *DeclaredConnection) input() service.ConnectionInput {
+	name := dc.Name
+	if name == "" {
+		name = dc.ID
+	}
+	id := dc.ID
+	if id == "" {
+		id = "-" // makes PrepareConnection reject a missing id instead of making one
+	}
+	return service.ConnectionInput{ID: id, Name: name, Kind: dc.Kind, BaseURL: dc.BaseURL, Credential: dc.credential,
+		Headers: dc.Headers, Models: dc.Models}
+}
+
+// Validate checks the parts of the config that Provision did not.
+func (a *App) Validate() error {
+	if a.Storage.Backend != "badger" {
+		return fmt.Errorf("storage backend %q is not available (badger is)", a.Storage.Backend)
+	}
+	return nil
+}
+
+type pooledStore struct{ store.Store }
+
+func (p pooledStore) Destruct() error { return p.Close() }
+
+// Start opens (or shares) the store, checks the master key against it,
+// reconciles declared connections and releases waiting requests.
+func (a *App) Start() error {
+	err := a.start()
+	if err != nil {
+		a.startErr = err
+		if a.pooled {
+			storePool.Delete(a.dir)
+			a.pooled = false
+		}
+	}
+	close(a.ready)
+	return err
+}
+
+func (a *App) start() error {
+	val, loaded, err := storePool.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
+		st, err := store.OpenBadger(store.BadgerOptions{Dir: filepath.Join(a.dir, "badger"), Logger: a.logger.Named("badger")})
+		if err != nil {
+			return nil, err
+		}
+		return pooledStore{st}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("agentgate: %w", err)
+	}
+	a.pooled = true
+	st := val.(pooledStore).Store
+
+	master := a.masterKey
+	if master == nil {
+		if master, err = secrets.LoadOrCreateMasterKey(filepath.Join(a.dir, "master.key")); err != nil {
+			return fmt.Errorf("agentgate: %w", err)
+		}
+	}
+	keys, err := secrets.NewKeys(master)
+	if err != nil {
+		return fmt.Errorf("agentgate: %w", err)
+	}
+	if err := checkFingerprint(st, keys); err != nil {
+		return err
+	}
+	svc := service.New(st, keys, a.Clock, a.logger)
+	for _, dc := range a.Connections {
+		changed, err := svc.Reconcile(context.Background(), dc.Workspace, dc.input())
+		if err != nil {
+			return fmt.Errorf("agentgate: declaring connection %s: %v", dc.ID, apierr.As(err).Message)
+		}
+		if changed {
+			a.logger.Info("declared connection written", zap.String("connection", dc.ID))
+		}
+	}
+	a.svc = svc
+	a.logger.Info("store ready", zap.String("dir", a.dir), zap.Bool("shared_with_previous_config", loaded))
+	return nil
+}
+
+// checkFingerprint binds a data directory to its master key.
+func checkFingerprint(st store.Store, keys *secrets.Keys) error {
+	return st.Update(context.Background(), func(tx store.Tx) error {
+		fp, err := tx.Meta("master_key_fingerprint")
+		if errors.Is(err, store.ErrNotFound) {
+			return tx.PutMeta("master_key_fingerprint", []byte(keys.Fingerprint()))
+		}
+		if err != nil {
+			return err
+		}
+		if string(fp) != keys.Fingerprint() {
+			return errors.New("agentgate: the master key does not match the one this data directory was created with")
+		}
+		return nil
+	})
+}
+
+// Stop lets go of this config's reference to the store; the store closes
+// when no config holds it any more.
+func (a *App) Stop() error {
+	if a.pooled {
+		a.pooled = false
+		if _, err := storePool.Delete(a.dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Service returns the shared Console service, waiting up to StartTimeout for
+// the store to open. It answers a 503 API error when the store is not ready.
+func (a *App) Service(ctx context.Context) (*service.Service, error) {
+	select {
+	case <-a.ready:
+	default:
+		t := time.NewTimer(time.Duration(a.StartTimeout))
+		defer t.Stop()
+		select {
+		case <-a.ready:
+		case <-t.C:
+			return nil, apierr.Unavailable("agentgate is starting; try again shortly")
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if a.svc == nil {
+		return nil, apierr.Unavailable("agentgate store is not available")
+	}
+	return a.svc, nil
+}
+
+// DataDir is the resolved data directory.
+func (a *App) DataDir() string { return a.dir }
+
+// FromContext returns the agentgate app of a config, loading it with its
+// defaults when the config does not configure it.
+func FromContext(ctx caddy.Context) (*App, error) {
+	v, err := ctx.App("agentgate")
+	if err != nil {
+		return nil, err
+	}
+	app, ok := v.(*App)
+	if !ok {
+		return nil, fmt.Errorf(`expected ctx.App("agentgate") to return *agentgate.App, got %T`, v)
+	}
+	return app, nil
+}
+
+// Interface guards
+var (
+	_ caddy.App         = (*App)(nil)
+	_ caddy.Provisioner = (*App)(nil)
+	_ caddy.Validator   = (*App)(nil)
+)

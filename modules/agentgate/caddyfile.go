@@ -1,0 +1,261 @@
+package agentgate
+
+import (
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+
+	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/modules/store"
+)
+
+func init() {
+	httpcaddyfile.RegisterGlobalOption("agentgate", parseGlobalOption)
+}
+
+func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
+	app := new(App)
+	if err := app.UnmarshalCaddyfile(d); err != nil {
+		return nil, err
+	}
+	return httpcaddyfile.App{Name: "agentgate", Value: caddyconfig.JSON(app, nil)}, nil
+}
+
+// UnmarshalCaddyfile sets up the app from the `agentgate` global option:
+//
+//	agentgate {
+//		storage badger [<dir>]
+//		master_key <key or placeholder>
+//		start_timeout <duration>
+//		connection <conn_id> {
+//			workspace <wrk_id or name>
+//			name <display name>
+//			kind openai|anthropic|google|openai-compatible
+//			base_url <url>
+//			credential <placeholder>
+//			header <name> <value>
+//			model <model_id> [{
+//				name <display name>
+//				upstream_id <provider model id>
+//				disabled
+//				pricing [input <usd> output <usd> ...] [{
+//					input <usd>
+//					output <usd>
+//					cache_read <usd>
+//					cache_write <usd>
+//					reasoning <usd>
+//				}]
+//			}]
+//		}
+//	}
+//
+// Prices are USD per million tokens. A model is enabled unless `disabled`.
+func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // consume option name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "storage":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if d.Val() != "badger" {
+				return d.Errf("unknown storage backend '%s' (available: badger)", d.Val())
+			}
+			a.Storage = &StorageConfig{Backend: "badger"}
+			if d.NextArg() {
+				a.Storage.Path = d.Val()
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "master_key":
+			if !d.AllArgs(&a.MasterKey) {
+				return d.ArgErr()
+			}
+		case "start_timeout":
+			var s string
+			if !d.AllArgs(&s) {
+				return d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(s)
+			if err != nil {
+				return d.Errf("start_timeout: %v", err)
+			}
+			a.StartTimeout = caddy.Duration(dur)
+		case "connection":
+			dc, err := parseConnection(d)
+			if err != nil {
+				return err
+			}
+			a.Connections = append(a.Connections, dc)
+		default:
+			return d.Errf("unrecognized subdirective '%s'", d.Val())
+		}
+	}
+	return nil
+}
+
+func parseConnection(d *caddyfile.Dispenser) (*DeclaredConnection, error) {
+	dc := &DeclaredConnection{}
+	if !d.AllArgs(&dc.ID) {
+		return nil, d.ArgErr()
+	}
+	if !service.ValidConnectionID(dc.ID) {
+		return nil, d.Errf("connection id '%s' must match conn_[A-Za-z0-9_-]{1,48}", dc.ID)
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		key := d.Val()
+		switch key {
+		case "workspace", "name", "kind", "base_url", "credential":
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			switch key {
+			case "workspace":
+				dc.Workspace = v
+			case "name":
+				dc.Name = v
+			case "kind":
+				if !store.ValidKind(v) {
+					return nil, d.Errf("kind must be openai, anthropic, google or openai-compatible, not '%s'", v)
+				}
+				dc.Kind = v
+			case "base_url":
+				dc.BaseURL = v
+			case "credential":
+				dc.Credential = v
+			}
+		case "header":
+			var name, value string
+			if !d.AllArgs(&name, &value) {
+				return nil, d.ArgErr()
+			}
+			if dc.Headers == nil {
+				dc.Headers = map[string]string{}
+			}
+			dc.Headers[name] = value
+		case "model":
+			id, m, err := parseModel(d)
+			if err != nil {
+				return nil, err
+			}
+			if dc.Models == nil {
+				dc.Models = map[string]service.ModelInput{}
+			}
+			if _, dup := dc.Models[id]; dup {
+				return nil, d.Errf("model '%s' is declared twice", id)
+			}
+			dc.Models[id] = m
+		default:
+			return nil, d.Errf("unrecognized connection subdirective '%s'", key)
+		}
+	}
+	if dc.Workspace == "" || dc.Kind == "" || dc.BaseURL == "" || dc.Credential == "" {
+		return nil, d.Errf("connection %s needs workspace, kind, base_url and credential", dc.ID)
+	}
+	return dc, nil
+}
+
+func parseModel(d *caddyfile.Dispenser) (string, service.ModelInput, error) {
+	var m service.ModelInput
+	var id string
+	if !d.AllArgs(&id) {
+		return "", m, d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "name":
+			if !d.AllArgs(&m.Name) {
+				return "", m, d.ArgErr()
+			}
+		case "upstream_id":
+			if !d.AllArgs(&m.UpstreamID) {
+				return "", m, d.ArgErr()
+			}
+		case "disabled":
+			if d.NextArg() {
+				return "", m, d.ArgErr()
+			}
+			f := false
+			m.Enabled = &f
+		case "pricing":
+			p, err := parsePricing(d)
+			if err != nil {
+				return "", m, err
+			}
+			m.Pricing = p
+		default:
+			return "", m, d.Errf("unrecognized model subdirective '%s'", d.Val())
+		}
+	}
+	return id, m, nil
+}
+
+// parsePricing reads `pricing [name usd]...` and an optional block of
+// `name usd` lines.
+func parsePricing(d *caddyfile.Dispenser) (*store.Pricing, error) {
+	p := &store.Pricing{}
+	seen := map[string]bool{}
+	set := func(name, val string) error {
+		v, err := money.Parse(val)
+		if err != nil {
+			return d.Errf("pricing %s: %v", name, err)
+		}
+		if err := money.ValidatePrice(name, v); err != nil {
+			return d.Errf("%v", err)
+		}
+		if seen[name] {
+			return d.Errf("pricing %s is given twice", name)
+		}
+		seen[name] = true
+		switch name {
+		case "input":
+			p.Input = v
+		case "output":
+			p.Output = v
+		case "cache_read":
+			p.CacheRead = &v
+		case "cache_write":
+			p.CacheWrite = &v
+		case "reasoning":
+			p.Reasoning = &v
+		default:
+			return d.Errf("unknown price '%s' (input, output, cache_read, cache_write, reasoning)", name)
+		}
+		return nil
+	}
+	args := d.RemainingArgs()
+	if len(args)%2 != 0 {
+		return nil, d.Errf("pricing takes pairs of a price name and USD per million tokens")
+	}
+	for i := 0; i < len(args); i += 2 {
+		if err := set(strings.ToLower(args[i]), args[i+1]); err != nil {
+			return nil, err
+		}
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		var val string
+		if !d.AllArgs(&val) {
+			return nil, d.ArgErr()
+		}
+		if err := set(name, val); err != nil {
+			return nil, err
+		}
+	}
+	if !seen["input"] || !seen["output"] {
+		return nil, d.Errf("pricing needs at least input and output")
+	}
+	return p, nil
+}
+
+// Interface guard
+var _ caddyfile.Unmarshaler = (*App)(nil)

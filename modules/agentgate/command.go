@@ -1,0 +1,231 @@
+package agentgate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	caddycmd.RegisterCommand(caddycmd.Command{
+		Name:  "agentgate",
+		Usage: "<workspace|person|member|service-account|key|connection|token> ...",
+		Short: "Bootstraps and administers agentgate through the admin API",
+		Long: `
+Operator commands for agentgate. Each is a thin client of the admin API
+routes under /agentgate/ on Caddy's admin endpoint (default localhost:2019)
+of a running server, and prints the JSON answer.
+
+	caddy agentgate workspace create --name Acme
+	caddy agentgate person create --email ann@example.com --name Ann \
+		--password-file ann.pw --workspace wrk_… --role owner
+	caddy agentgate service-account create --workspace wrk_… --name ci
+	caddy agentgate key create --workspace wrk_… --service-account sa_… \
+		--name ci-key --permission inference
+	caddy agentgate token --person usr_… --workspace wrk_…
+
+The admin address comes from --address, else from the config given with
+--config (as for caddy reload), else the default.`,
+		CobraFunc: buildCommands,
+	})
+}
+
+type cmdContext struct {
+	address, config, adapter string
+}
+
+func buildCommands(cmd *cobra.Command) {
+	c := &cmdContext{}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&c.address, "address", "", "The address of Caddy's admin endpoint")
+	pf.StringVarP(&c.config, "config", "c", "", "Config file whose admin address to use")
+	pf.StringVarP(&c.adapter, "adapter", "a", "", "Name of the config adapter for --config")
+
+	ws := &cobra.Command{Use: "workspace", Short: "Workspaces"}
+	var name string
+	wsCreate := &cobra.Command{Use: "create", Short: "Create a workspace", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return c.call("POST", "/agentgate/workspaces", map[string]any{"name": name})
+		}}
+	wsCreate.Flags().StringVar(&name, "name", "", "Workspace name")
+	wsList := &cobra.Command{Use: "list", Short: "List workspaces", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error { return c.call("GET", "/agentgate/workspaces", nil) }}
+	var wsID string
+	wsDelete := &cobra.Command{Use: "delete", Short: "Delete a workspace (every credential of it stops working)", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return c.call("DELETE", "/agentgate/workspaces/"+url.PathEscape(wsID), nil)
+		}}
+	wsDelete.Flags().StringVar(&wsID, "workspace", "", "Workspace id")
+	ws.AddCommand(wsCreate, wsList, wsDelete)
+
+	person := &cobra.Command{Use: "person", Short: "People"}
+	var email, pname, pwFile, pWorkspace, pRole string
+	personCreate := &cobra.Command{Use: "create", Short: "Create a person", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			pw, err := readPassword(pwFile)
+			if err != nil {
+				return err
+			}
+			body := map[string]any{"email": email, "name": pname, "password": pw}
+			if pWorkspace != "" || pRole != "" {
+				body["workspace"], body["role"] = pWorkspace, pRole
+			}
+			return c.call("POST", "/agentgate/people", body)
+		}}
+	f := personCreate.Flags()
+	f.StringVar(&email, "email", "", "Email address")
+	f.StringVar(&pname, "name", "", "Display name")
+	f.StringVar(&pwFile, "password-file", "", "File holding the password (else $AGENTGATE_PASSWORD)")
+	f.StringVar(&pWorkspace, "workspace", "", "Workspace to join")
+	f.StringVar(&pRole, "role", "", "Role in the workspace: owner, admin or member")
+	person.AddCommand(personCreate)
+
+	member := &cobra.Command{Use: "member", Short: "Workspace members"}
+	var mWorkspace, mPerson, mRole string
+	memberAdd := &cobra.Command{Use: "add", Short: "Add a person to a workspace", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return c.call("POST", "/agentgate/workspaces/"+url.PathEscape(mWorkspace)+"/members",
+				map[string]any{"person_id": mPerson, "role": mRole})
+		}}
+	memberAdd.Flags().StringVar(&mWorkspace, "workspace", "", "Workspace id")
+	memberAdd.Flags().StringVar(&mPerson, "person", "", "Person id")
+	memberAdd.Flags().StringVar(&mRole, "role", "member", "Role: owner, admin or member")
+	member.AddCommand(memberAdd)
+
+	sa := &cobra.Command{Use: "service-account", Short: "Service accounts"}
+	var saWorkspace, saName string
+	saCreate := &cobra.Command{Use: "create", Short: "Create a service account", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return c.call("POST", "/agentgate/workspaces/"+url.PathEscape(saWorkspace)+"/service-accounts",
+				map[string]any{"name": saName})
+		}}
+	saCreate.Flags().StringVar(&saWorkspace, "workspace", "", "Workspace id")
+	saCreate.Flags().StringVar(&saName, "name", "", "Service account name")
+	sa.AddCommand(saCreate)
+
+	key := &cobra.Command{Use: "key", Short: "Service-account API keys"}
+	var kWorkspace, kSA, kName, kPerm, kExpires, kID string
+	keyCreate := &cobra.Command{Use: "create", Short: "Create a key; its value is printed once", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			body := map[string]any{"name": kName, "permission": kPerm}
+			if kExpires != "" {
+				body["expires_at"] = kExpires
+			}
+			return c.call("POST", keysPath(kWorkspace, kSA), body)
+		}}
+	keyRevoke := &cobra.Command{Use: "revoke", Short: "Revoke a key at once", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return c.call("DELETE", keysPath(kWorkspace, kSA)+"/"+url.PathEscape(kID), nil)
+		}}
+	for _, kc := range []*cobra.Command{keyCreate, keyRevoke} {
+		kc.Flags().StringVar(&kWorkspace, "workspace", "", "Workspace id")
+		kc.Flags().StringVar(&kSA, "service-account", "", "Service account id")
+	}
+	keyCreate.Flags().StringVar(&kName, "name", "", "Key name")
+	keyCreate.Flags().StringVar(&kPerm, "permission", "inference", "inference (Inference only) or all")
+	keyCreate.Flags().StringVar(&kExpires, "expires", "", "Expiry time, RFC 3339 (optional)")
+	keyRevoke.Flags().StringVar(&kID, "id", "", "Key id")
+	key.AddCommand(keyCreate, keyRevoke)
+
+	conn := &cobra.Command{Use: "connection", Short: "Provider connections"}
+	var cWorkspace, cFile string
+	connCreate := &cobra.Command{Use: "create", Short: "Create a connection from a JSON file (- for stdin)", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			var b []byte
+			var err error
+			if cFile == "-" {
+				b, err = io.ReadAll(os.Stdin)
+			} else {
+				b, err = os.ReadFile(cFile)
+			}
+			if err != nil {
+				return err
+			}
+			return c.callRaw("POST", "/agentgate/workspaces/"+url.PathEscape(cWorkspace)+"/connections", b)
+		}}
+	connCreate.Flags().StringVar(&cWorkspace, "workspace", "", "Workspace id")
+	connCreate.Flags().StringVar(&cFile, "file", "", "JSON file: {name, kind, base_url, credential, headers?, models}")
+	conn.AddCommand(connCreate)
+
+	var tPerson, tWorkspace string
+	token := &cobra.Command{Use: "token", Short: "Issue an access token (1 h) acting as a person", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			body := map[string]any{}
+			if tWorkspace != "" {
+				body["workspace"] = tWorkspace
+			}
+			return c.call("POST", "/agentgate/people/"+url.PathEscape(tPerson)+"/tokens", body)
+		}}
+	token.Flags().StringVar(&tPerson, "person", "", "Person id")
+	token.Flags().StringVar(&tWorkspace, "workspace", "", "Bind the token to this workspace (optional)")
+
+	cmd.AddCommand(ws, person, member, sa, key, conn, token)
+}
+
+func keysPath(ws, sa string) string {
+	return "/agentgate/workspaces/" + url.PathEscape(ws) + "/service-accounts/" + url.PathEscape(sa) + "/keys"
+}
+
+func readPassword(file string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	}
+	if pw := os.Getenv("AGENTGATE_PASSWORD"); pw != "" {
+		return pw, nil
+	}
+	return "", errors.New("give the password with --password-file or $AGENTGATE_PASSWORD (never on the command line)")
+}
+
+func (c *cmdContext) call(method, path string, body any) error {
+	var b []byte
+	if body != nil {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
+			return err
+		}
+	}
+	return c.callRaw(method, path, b)
+}
+
+func (c *cmdContext) callRaw(method, path string, body []byte) error {
+	addr, err := caddycmd.DetermineAdminAPIAddress(c.address, nil, c.config, c.adapter)
+	if err != nil {
+		return fmt.Errorf("finding the admin address: %v", err)
+	}
+	h := http.Header{}
+	var rd io.Reader
+	if body != nil {
+		h.Set("Content-Type", "application/json")
+		rd = bytes.NewReader(body)
+	}
+	resp, err := caddycmd.AdminAPIRequest(addr, method, path, h, rd)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(out)) > 0 {
+		var pretty bytes.Buffer
+		if json.Indent(&pretty, out, "", "  ") == nil {
+			out = append(pretty.Bytes(), '\n')
+		}
+		os.Stdout.Write(out)
+	}
+	return nil
+}

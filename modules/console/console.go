@@ -1,0 +1,85 @@
+// Package console is the workspace Console handler
+// (http.handlers.workspace_console): the Console JSON API over the agentgate
+// app's shared store.
+package console
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/agentgate/agentgate/modules/agentgate"
+	"github.com/agentgate/agentgate/modules/console/api"
+)
+
+func init() {
+	caddy.RegisterModule(new(Console))
+}
+
+// Console serves the workspace Console: `GET /api/v2/config` and the
+// management API under `/api/v1/` (service accounts, keys, members,
+// connections, models and pricing). It authenticates service-account keys
+// and person access tokens sent as `Authorization: Bearer`, with `x-org-id`
+// for tokens not bound to a workspace, and enforces the permission matrix.
+// Unknown routes answer 404 and wrong methods 405, both as JSON `_tag`
+// errors. It is a terminal handler.
+type Console struct {
+	// InferenceURL is the public base URL of the gateway, used in the
+	// `settings.baseURL` of `/api/v2/config` as `<inference_url>/custom/<id>`.
+	// Default: the scheme and host of the request.
+	InferenceURL string `json:"inference_url,omitempty"`
+
+	// MaxRequestBody is the largest accepted request body in bytes; larger
+	// bodies answer 413. Default: 1 MiB.
+	MaxRequestBody int64 `json:"max_request_body,omitempty"`
+
+	api    *api.API
+	logger *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (*Console) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "http.handlers.workspace_console", New: func() caddy.Module { return new(Console) }}
+}
+
+// Provision wires the handler to the agentgate app.
+func (c *Console) Provision(ctx caddy.Context) error {
+	c.logger = ctx.Logger()
+	app, err := agentgate.FromContext(ctx)
+	if err != nil {
+		return fmt.Errorf("loading agentgate app: %v", err)
+	}
+	c.api = api.New(api.Options{Service: app.Service, InferenceURL: c.InferenceURL, MaxBody: c.MaxRequestBody})
+	return nil
+}
+
+// Validate checks the configuration.
+func (c *Console) Validate() error {
+	if c.InferenceURL != "" {
+		u, err := url.Parse(c.InferenceURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("inference_url must be an absolute http or https URL, got %q", c.InferenceURL)
+		}
+	}
+	if c.MaxRequestBody < 0 {
+		return fmt.Errorf("max_request_body must not be negative")
+	}
+	return nil
+}
+
+// ServeHTTP serves the Console routes.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	c.api.ServeHTTP(w, r)
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Console)(nil)
+	_ caddy.Validator             = (*Console)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Console)(nil)
+)

@@ -1,0 +1,156 @@
+package store
+
+import (
+	"time"
+
+	"github.com/agentgate/agentgate/internal/money"
+)
+
+// Workspace is a tenant: its people, service accounts, keys and connections.
+type Workspace struct {
+	ID      string     `json:"id"`
+	Name    string     `json:"name"`
+	Created time.Time  `json:"created"`
+	Deleted *time.Time `json:"deleted,omitempty"`
+}
+
+// Person is a human who signs in to the Console.
+type Person struct {
+	ID           string    `json:"id"`
+	Email        string    `json:"email"` // case-folded, unique
+	Name         string    `json:"name"`
+	PasswordHash string    `json:"password_hash"`
+	Disabled     bool      `json:"disabled"`
+	Created      time.Time `json:"created"`
+}
+
+// Roles of a workspace member.
+const (
+	RoleOwner  = "owner"
+	RoleAdmin  = "admin"
+	RoleMember = "member"
+)
+
+// ValidRole reports whether r is a member role.
+func ValidRole(r string) bool { return r == RoleOwner || r == RoleAdmin || r == RoleMember }
+
+// Member gives a person a role in a workspace.
+type Member struct {
+	Workspace string    `json:"workspace"`
+	PersonID  string    `json:"person_id"`
+	Role      string    `json:"role"`
+	Created   time.Time `json:"created"`
+}
+
+// ServiceAccount is a non-human workspace member with its own keys.
+type ServiceAccount struct {
+	ID        string    `json:"id"`
+	Workspace string    `json:"workspace"`
+	Name      string    `json:"name"`
+	CreatedBy string    `json:"created_by"`
+	Created   time.Time `json:"created"`
+}
+
+// Key permissions.
+const (
+	PermissionInference = "inference" // "Inference only"
+	PermissionAll       = "all"       // "All"
+)
+
+// APIKey is a service-account key. Only the HMAC of the key is stored.
+type APIKey struct {
+	ID             string     `json:"id"` // the 12-character key id, part of the key
+	Workspace      string     `json:"workspace"`
+	ServiceAccount string     `json:"service_account"`
+	Name           string     `json:"name"`
+	Permission     string     `json:"permission"`
+	MAC            []byte     `json:"mac"`
+	Created        time.Time  `json:"created"`
+	CreatedBy      string     `json:"created_by"`
+	ExpiresAt      *time.Time `json:"expires_at,omitempty"`
+	RevokedAt      *time.Time `json:"revoked_at,omitempty"`
+	LastUsedAt     *time.Time `json:"last_used_at,omitempty"`
+}
+
+// Usable reports whether the key is neither revoked nor expired at now.
+func (k *APIKey) Usable(now time.Time) bool {
+	return k.RevokedAt == nil && (k.ExpiresAt == nil || now.Before(*k.ExpiresAt))
+}
+
+// Connection kinds.
+const (
+	KindOpenAI           = "openai"
+	KindAnthropic        = "anthropic"
+	KindGoogle           = "google"
+	KindOpenAICompatible = "openai-compatible"
+)
+
+// ValidKind reports whether k is a connection kind.
+func ValidKind(k string) bool {
+	switch k {
+	case KindOpenAI, KindAnthropic, KindGoogle, KindOpenAICompatible:
+		return true
+	}
+	return false
+}
+
+// Pricing is in USD per one million tokens.
+type Pricing struct {
+	Input      money.Micros  `json:"input"`
+	Output     money.Micros  `json:"output"`
+	CacheRead  *money.Micros `json:"cache_read,omitempty"`
+	CacheWrite *money.Micros `json:"cache_write,omitempty"`
+	Reasoning  *money.Micros `json:"reasoning,omitempty"` // defaults to Output
+}
+
+// Model is a model offered by a connection.
+type Model struct {
+	Name       string  `json:"name"`
+	UpstreamID string  `json:"upstream_id,omitempty"`
+	Enabled    bool    `json:"enabled"`
+	Pricing    Pricing `json:"pricing"`
+}
+
+// Connection is a provider account connected to a workspace.
+type Connection struct {
+	ID         string            `json:"id"`
+	Workspace  string            `json:"workspace"`
+	Name       string            `json:"name"`
+	Kind       string            `json:"kind"`
+	BaseURL    string            `json:"base_url"`
+	Credential []byte            `json:"credential"` // sealed with AES-256-GCM
+	Headers    map[string]string `json:"headers,omitempty"`
+	Models     map[string]Model  `json:"models"`
+	Declared   bool              `json:"declared,omitempty"` // declared in the Caddyfile: read-only in the Console
+	Created    time.Time         `json:"created"`
+	Updated    time.Time         `json:"updated"`
+}
+
+// TokenFamily is one sign-in of a person: all access and refresh tokens issued
+// from it. Revoking the family revokes every token of it.
+type TokenFamily struct {
+	ID        string     `json:"id"`
+	PersonID  string     `json:"person_id"`
+	Workspace string     `json:"workspace,omitempty"` // bound workspace, or "" for none
+	ClientID  string     `json:"client_id"`
+	Created   time.Time  `json:"created"`
+	ExpiresAt time.Time  `json:"expires_at"` // absolute expiry of the sign-in
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// Token kinds of a family.
+const (
+	TokenAccess  = "access"
+	TokenRefresh = "refresh"
+)
+
+// Token is an access or refresh token of a family. Only its HMAC is stored.
+type Token struct {
+	ID        string     `json:"id"` // the 12-character token id
+	Kind      string     `json:"kind"`
+	FamilyID  string     `json:"family_id"`
+	MAC       []byte     `json:"mac"`
+	Created   time.Time  `json:"created"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	UsedAt    *time.Time `json:"used_at,omitempty"` // refresh tokens: single use
+}

@@ -1,0 +1,84 @@
+// Package store is agentgate's storage: the records of the Console and the
+// gateway, the Store and Tx interfaces that handlers use, and the embedded
+// Badger implementation. It imports nothing of Caddy, so that a second
+// backend can serve several gateway nodes without touching the handlers.
+package store
+
+import (
+	"context"
+	"errors"
+)
+
+// SchemaVersion is the version of the record layout this build writes.
+// A store written by a newer build is refused rather than misread.
+const SchemaVersion = 1
+
+// Errors returned by stores.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrExists   = errors.New("already exists")
+	ErrClosed   = errors.New("store is closed")
+)
+
+// Store is a transactional store of agentgate's records.
+type Store interface {
+	// View runs fn in a read-only transaction with a consistent snapshot.
+	View(ctx context.Context, fn func(Tx) error) error
+	// Update runs fn in a read-write transaction. It retries fn from the
+	// start when the transaction conflicts with a concurrent one, so fn must
+	// have no side effects outside tx. The commit is durable on disk before
+	// Update returns nil.
+	Update(ctx context.Context, fn func(Tx) error) error
+	// Close releases the store. Calls after Close return ErrClosed.
+	Close() error
+}
+
+// Tx is one transaction. Getters return ErrNotFound for a missing record.
+// Lists return records in id order.
+type Tx interface {
+	Workspace(id string) (*Workspace, error)
+	Workspaces() ([]*Workspace, error)
+	PutWorkspace(*Workspace) error
+
+	Person(id string) (*Person, error)
+	// PersonByEmail looks a person up by case-folded email.
+	PersonByEmail(email string) (*Person, error)
+	// PutPerson writes a person; ErrExists when another person has the email.
+	PutPerson(*Person) error
+
+	Member(workspace, personID string) (*Member, error)
+	Members(workspace string) ([]*Member, error)
+	// Memberships lists the workspaces a person belongs to.
+	Memberships(personID string) ([]*Member, error)
+	PutMember(*Member) error
+	DeleteMember(workspace, personID string) error
+
+	ServiceAccount(id string) (*ServiceAccount, error)
+	ServiceAccounts(workspace string) ([]*ServiceAccount, error)
+	PutServiceAccount(*ServiceAccount) error
+	DeleteServiceAccount(id string) error
+
+	APIKey(id string) (*APIKey, error)
+	APIKeys(serviceAccount string) ([]*APIKey, error)
+	// PutAPIKey writes a key; ErrExists when a new key's id is taken.
+	PutAPIKey(k *APIKey, create bool) error
+
+	Connection(id string) (*Connection, error)
+	Connections(workspace string) ([]*Connection, error)
+	// PutConnection writes a connection; ErrExists when create is set and the id is taken.
+	PutConnection(c *Connection, create bool) error
+	DeleteConnection(id string) error
+
+	TokenFamily(id string) (*TokenFamily, error)
+	TokenFamilies(personID string) ([]*TokenFamily, error)
+	PutTokenFamily(*TokenFamily) error
+
+	Token(id string) (*Token, error)
+	// PutToken writes a token; ErrExists when create is set and the id is taken.
+	PutToken(t *Token, create bool) error
+
+	// Meta reads a small named value of the store itself (schema version,
+	// master-key fingerprint).
+	Meta(name string) ([]byte, error)
+	PutMeta(name string, value []byte) error
+}
