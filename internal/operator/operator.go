@@ -268,4 +268,3 @@ func (a *API) createConnection(w http.ResponseWriter, r *http.Request, p router.
 	jsonio.Write(w, http.StatusCreated, c)
 	return nil
 }
-

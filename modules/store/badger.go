@@ -154,7 +154,11 @@ func (s *Badger) View(ctx context.Context, fn func(Tx) error) error {
 	if s.db.IsClosed() {
 		return ErrClosed
 	}
-	return s.db.View(func(txn *badger.Txn) error { return fn(&btx{txn: txn}) })
+	err := s.db.View(func(txn *badger.Txn) error { return fn(&btx{txn: txn}) })
+	if errors.Is(err, badger.ErrDBClosed) {
+		return ErrClosed
+	}
+	return err
 }
 
 // Update implements Store.
