@@ -9,7 +9,7 @@ import (
 
 func init() {
 	httpcaddyfile.RegisterHandlerDirective("workspace_console", parseCaddyfile)
-	httpcaddyfile.RegisterDirectiveOrder("workspace_console", httpcaddyfile.Before, "respond")
+	httpcaddyfile.RegisterDirectiveOrder("workspace_console", httpcaddyfile.Before, "file_server")
 }
 
 func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
