@@ -6,4 +6,5 @@ package agentgate
 import (
 	_ "github.com/agentgate/agentgate/modules/agentgate"
 	_ "github.com/agentgate/agentgate/modules/console"
+	_ "github.com/agentgate/agentgate/modules/gateway"
 )

@@ -51,12 +51,17 @@ func Unavailable(format string, a ...any) *Error {
 	return New(http.StatusServiceUnavailable, "ServiceUnavailable", format, a...)
 }
 
-// As extracts an *Error from err; any other error becomes a 500 Internal
+// As extracts an *Error from err. An error that reports Unavailable() true
+// (a closed store, say) becomes 503; any other error becomes a 500 Internal
 // error whose message reveals nothing of the cause.
 func As(err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
 		return e
+	}
+	var u interface{ Unavailable() bool }
+	if errors.As(err, &u) && u.Unavailable() {
+		return Unavailable("the store is not available; try again shortly")
 	}
 	return New(http.StatusInternalServerError, "InternalError", "internal error")
 }

@@ -75,10 +75,12 @@ func Check(p *Principal, op Op) Access {
 		case OpInference, OpReadConfig:
 			return Allow
 		case OpReadSpend:
-			if p.Role == store.RoleMember {
+			switch p.Role {
+			case store.RoleMember:
 				return OwnOnly
+			case store.RoleOwner, store.RoleAdmin:
+				return Allow
 			}
-			return Allow
 		default:
 			if p.Role == store.RoleOwner || p.Role == store.RoleAdmin {
 				return Allow

@@ -182,7 +182,7 @@ func TestDeclaredConnectionsReconciled(t *testing.T) {
 		return &App{Storage: &StorageConfig{Path: dir}, Connections: []*DeclaredConnection{{
 			ID: "conn_main", Workspace: "Acme", Kind: "openai", BaseURL: "https://api.openai.com/v1/",
 			Credential: "{env.AGENTGATE_TEST_CRED}",
-			Models: map[string]service.ModelInput{"gpt-4o": {}, "o1": {Enabled: &enabled}},
+			Models:     map[string]service.ModelInput{"gpt-4o": {}, "o1": {Enabled: &enabled}},
 		}}}
 	}
 	ctx := context.Background()

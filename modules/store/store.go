@@ -17,8 +17,15 @@ const SchemaVersion = 1
 var (
 	ErrNotFound = errors.New("not found")
 	ErrExists   = errors.New("already exists")
-	ErrClosed   = errors.New("store is closed")
+	// ErrClosed is returned after Close. It reports itself as a temporary
+	// unavailability (503 on the wire), not an internal error.
+	ErrClosed error = closedError{}
 )
+
+type closedError struct{}
+
+func (closedError) Error() string     { return "store is closed" }
+func (closedError) Unavailable() bool { return true }
 
 // Store is a transactional store of agentgate's records.
 type Store interface {

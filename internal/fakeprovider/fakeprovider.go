@@ -1,0 +1,383 @@
+// Package fakeprovider is a fake LLM provider for tests and benchmarks. It
+// speaks the four wire formats the gateway forwards — OpenAI Chat
+// Completions, OpenAI Responses, Anthropic Messages and Google Generative
+// AI — streaming and not, with realistic usage fields. It checks the
+// provider credential in each format's native header, records what it
+// received, and can be told to be slow, fail, or cut a stream.
+package fakeprovider
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// Received is one request as the provider saw it.
+type Received struct {
+	Method   string
+	Path     string
+	RawQuery string
+	Header   http.Header
+	Body     []byte
+	// Canceled is set when the client went away before the answer ended.
+	Canceled bool
+}
+
+// Behavior changes how the provider answers.
+type Behavior struct {
+	// Status, when not 0, answers every request with this status and
+	// Body (or a provider-shaped error body when Body is empty).
+	Status int
+	Body   string
+	// Delay waits before the answer and between stream events.
+	Delay time.Duration
+	// CutAfter, when > 0, closes the connection abruptly after that many
+	// stream events: no terminal event, no [DONE].
+	CutAfter int
+	// Chunks is the number of content deltas in a stream (default 3).
+	Chunks int
+	// KeepAlive sends an SSE comment before every event.
+	KeepAlive bool
+}
+
+// Usage numbers the fake reports (the same for every format, mapped to each
+// format's fields).
+const (
+	InputTokens      = 21
+	CachedTokens     = 5
+	CacheWriteTokens = 3
+	OutputTokens     = 12
+	ReasoningTokens  = 4
+)
+
+// Provider is the fake. Credential is the secret it expects.
+type Provider struct {
+	Credential string
+	URL        string // base URL, e.g. http://127.0.0.1:port
+
+	srv      *http.Server
+	ln       net.Listener
+	mu       sync.Mutex
+	received []*Received
+	behavior Behavior
+}
+
+// Start runs a fake provider on a loopback port.
+func Start(credential string) (*Provider, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Provider{Credential: credential, URL: "http://" + ln.Addr().String(), ln: ln}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	go p.srv.Serve(ln)
+	return p, nil
+}
+
+// Close stops the provider.
+func (p *Provider) Close() error { return p.srv.Close() }
+
+// SetBehavior changes how later requests are answered.
+func (p *Provider) SetBehavior(b Behavior) {
+	p.mu.Lock()
+	p.behavior = b
+	p.mu.Unlock()
+}
+
+// Received returns a copy of the requests seen so far.
+func (p *Provider) Received() []Received {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Received, len(p.received))
+	for i, r := range p.received {
+		out[i] = *r
+	}
+	return out
+}
+
+// Last returns the last request seen, or the zero value.
+func (p *Provider) Last() Received {
+	rs := p.Received()
+	if len(rs) == 0 {
+		return Received{}
+	}
+	return rs[len(rs)-1]
+}
+
+// Reset forgets received requests and the behavior.
+func (p *Provider) Reset() {
+	p.mu.Lock()
+	p.received = nil
+	p.behavior = Behavior{}
+	p.mu.Unlock()
+}
+
+type format int
+
+const (
+	chat format = iota
+	responses
+	anthropic
+	google
+)
+
+func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	rec := &Received{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
+	p.mu.Lock()
+	p.received = append(p.received, rec)
+	b := p.behavior
+	p.mu.Unlock()
+	if b.Chunks <= 0 {
+		b.Chunks = 3
+	}
+
+	var f format
+	var model string
+	var stream bool
+	path := r.URL.Path
+	switch {
+	case strings.HasSuffix(path, "/chat/completions"):
+		f, model, stream = chat, gjson.GetBytes(body, "model").String(), gjson.GetBytes(body, "stream").Bool()
+	case strings.HasSuffix(path, "/responses"):
+		f, model, stream = responses, gjson.GetBytes(body, "model").String(), gjson.GetBytes(body, "stream").Bool()
+	case strings.HasSuffix(path, "/messages"):
+		f, model, stream = anthropic, gjson.GetBytes(body, "model").String(), gjson.GetBytes(body, "stream").Bool()
+	case strings.Contains(path, "/models/") && (strings.HasSuffix(path, ":generateContent") || strings.HasSuffix(path, ":streamGenerateContent")):
+		f = google
+		seg := path[strings.LastIndex(path, "/models/")+len("/models/"):]
+		model, _, _ = strings.Cut(seg, ":")
+		stream = strings.HasSuffix(path, ":streamGenerateContent")
+	default:
+		http.Error(w, `{"error":{"message":"unknown path"}}`, http.StatusNotFound)
+		return
+	}
+	if r.Method != http.MethodPost {
+		writeError(w, f, http.StatusMethodNotAllowed, "method not allowed")
+		return
+	}
+	if !p.authorized(f, r) {
+		writeError(w, f, http.StatusUnauthorized, "invalid credential")
+		return
+	}
+	if b.Delay > 0 {
+		select {
+		case <-time.After(b.Delay):
+		case <-r.Context().Done():
+			p.markCanceled(rec)
+			return
+		}
+	}
+	if b.Status != 0 {
+		if b.Body != "" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(b.Status)
+			io.WriteString(w, b.Body)
+			return
+		}
+		writeError(w, f, b.Status, "the fake provider was told to fail")
+		return
+	}
+	w.Header().Set("x-ratelimit-remaining-requests", "99")
+	w.Header().Set("x-request-id", "req_fake")
+	if !stream {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, answer(f, model))
+		return
+	}
+	events := streamEvents(f, model, b.Chunks, gjson.GetBytes(body, "stream_options.include_usage").Bool())
+	if f == google && r.URL.Query().Get("alt") != "sse" {
+		p.streamJSONArray(w, r, rec, events, b)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	for i, ev := range events {
+		if b.CutAfter > 0 && i == b.CutAfter {
+			panic(http.ErrAbortHandler) // close the connection without ending the stream
+		}
+		if b.KeepAlive {
+			io.WriteString(w, ": keep-alive\n\n")
+		}
+		io.WriteString(w, ev)
+		rc.Flush()
+		if b.Delay > 0 && i < len(events)-1 {
+			select {
+			case <-time.After(b.Delay):
+			case <-r.Context().Done():
+				p.markCanceled(rec)
+				return
+			}
+		}
+	}
+}
+
+func (p *Provider) markCanceled(rec *Received) {
+	p.mu.Lock()
+	rec.Canceled = true
+	p.mu.Unlock()
+}
+
+// streamJSONArray answers Google's default stream form: a JSON array whose
+// elements arrive one by one.
+func (p *Provider) streamJSONArray(w http.ResponseWriter, r *http.Request, rec *Received, events []string, b Behavior) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	io.WriteString(w, "[")
+	for i, ev := range events {
+		if b.CutAfter > 0 && i == b.CutAfter {
+			panic(http.ErrAbortHandler)
+		}
+		if i > 0 {
+			io.WriteString(w, ",\r\n")
+		}
+		io.WriteString(w, strings.TrimSuffix(strings.TrimPrefix(ev, "data: "), "\r\n\r\n"))
+		rc.Flush()
+		if b.Delay > 0 {
+			select {
+			case <-time.After(b.Delay):
+			case <-r.Context().Done():
+				p.markCanceled(rec)
+				return
+			}
+		}
+	}
+	io.WriteString(w, "]")
+}
+
+func (p *Provider) authorized(f format, r *http.Request) bool {
+	switch f {
+	case chat, responses:
+		return r.Header.Get("Authorization") == "Bearer "+p.Credential
+	case anthropic:
+		return r.Header.Get("x-api-key") == p.Credential && r.Header.Get("anthropic-version") != ""
+	default:
+		return r.Header.Get("x-goog-api-key") == p.Credential
+	}
+}
+
+// writeError answers in the format's own error envelope.
+func writeError(w http.ResponseWriter, f format, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	var v any
+	switch f {
+	case anthropic:
+		v = map[string]any{"type": "error", "error": map[string]any{"type": "api_error", "message": msg}}
+	case google:
+		v = map[string]any{"error": map[string]any{"code": status, "message": msg, "status": "INTERNAL"}}
+	default:
+		v = map[string]any{"error": map[string]any{"message": msg, "type": "server_error", "code": nil}}
+	}
+	json.NewEncoder(w).Encode(v)
+}
+
+// Text is the answer's text; streams split it into chunks.
+const Text = "Hello from the fake provider."
+
+func answer(f format, model string) string {
+	m, _ := json.Marshal(model)
+	t, _ := json.Marshal(Text)
+	switch f {
+	case chat:
+		return fmt.Sprintf(`{"id":"chatcmpl-fake","object":"chat.completion","created":1700000000,"model":%s,"choices":[{"index":0,"message":{"role":"assistant","content":%s,"refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":%d,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"system_fingerprint":"fp_fake"}`,
+			m, t, InputTokens, OutputTokens, InputTokens+OutputTokens, CachedTokens, ReasoningTokens)
+	case responses:
+		return responseObject(model, "completed", true)
+	case anthropic:
+		return fmt.Sprintf(`{"id":"msg_fake","type":"message","role":"assistant","model":%s,"content":[{"type":"text","text":%s}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"output_tokens":%d}}`,
+			m, t, InputTokens, CacheWriteTokens, CachedTokens, OutputTokens)
+	default:
+		return googleChunk(Text, true, model)
+	}
+}
+
+func responseObject(model, status string, withOutput bool) string {
+	m, _ := json.Marshal(model)
+	t, _ := json.Marshal(Text)
+	output := "[]"
+	usage := "null"
+	if withOutput {
+		output = fmt.Sprintf(`[{"type":"message","id":"msg_fake","status":"completed","role":"assistant","content":[{"type":"output_text","text":%s,"annotations":[]}]}]`, t)
+		usage = fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":%d},"total_tokens":%d}`,
+			InputTokens, CachedTokens, OutputTokens, ReasoningTokens, InputTokens+OutputTokens)
+	}
+	return fmt.Sprintf(`{"id":"resp_fake","object":"response","created_at":1700000000,"status":%q,"model":%s,"output":%s,"usage":%s}`, status, m, output, usage)
+}
+
+func googleChunk(text string, final bool, model string) string {
+	t, _ := json.Marshal(text)
+	finish := ""
+	if final {
+		finish = `,"finishReason":"STOP"`
+	}
+	return fmt.Sprintf(`{"candidates":[{"content":{"parts":[{"text":%s}],"role":"model"}%s,"index":0}],"usageMetadata":{"promptTokenCount":%d,"candidatesTokenCount":%d,"totalTokenCount":%d,"cachedContentTokenCount":%d,"thoughtsTokenCount":%d},"modelVersion":%q}`,
+		t, finish, InputTokens, OutputTokens-ReasoningTokens, InputTokens+OutputTokens, CachedTokens, ReasoningTokens, model)
+}
+
+// split cuts Text into n pieces.
+func split(n int) []string {
+	words := strings.SplitAfter(Text, " ")
+	out := make([]string, n)
+	for i, w := range words {
+		out[i*n/len(words)] += w
+	}
+	return out
+}
+
+func streamEvents(f format, model string, n int, includeUsage bool) []string {
+	m, _ := json.Marshal(model)
+	data := func(s string) string { return "data: " + s + "\n\n" }
+	var ev []string
+	switch f {
+	case chat:
+		ev = append(ev, data(fmt.Sprintf(`{"id":"chatcmpl-fake","object":"chat.completion.chunk","created":1700000000,"model":%s,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`, m)))
+		for _, piece := range split(n) {
+			t, _ := json.Marshal(piece)
+			ev = append(ev, data(fmt.Sprintf(`{"id":"chatcmpl-fake","object":"chat.completion.chunk","created":1700000000,"model":%s,"choices":[{"index":0,"delta":{"content":%s},"finish_reason":null}]}`, m, t)))
+		}
+		ev = append(ev, data(fmt.Sprintf(`{"id":"chatcmpl-fake","object":"chat.completion.chunk","created":1700000000,"model":%s,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`, m)))
+		if includeUsage {
+			ev = append(ev, data(fmt.Sprintf(`{"id":"chatcmpl-fake","object":"chat.completion.chunk","created":1700000000,"model":%s,"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d},"completion_tokens_details":{"reasoning_tokens":%d}}}`,
+				m, InputTokens, OutputTokens, InputTokens+OutputTokens, CachedTokens, ReasoningTokens)))
+		}
+		ev = append(ev, "data: [DONE]\n\n")
+	case responses:
+		event := func(typ, payload string) string { return "event: " + typ + "\ndata: " + payload + "\n\n" }
+		ev = append(ev, event("response.created", fmt.Sprintf(`{"type":"response.created","sequence_number":0,"response":%s}`, responseObject(model, "in_progress", false))))
+		for i, piece := range split(n) {
+			t, _ := json.Marshal(piece)
+			ev = append(ev, event("response.output_text.delta", fmt.Sprintf(`{"type":"response.output_text.delta","sequence_number":%d,"item_id":"msg_fake","output_index":0,"content_index":0,"delta":%s}`, i+1, t)))
+		}
+		ev = append(ev, event("response.completed", fmt.Sprintf(`{"type":"response.completed","sequence_number":%d,"response":%s}`, n+1, responseObject(model, "completed", true))))
+	case anthropic:
+		event := func(typ, payload string) string { return "event: " + typ + "\ndata: " + payload + "\n\n" }
+		ev = append(ev, event("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_fake","type":"message","role":"assistant","model":%s,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"output_tokens":1}}}`,
+			m, InputTokens, CacheWriteTokens, CachedTokens)))
+		ev = append(ev, event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`))
+		ev = append(ev, event("ping", `{"type": "ping"}`))
+		for _, piece := range split(n) {
+			t, _ := json.Marshal(piece)
+			ev = append(ev, event("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%s}}`, t)))
+		}
+		ev = append(ev, event("content_block_stop", `{"type":"content_block_stop","index":0}`))
+		ev = append(ev, event("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":%d}}`, OutputTokens)))
+		ev = append(ev, event("message_stop", `{"type":"message_stop"}`))
+	case google:
+		pieces := split(n)
+		for i, piece := range pieces {
+			ev = append(ev, "data: "+googleChunk(piece, i == len(pieces)-1, model)+"\r\n\r\n")
+		}
+	}
+	return ev
+}

@@ -1,0 +1,77 @@
+package gateway
+
+import (
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
+)
+
+func init() {
+	httpcaddyfile.RegisterHandlerDirective("llm_gateway", parseCaddyfile)
+	// Before reverse_proxy: the gateway answers /custom/… itself and passes
+	// everything else on, so it can share a site with other handlers.
+	httpcaddyfile.RegisterDirectiveOrder("llm_gateway", httpcaddyfile.Before, "reverse_proxy")
+}
+
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	g := new(Gateway)
+	err := g.UnmarshalCaddyfile(h.Dispenser)
+	return g, err
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens:
+//
+//	llm_gateway {
+//		max_request_body <size>
+//		dial_timeout <duration>
+//		response_header_timeout <duration>
+//		tls_trusted_ca_certs <pem_files...>
+//	}
+func (g *Gateway) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // consume directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "max_request_body":
+			var s string
+			if !d.AllArgs(&s) {
+				return d.ArgErr()
+			}
+			n, err := humanize.ParseBytes(s)
+			if err != nil {
+				return d.Errf("max_request_body: %v", err)
+			}
+			g.MaxRequestBody = int64(n)
+		case "dial_timeout", "response_header_timeout":
+			name := d.Val()
+			var s string
+			if !d.AllArgs(&s) {
+				return d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(s)
+			if err != nil {
+				return d.Errf("%s: %v", name, err)
+			}
+			if name == "dial_timeout" {
+				g.DialTimeout = caddy.Duration(dur)
+			} else {
+				g.ResponseHeaderTimeout = caddy.Duration(dur)
+			}
+		case "tls_trusted_ca_certs":
+			g.TLSTrustedCACerts = d.RemainingArgs()
+			if len(g.TLSTrustedCACerts) == 0 {
+				return d.ArgErr()
+			}
+		default:
+			return d.Errf("unrecognized subdirective '%s'", d.Val())
+		}
+	}
+	return nil
+}
+
+// Interface guard
+var _ caddyfile.Unmarshaler = (*Gateway)(nil)

@@ -1,0 +1,487 @@
+// Package gateway is the provider gateway handler (http.handlers.llm_gateway):
+// it authenticates a workspace credential, checks the model against the
+// connection, rewrites the model id, swaps the credential for the
+// connection's provider credential and forwards with Caddy's own
+// reverse_proxy, streaming the answer back unchanged.
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/headers"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/modules/agentgate"
+	"github.com/agentgate/agentgate/modules/gateway/formats"
+	"github.com/agentgate/agentgate/modules/store"
+)
+
+func init() {
+	caddy.RegisterModule(new(Gateway))
+}
+
+// Gateway serves `{inference_url}/custom/<connection_id>/…`: Chat
+// Completions (`/chat/completions`), Responses (`/responses`), Anthropic
+// Messages (`/messages`) and Google (`/models/<model>:generateContent` and
+// `:streamGenerateContent`), also under the `/v1/` and `/v1beta/` prefixes
+// that the official SDKs add. Requests whose path does not start with
+// `/custom/` go to the next handler, so the gateway can share a site with
+// the Console.
+//
+// The workspace credential is read from `Authorization: Bearer`,
+// `x-api-key`, `api-key`, `x-goog-api-key` or `?key=`; every client
+// credential, cookie and `x-org-id` is removed before forwarding, and the
+// connection's credential is set in the provider's native header. Gateway
+// errors are JSON with `_tag` and `message` inside the format's own error
+// envelope.
+type Gateway struct {
+	// MaxRequestBody is the largest request body in bytes; larger bodies
+	// answer 413. Default: 32 MiB.
+	MaxRequestBody int64 `json:"max_request_body,omitempty"`
+
+	// DialTimeout bounds connecting to a provider. Default: 10s.
+	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
+
+	// ResponseHeaderTimeout bounds the wait for a provider's response
+	// headers (time to first byte of a non-streamed answer). Default: 10m.
+	ResponseHeaderTimeout caddy.Duration `json:"response_header_timeout,omitempty"`
+
+	// TLSTrustedCACerts are PEM files of extra CAs to trust for HTTPS
+	// providers (private or test endpoints). Default: the system roots.
+	TLSTrustedCACerts []string `json:"tls_trusted_ca_certs,omitempty"`
+
+	app            *agentgate.App
+	plain          *reverseproxy.Handler // for http:// base URLs
+	tls            *reverseproxy.Handler // for https:// base URLs
+	plainTransport *reverseproxy.HTTPTransport
+	tlsTransport   *reverseproxy.HTTPTransport
+	upstreams      sync.Map // dial address → []*reverseproxy.Upstream
+	logger         *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (*Gateway) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "http.handlers.llm_gateway", New: func() caddy.Module { return new(Gateway) }}
+}
+
+const varUpstream = "agentgate.upstream"
+
+// Provision sets defaults and provisions the two reverse proxies.
+func (g *Gateway) Provision(ctx caddy.Context) error {
+	g.logger = ctx.Logger()
+	app, err := agentgate.FromContext(ctx)
+	if err != nil {
+		return fmt.Errorf("loading agentgate app: %v", err)
+	}
+	g.app = app
+	if g.MaxRequestBody == 0 {
+		g.MaxRequestBody = 32 << 20
+	}
+	if g.DialTimeout == 0 {
+		g.DialTimeout = caddy.Duration(10 * time.Second)
+	}
+	if g.ResponseHeaderTimeout == 0 {
+		g.ResponseHeaderTimeout = caddy.Duration(10 * time.Minute)
+	}
+	if g.plain, g.plainTransport, err = g.newProxy(ctx, false); err != nil {
+		return fmt.Errorf("provisioning proxy: %v", err)
+	}
+	if g.tls, g.tlsTransport, err = g.newProxy(ctx, true); err != nil {
+		return fmt.Errorf("provisioning TLS proxy: %v", err)
+	}
+	return nil
+}
+
+// newProxy builds one of Caddy's own reverse proxies: upstream chosen per
+// request, flushed immediately, no X-Forwarded-* or Via leaking the client.
+// Its transport is Caddy's HTTP transport, wrapped so that the provider
+// credential is added to a copy of the outgoing request's headers at the
+// last moment: it never sits in a request that a handler, a placeholder or
+// the proxy's debug log can see.
+func (g *Gateway) newProxy(ctx caddy.Context, useTLS bool) (*reverseproxy.Handler, *reverseproxy.HTTPTransport, error) {
+	tr := &reverseproxy.HTTPTransport{
+		DialTimeout:           g.DialTimeout,
+		ResponseHeaderTimeout: g.ResponseHeaderTimeout,
+	}
+	if useTLS {
+		tr.TLS = &reverseproxy.TLSConfig{}
+		if len(g.TLSTrustedCACerts) > 0 {
+			tr.TLS.CARaw = caddyconfig.JSONModuleObject(map[string]any{"pem_files": g.TLSTrustedCACerts}, "provider", "file", nil)
+		}
+	}
+	if err := tr.Provision(ctx); err != nil {
+		return nil, nil, err
+	}
+	rp := &reverseproxy.Handler{
+		Transport:        credentialTransport{tr},
+		DynamicUpstreams: upstreamFromVars{},
+		FlushInterval:    caddy.Duration(-1),
+		Headers: &headers.Handler{Request: &headers.HeaderOps{
+			Set:    http.Header{"Host": []string{"{http.reverse_proxy.upstream.hostport}"}},
+			Delete: []string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Via", "Forwarded"},
+		}},
+	}
+	if err := rp.Provision(ctx); err != nil {
+		tr.Cleanup()
+		return nil, nil, err
+	}
+	return rp, tr, nil
+}
+
+type credentialKey struct{}
+
+// upstreamCredential is the provider credential of one request, carried in
+// the request context under a private key (not in vars, which placeholders
+// and logs can read).
+type upstreamCredential struct {
+	kind, secret string
+}
+
+// credentialTransport sets the provider credential on a copy of the
+// request just before the round trip.
+type credentialTransport struct {
+	*reverseproxy.HTTPTransport
+}
+
+func (t credentialTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	c, ok := req.Context().Value(credentialKey{}).(*upstreamCredential)
+	if !ok {
+		return t.HTTPTransport.RoundTrip(req)
+	}
+	out := new(http.Request)
+	*out = *req
+	out.Header = req.Header.Clone()
+	formats.SetCredential(out.Header, c.kind, c.secret)
+	return t.HTTPTransport.RoundTrip(out)
+}
+
+// Validate checks the configuration.
+func (g *Gateway) Validate() error {
+	if g.MaxRequestBody < 0 {
+		return errors.New("max_request_body must not be negative")
+	}
+	return nil
+}
+
+// Cleanup releases the reverse proxies and their transports, which Caddy
+// did not load itself.
+func (g *Gateway) Cleanup() error {
+	var errs []error
+	for _, rp := range []*reverseproxy.Handler{g.plain, g.tls} {
+		if rp != nil {
+			errs = append(errs, rp.Cleanup())
+		}
+	}
+	for _, tr := range []*reverseproxy.HTTPTransport{g.plainTransport, g.tlsTransport} {
+		if tr != nil {
+			errs = append(errs, tr.Cleanup())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// failure is a gateway-made error answered in the request's format.
+type failure struct {
+	status  int
+	tag     string
+	message string
+}
+
+func fail(status int, tag, format string, a ...any) *failure {
+	return &failure{status: status, tag: tag, message: fmt.Sprintf(format, a...)}
+}
+
+func fromAPI(err error) *failure {
+	e := apierr.As(err)
+	return &failure{status: e.Status, tag: e.Tag, message: e.Message}
+}
+
+// ServeHTTP forwards a gateway request, or passes other paths on.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if !strings.HasPrefix(r.URL.Path, formats.Prefix) {
+		return next.ServeHTTP(w, r)
+	}
+	route, perr := formats.ParseRoute(r.URL.EscapedPath())
+	if perr != nil {
+		tag := "InvalidRequest"
+		if perr.Status == http.StatusNotFound {
+			tag = "NotFound"
+		}
+		writeFailure(w, perr.Format, &failure{status: perr.Status, tag: tag, message: perr.Message})
+		return nil
+	}
+	if f := g.serve(w, r, route); f != nil {
+		writeFailure(w, route.Format, f)
+	}
+	return nil
+}
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Route) *failure {
+	// Take the client's credential and remove it from the request at once,
+	// so that no later step (and no access log) sees it.
+	q := r.URL.Query()
+	cred := formats.ClientCredential(r.Header, q.Get("key"))
+	orgID := r.Header.Get("X-Org-Id")
+	stripClientSecrets(r, q)
+
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		return fail(http.StatusMethodNotAllowed, "MethodNotAllowed", "gateway routes take POST")
+	}
+	svc, err := g.app.Service(r.Context())
+	if err != nil {
+		return fromAPI(err)
+	}
+	if cred == "" {
+		return fromAPI(apierr.Unauthorized())
+	}
+	p, err := svc.Authenticate(r.Context(), cred, orgID)
+	if err != nil {
+		return fromAPI(err)
+	}
+	conn, err := svc.LookupConnection(r.Context(), p, route.Connection)
+	if err != nil {
+		return fromAPI(err)
+	}
+	if !formats.Supports(conn.Kind, route.Format) {
+		return fail(http.StatusNotFound, "NotFound", "connection %s (%s) does not serve the %s format", conn.ID, conn.Kind, route.Format)
+	}
+	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		return fail(http.StatusUnsupportedMediaType, "UnsupportedMediaType", "compressed request bodies (%s) are not accepted; send plain JSON", enc)
+	}
+	body, f := g.readBody(w, r)
+	if f != nil {
+		return f
+	}
+	model, body, f := prepareModel(route, conn, body)
+	if f != nil {
+		return f
+	}
+	credential, err := svc.Credential(conn)
+	if err != nil {
+		g.logger.Error("provider credential cannot be decrypted", zap.String("connection", conn.ID))
+		return fail(http.StatusBadGateway, "UpstreamCredentialUnavailable", "the connection's provider credential cannot be used")
+	}
+	return g.forward(w, r, route, conn, model, credential, body, q)
+}
+
+// stripClientSecrets removes every client credential, cookie and x-org-id
+// from the request, and ?key= from its URL and request URI.
+func stripClientSecrets(r *http.Request, q url.Values) {
+	for _, h := range formats.ClientCredentialHeaders {
+		r.Header.Del(h)
+	}
+	r.Header.Del("Cookie")
+	r.Header.Del("X-Org-Id")
+	r.Header.Del("Proxy-Authorization")
+	if q.Has("key") {
+		q.Del("key")
+		r.URL.RawQuery = q.Encode()
+		r.RequestURI = r.URL.RequestURI()
+	}
+}
+
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *failure) {
+	if r.ContentLength > g.MaxRequestBody {
+		return nil, fail(http.StatusRequestEntityTooLarge, "PayloadTooLarge", "request body is larger than %d bytes", g.MaxRequestBody)
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength))
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, g.MaxRequestBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, fail(http.StatusRequestEntityTooLarge, "PayloadTooLarge", "request body is larger than %d bytes", g.MaxRequestBody)
+		}
+		return nil, fail(http.StatusBadRequest, "InvalidRequest", "reading the request body failed")
+	}
+	body := buf.Bytes()
+	if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
+		return nil, fail(http.StatusBadRequest, "InvalidRequest", "the request body must be a JSON object")
+	}
+	return body, nil
+}
+
+// prepareModel checks the requested model against the connection and
+// rewrites it to the upstream id: in the body with sjson (every other byte
+// kept), or for Google in the path.
+func prepareModel(route formats.Route, conn *store.Connection, body []byte) (string, []byte, *failure) {
+	var requested string
+	if route.Format == formats.Google {
+		requested = route.Model
+	} else {
+		m := gjson.GetBytes(body, "model")
+		if !m.Exists() {
+			return "", nil, fail(http.StatusBadRequest, "InvalidRequest", "model is required")
+		}
+		if m.Type != gjson.String || m.Str == "" {
+			return "", nil, fail(http.StatusBadRequest, "InvalidRequest", "model must be a non-empty string")
+		}
+		requested = m.Str
+	}
+	if route.Format == formats.Anthropic {
+		mt := gjson.GetBytes(body, "max_tokens")
+		if !mt.Exists() {
+			return "", nil, fail(http.StatusBadRequest, "InvalidRequest", "max_tokens is required for Anthropic Messages")
+		}
+		if mt.Type != gjson.Number || mt.Num != float64(int64(mt.Num)) || mt.Num < 1 {
+			return "", nil, fail(http.StatusBadRequest, "InvalidRequest", "max_tokens must be a positive integer")
+		}
+	}
+	model, ok := conn.Models[requested]
+	if !ok || !model.Enabled {
+		return "", nil, fail(http.StatusForbidden, "ModelNotEnabled", "model %q is not enabled on this connection", requested)
+	}
+	upstream := requested
+	if model.UpstreamID != "" && model.UpstreamID != requested {
+		upstream = model.UpstreamID
+		if route.Format != formats.Google {
+			var err error
+			if body, err = sjson.SetBytes(body, "model", upstream); err != nil {
+				return "", nil, fail(http.StatusBadRequest, "InvalidRequest", "the model cannot be rewritten")
+			}
+		}
+	}
+	return upstream, body, nil
+}
+
+// forward sends the request upstream through Caddy's reverse proxy. The
+// request handed to the proxy is a copy with its own headers, so the
+// provider credential never reaches the original request (or the access
+// log that reads it).
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, route formats.Route, conn *store.Connection,
+	model, credential string, body []byte, q url.Values) *failure {
+	base, err := url.Parse(conn.BaseURL)
+	if err != nil {
+		return fail(http.StatusBadGateway, "UpstreamUnreachable", "the connection's base URL is invalid")
+	}
+	up := *r.URL
+	up.Scheme, up.Host = "", ""
+	up.Path = strings.TrimRight(base.Path, "/") + route.UpstreamPath(model)
+	up.RawPath = ""
+	up.RawQuery = q.Encode()
+
+	out := r.WithContext(context.WithValue(r.Context(), credentialKey{}, &upstreamCredential{kind: conn.Kind, secret: credential}))
+	out.URL = &up
+	out.RequestURI = up.RequestURI()
+	out.Header = r.Header.Clone()
+	out.Header.Del("Accept-Encoding") // the transport asks for gzip itself and decodes it
+	for k, v := range conn.Headers {
+		out.Header.Set(k, v)
+	}
+	out.Header.Set("Content-Type", "application/json")
+	if conn.Kind == store.KindAnthropic && out.Header.Get("Anthropic-Version") == "" {
+		out.Header.Set("Anthropic-Version", formats.DefaultAnthropicVersion)
+	}
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	out.Header.Del("Transfer-Encoding")
+	out.TransferEncoding = nil
+
+	addr := base.Host
+	if base.Port() == "" {
+		if base.Scheme == "https" {
+			addr = net.JoinHostPort(base.Hostname(), "443")
+		} else {
+			addr = net.JoinHostPort(base.Hostname(), "80")
+		}
+	}
+	caddyhttp.SetVar(out.Context(), varUpstream, g.upstreamsFor(addr))
+	proxy := g.plain
+	if base.Scheme == "https" {
+		proxy = g.tls
+	}
+	if c := g.logger.Check(zapcore.DebugLevel, "forwarding"); c != nil {
+		c.Write(zap.String("connection", conn.ID), zap.String("format", route.Format.String()), zap.String("model", model))
+	}
+	tw := &trackingWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
+	err = proxy.ServeHTTP(tw, out, nil)
+	if err != nil && !tw.wrote {
+		var he caddyhttp.HandlerError
+		status := http.StatusBadGateway
+		if errors.As(err, &he) && he.StatusCode != 0 {
+			status = he.StatusCode
+		}
+		if status == http.StatusGatewayTimeout {
+			return fail(status, "UpstreamTimeout", "the provider did not answer in time")
+		}
+		return fail(status, "UpstreamUnreachable", "the provider could not be reached")
+	}
+	return nil
+}
+
+func (g *Gateway) upstreamsFor(addr string) []*reverseproxy.Upstream {
+	if v, ok := g.upstreams.Load(addr); ok {
+		return v.([]*reverseproxy.Upstream)
+	}
+	v, _ := g.upstreams.LoadOrStore(addr, []*reverseproxy.Upstream{{Dial: addr}})
+	return v.([]*reverseproxy.Upstream)
+}
+
+// upstreamFromVars hands the proxy the upstream chosen for the request.
+type upstreamFromVars struct{}
+
+func (upstreamFromVars) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
+	if u, ok := caddyhttp.GetVar(r.Context(), varUpstream).([]*reverseproxy.Upstream); ok {
+		return u, nil
+	}
+	return nil, errors.New("no upstream chosen for this request")
+}
+
+// trackingWriter notes whether the proxy wrote anything, so that a failure
+// before the first byte can still be answered in the format's envelope.
+type trackingWriter struct {
+	*caddyhttp.ResponseWriterWrapper
+	wrote bool
+}
+
+func (t *trackingWriter) WriteHeader(status int) {
+	t.wrote = true
+	t.ResponseWriterWrapper.WriteHeader(status)
+}
+
+func (t *trackingWriter) Write(b []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriterWrapper.Write(b)
+}
+
+func writeFailure(w http.ResponseWriter, f formats.Format, fl *failure) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	if fl.status == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+	}
+	w.WriteHeader(fl.status)
+	w.Write(formats.ErrorBody(f, fl.status, fl.tag, fl.message, nil))
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Gateway)(nil)
+	_ caddy.Validator             = (*Gateway)(nil)
+	_ caddy.CleanerUpper          = (*Gateway)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Gateway)(nil)
+)

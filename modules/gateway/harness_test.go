@@ -1,0 +1,183 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	_ "github.com/agentgate/agentgate"
+	"github.com/agentgate/agentgate/internal/fakeprovider"
+	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/modules/agentgate"
+	"github.com/agentgate/agentgate/modules/store"
+)
+
+// env is one running Caddy (in this process) with the gateway and the
+// Console on one loopback site, a fake provider per kind, and a workspace
+// with a key for each permission.
+type env struct {
+	base      string // http://127.0.0.1:port
+	svc       *service.Service
+	ws        string
+	otherWS   string
+	key       string // inference key
+	allKey    string
+	otherKey  string // key of another workspace
+	providers map[string]*fakeprovider.Provider
+	conns     map[string]string // kind → connection id
+	logPath   string
+}
+
+const providerSecret = "sk-provider-SECRET-0123456789"
+
+var theEnv *env
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	caddy.Stop()
+	os.Exit(code)
+}
+
+func freePort(t testing.TB) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// setup starts the shared environment once per test binary.
+func setup(t *testing.T) *env {
+	t.Helper()
+	if theEnv != nil {
+		for _, p := range theEnv.providers {
+			p.Reset()
+		}
+		return theEnv
+	}
+	dir, err := os.MkdirTemp("", "agentgate-gateway-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	logPath := dir + "/caddy.log"
+	cfg := fmt.Sprintf(`{
+		"admin": {"disabled": true},
+		"logging": {"logs": {"default": {"writer": {"output": "file", "filename": %q}, "level": "DEBUG",
+			"encoder": {"format": "filter", "wrap": {"format": "json"}, "fields": {
+				"request>headers>X-Api-Key": {"filter": "delete"},
+				"request>headers>Api-Key": {"filter": "delete"},
+				"request>headers>X-Goog-Api-Key": {"filter": "delete"},
+				"request>uri": {"filter": "query", "actions": [{"type": "delete", "parameter": "key"}]}
+			}}}}},
+		"apps": {
+			"agentgate": {"storage": {"path": %q}},
+			"http": {"servers": {"gw": {
+				"listen": ["127.0.0.1:%d"],
+				"logs": {},
+				"routes": [{"handle": [
+					{"handler": "llm_gateway", "max_request_body": 12582912},
+					{"handler": "workspace_console"}
+				]}]
+			}}}
+		}
+	}`, logPath, dir+"/data", port)
+	if err := caddy.Load([]byte(cfg), true); err != nil {
+		t.Fatalf("loading config: %v", err)
+	}
+	v, err := caddy.ActiveContext().App("agentgate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := v.(*agentgate.App).Service(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{base: fmt.Sprintf("http://127.0.0.1:%d", port), svc: svc, providers: map[string]*fakeprovider.Provider{},
+		conns: map[string]string{}, logPath: logPath}
+	ctx := context.Background()
+	w, _ := svc.CreateWorkspace(ctx, "Acme")
+	other, _ := svc.CreateWorkspace(ctx, "Other")
+	e.ws, e.otherWS = w.ID, other.ID
+	op := service.Operator(w.ID)
+	sa, _ := svc.CreateServiceAccount(ctx, op, "ci")
+	k, _ := svc.CreateKey(ctx, op, sa.ID, service.NewKey{Name: "inf", Permission: store.PermissionInference})
+	ka, _ := svc.CreateKey(ctx, op, sa.ID, service.NewKey{Name: "all", Permission: store.PermissionAll})
+	e.key, e.allKey = k.Key, ka.Key
+	osa, _ := svc.CreateServiceAccount(ctx, service.Operator(other.ID), "x")
+	ok, _ := svc.CreateKey(ctx, service.Operator(other.ID), osa.ID, service.NewKey{Name: "x", Permission: store.PermissionAll})
+	e.otherKey = ok.Key
+
+	no := false
+	price := store.Pricing{Input: money.Micros(2_500_000), Output: money.Micros(10_000_000)}
+	models := map[string]map[string]service.ModelInput{
+		store.KindOpenAI:    {"gpt-4o": {UpstreamID: "gpt-4o-2024-08-06", Pricing: &price}, "gpt-4o-mini": {Pricing: &price}, "o1": {Enabled: &no}},
+		store.KindAnthropic: {"claude-sonnet": {UpstreamID: "claude-sonnet-4-5-20250929", Pricing: &price}, "claude-off": {Enabled: &no}},
+		store.KindGoogle:    {"gemini-pro": {UpstreamID: "gemini-2.5-pro", Pricing: &price}, "gemini-flash": {}},
+	}
+	for kind, ms := range models {
+		p, err := fakeprovider.Start(providerSecret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.providers[kind] = p
+		basePath := "/v1"
+		if kind == store.KindGoogle {
+			basePath = "/v1beta"
+		}
+		c, err := svc.CreateConnection(ctx, op, service.ConnectionInput{Name: kind, Kind: kind, BaseURL: p.URL + basePath,
+			Credential: providerSecret, Models: ms, Headers: map[string]string{"X-Team": "agents"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.conns[kind] = c.ID
+	}
+	theEnv = e
+	return e
+}
+
+// post sends a gateway request; headers are name, value pairs.
+func (e *env) post(t *testing.T, path, body string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", e.base+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func jsonField(t *testing.T, body, path string) any {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("not JSON: %v: %s", err, body)
+	}
+	var cur any = v
+	for _, p := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[p]
+	}
+	return cur
+}
