@@ -8,10 +8,12 @@ package fakeprovider
 
 import (
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +24,7 @@ import (
 // Received is one request as the provider saw it.
 type Received struct {
 	Method   string
+	Host     string
 	Path     string
 	RawQuery string
 	Header   http.Header
@@ -63,9 +66,11 @@ type Provider struct {
 	URL        string // base URL, e.g. http://127.0.0.1:port
 
 	srv      *http.Server
+	closeFn  func()
 	ln       net.Listener
 	mu       sync.Mutex
 	received []*Received
+
 	behavior Behavior
 }
 
@@ -81,8 +86,27 @@ func Start(credential string) (*Provider, error) {
 	return p, nil
 }
 
+// StartTLS runs a fake provider over HTTPS on a loopback port, with a
+// self-signed certificate for 127.0.0.1; CertPEM is that certificate.
+func StartTLS(credential string) (*Provider, []byte, error) {
+	p := &Provider{Credential: credential}
+	ts := httptest.NewUnstartedServer(p)
+	ts.StartTLS()
+	p.URL = ts.URL
+	p.srv = ts.Config
+	p.closeFn = ts.Close
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
+	return p, pemBytes, nil
+}
+
 // Close stops the provider.
-func (p *Provider) Close() error { return p.srv.Close() }
+func (p *Provider) Close() error {
+	if p.closeFn != nil {
+		p.closeFn()
+		return nil
+	}
+	return p.srv.Close()
+}
 
 // SetBehavior changes how later requests are answered.
 func (p *Provider) SetBehavior(b Behavior) {
@@ -130,7 +154,7 @@ const (
 
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	rec := &Received{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
+	rec := &Received{Method: r.Method, Host: r.Host, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
 	p.mu.Lock()
 	p.received = append(p.received, rec)
 	b := p.behavior

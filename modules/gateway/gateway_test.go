@@ -29,6 +29,9 @@ func TestChatForwardedWithSwapAndRewrite(t *testing.T) {
 	if rec.Path != "/v1/chat/completions" {
 		t.Fatalf("upstream path %q", rec.Path)
 	}
+	if want := strings.TrimPrefix(e.providers["openai"].URL, "http://"); rec.Host != want {
+		t.Fatalf("upstream Host %q, want the provider's %q", rec.Host, want)
+	}
 	want := strings.Replace(body, `"gpt-4o"`, `"gpt-4o-2024-08-06"`, 1)
 	if string(rec.Body) != want {
 		t.Fatalf("upstream body\n got %s\nwant %s", rec.Body, want)
@@ -217,5 +220,20 @@ func TestResponsesAndStreams(t *testing.T) {
 	}
 	if resp.Header.Get("Content-Encoding") != "" {
 		t.Fatal("a stream was compressed")
+	}
+}
+
+func TestHTTPSUpstream(t *testing.T) {
+	e := setup(t)
+	resp, got := e.post(t, "/custom/"+e.conns["tls"]+"/v1/chat/completions", `{"model":"gpt-4o","messages":[]}`, "Authorization", "Bearer "+e.key)
+	if resp.StatusCode != 200 || !strings.Contains(got, fakeprovider.Text) {
+		t.Fatalf("%d %s", resp.StatusCode, got)
+	}
+	rec := e.providers["tls"].Last()
+	if rec.Header.Get("Authorization") != "Bearer "+providerSecret {
+		t.Fatal("credential not swapped over TLS")
+	}
+	if want := strings.TrimPrefix(e.providers["tls"].URL, "https://"); rec.Host != want {
+		t.Fatalf("upstream Host %q, want the provider's %q", rec.Host, want)
 	}
 }

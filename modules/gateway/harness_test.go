@@ -73,6 +73,14 @@ func setup(t *testing.T) *env {
 	}
 	port := freePort(t)
 	logPath := dir + "/caddy.log"
+	tlsProvider, certPEM, err := fakeprovider.StartTLS(providerSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := dir + "/provider-ca.pem"
+	if err := os.WriteFile(caFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg := fmt.Sprintf(`{
 		"admin": {"disabled": true},
 		"logging": {"logs": {"default": {"writer": {"output": "file", "filename": %q}, "level": "DEBUG",
@@ -88,12 +96,12 @@ func setup(t *testing.T) *env {
 				"listen": ["127.0.0.1:%d"],
 				"logs": {},
 				"routes": [{"handle": [
-					{"handler": "llm_gateway", "max_request_body": 12582912},
+					{"handler": "llm_gateway", "max_request_body": 12582912, "tls_trusted_ca_certs": [%q]},
 					{"handler": "workspace_console"}
 				]}]
 			}}}
 		}
-	}`, logPath, dir+"/data", port)
+	}`, logPath, dir+"/data", port, caFile)
 	if err := caddy.Load([]byte(cfg), true); err != nil {
 		t.Fatalf("loading config: %v", err)
 	}
@@ -144,6 +152,12 @@ func setup(t *testing.T) *env {
 		}
 		e.conns[kind] = c.ID
 	}
+	tc, err := svc.CreateConnection(ctx, op, service.ConnectionInput{Name: "tls", Kind: store.KindOpenAI, BaseURL: tlsProvider.URL + "/v1",
+		Credential: providerSecret, Models: map[string]service.ModelInput{"gpt-4o": {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.providers["tls"], e.conns["tls"] = tlsProvider, tc.ID
 	theEnv = e
 	return e
 }
