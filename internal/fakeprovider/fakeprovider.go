@@ -284,7 +284,9 @@ func (p *Provider) authorized(f format, r *http.Request) bool {
 	case chat, responses:
 		return r.Header.Get("Authorization") == "Bearer "+p.Credential
 	case anthropic:
-		return r.Header.Get("x-api-key") == p.Credential && r.Header.Get("anthropic-version") != ""
+		// The API takes the key as x-api-key or, from newer SDKs, as a bearer token.
+		return (r.Header.Get("x-api-key") == p.Credential || r.Header.Get("Authorization") == "Bearer "+p.Credential) &&
+			r.Header.Get("anthropic-version") != ""
 	default:
 		return r.Header.Get("x-goog-api-key") == p.Credential
 	}

@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentgate/agentgate/internal/fakeprovider"
+)
+
+// clientCase is one SDK program and the connection it talks to.
+type clientCase struct {
+	kind, script, model, upstream, disabled string
+	directBase                              func(p *fakeprovider.Provider) string
+	basePath                                string
+	answers                                 []string
+	slot                                    string // the provider's native credential header
+}
+
+// clientsDir is examples/clients, where the SDK programs and their lockfile live.
+func clientsDir(t *testing.T) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "examples", "clients")
+}
+
+// nodeReady makes sure node and the SDKs are installed (npm ci from the
+// committed lockfile when node_modules is missing).
+func nodeReady(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	dir := clientsDir(t)
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not installed: the official SDK clients cannot run (.ci/run installs it)")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); errors.Is(err, os.ErrNotExist) {
+		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+		}
+	}
+	return dir
+}
+
+// runClient runs one SDK program and decodes the JSON it prints.
+func runClient(t *testing.T, ctx context.Context, dir, script, baseURL, key, model, disabled string) map[string]any {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "node", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "AGENTGATE_BASE_URL="+baseURL, "AGENTGATE_API_KEY="+key, "MODEL="+model, "DISABLED_MODEL="+disabled)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("node %s: %v\n%s", script, err, ee.Stderr)
+		}
+		t.Fatalf("node %s: %v", script, err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("node %s printed %q: %v", script, out, err)
+	}
+	return v
+}
+
+func field(v any, path string) any {
+	for _, p := range strings.Split(path, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
+}
+
+// TestOfficialSDKs points the official OpenAI, Anthropic and Google SDKs
+// from npm at the real binary, configured only with a base URL and a
+// workspace key. Each SDK program also runs once directly against the fake
+// provider (with the provider's model id and credential): what the provider
+// received through the gateway must equal what it received directly, byte
+// for byte — path, query and body — except the credential, which the
+// gateway swapped.
+func TestOfficialSDKs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the real binary and runs node")
+	}
+	ctx := testContext(t, 4*time.Minute)
+	dir := nodeReady(t, ctx)
+	bin := caddyBinary(t)
+	s := startServer(t, ctx, bin, config{Debug: true, AccessLog: true})
+	tn := s.bootstrap(t, ctx, "SDKs")
+
+	const secret = "sk-provider-e2e-SECRET-42"
+	cases := []clientCase{
+		{"openai", "openai.mjs", "gpt-4o", "gpt-4o-2024-08-06", "o1",
+			func(p *fakeprovider.Provider) string { return p.URL + "/v1" }, "/v1", []string{"chat", "chatStream", "responses", "responsesStream"}, "Authorization"},
+		{"anthropic", "anthropic.mjs", "claude-sonnet", "claude-sonnet-4-5-20250929", "claude-off",
+			func(p *fakeprovider.Provider) string { return p.URL }, "/v1", []string{"messages", "messagesStream"}, "X-Api-Key"},
+		{"google", "google.mjs", "gemini-pro", "gemini-2.5-pro", "gemini-off",
+			func(p *fakeprovider.Provider) string { return p.URL }, "/v1beta", []string{"generate", "generateStream"}, "X-Goog-Api-Key"},
+	}
+
+	var sa idName
+	must(t, "create service account", 201, &sa)(s.admin(ctx, "POST", "/agentgate/workspaces/"+tn.Workspace+"/service-accounts", map[string]any{"name": "sdk"}))
+	var key struct {
+		Key string `json:"key"`
+	}
+	must(t, "create key", 201, &key)(s.admin(ctx, "POST", "/agentgate/workspaces/"+tn.Workspace+"/service-accounts/"+sa.ID+"/keys",
+		map[string]any{"name": "sdk", "permission": "inference"}))
+
+	for _, c := range cases {
+		t.Run(c.kind, func(t *testing.T) {
+			p, err := fakeprovider.Start(secret)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			var conn idName
+			must(t, "create connection", 201, &conn)(s.admin(ctx, "POST", "/agentgate/workspaces/"+tn.Workspace+"/connections", map[string]any{
+				"name": c.kind, "kind": c.kind, "base_url": p.URL + c.basePath, "credential": secret,
+				"models": map[string]any{
+					c.model:    map[string]any{"upstream_id": c.upstream, "pricing": map[string]any{"input": 1, "output": 2}},
+					c.disabled: map[string]any{"enabled": false},
+				},
+			}))
+
+			direct := runClient(t, ctx, dir, c.script, c.directBase(p), secret, c.upstream, "")
+			viaDirect := p.Received()
+			p.Reset()
+			gw := runClient(t, ctx, dir, c.script, "http://"+s.httpAddr+"/custom/"+url.PathEscape(conn.ID), key.Key, c.model, c.disabled)
+			viaGateway := p.Received()
+
+			for _, a := range c.answers {
+				if got := field(gw, a+".text"); got != fakeprovider.Text {
+					t.Errorf("%s: the SDK got %q through the gateway, want %q", a, got, fakeprovider.Text)
+				}
+				if d, g := field(direct, a+".usage"), field(gw, a+".usage"); g != nil && !jsonEqual(d, g) {
+					t.Errorf("%s: usage through the gateway %v differs from direct %v", a, g, d)
+				}
+			}
+			if field(gw, "disabled.status") != float64(403) || !strings.Contains(toString(field(gw, "disabled.message")), "not enabled") {
+				t.Errorf("a disabled model: the SDK raised %v", field(gw, "disabled"))
+			}
+			if len(viaGateway) != len(viaDirect) {
+				t.Fatalf("the provider got %d requests through the gateway, %d directly", len(viaGateway), len(viaDirect))
+			}
+			for i := range viaDirect {
+				d, g := viaDirect[i], viaGateway[i]
+				if g.Path != d.Path || g.RawQuery != d.RawQuery || string(g.Body) != string(d.Body) {
+					t.Errorf("request %d differs:\n gateway %s?%s %s\n  direct %s?%s %s", i, g.Path, g.RawQuery, g.Body, d.Path, d.RawQuery, d.Body)
+				}
+				if got := g.Header.Get(c.slot); got != c.slotValue(secret) {
+					t.Errorf("request %d: %s %q through the gateway, want the provider credential", i, c.slot, got)
+				}
+				if strings.Contains(strings.Join(flatten(g.Header), " "), key.Key) {
+					t.Errorf("request %d: the workspace key reached the provider", i)
+				}
+			}
+		})
+	}
+	s.stop()
+	logs := s.stderr.String()
+	for name, v := range map[string]string{"workspace key": key.Key, "provider credential": secret, "owner token": tn.Token} {
+		if strings.Contains(logs, v) {
+			t.Errorf("the server log holds the %s", name)
+		}
+	}
+}
+
+func (c clientCase) slotValue(secret string) string {
+	if c.slot == "Authorization" {
+		return "Bearer " + secret
+	}
+	return secret
+}
+
+func jsonEqual(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+func toString(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func flatten(h map[string][]string) []string {
+	var out []string
+	for k, vs := range h {
+		out = append(out, k+": "+strings.Join(vs, ","))
+	}
+	return out
+}
