@@ -237,3 +237,31 @@ func TestHTTPSUpstream(t *testing.T) {
 		t.Fatalf("upstream Host %q, want the provider's %q", rec.Host, want)
 	}
 }
+
+func TestPersonTokensOnTheGateway(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	p, err := e.svc.CreatePerson(ctx, service.NewPerson{Email: "dev@example.com", Name: "Dev", Password: "long enough pw", Workspace: e.ws, Role: store.RoleMember})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound, _ := e.svc.IssuePersonToken(ctx, p.ID, e.ws, "test")
+	unbound, _ := e.svc.IssuePersonToken(ctx, p.ID, "", "test")
+	path := "/custom/" + e.conns["openai"] + "/chat/completions"
+	body := `{"model":"gpt-4o-mini","messages":[]}`
+	if resp, got := e.post(t, path, body, "Authorization", "Bearer "+bound.AccessToken); resp.StatusCode != 200 {
+		t.Fatalf("bound token: %d %s", resp.StatusCode, got)
+	}
+	if resp, got := e.post(t, path, body, "Authorization", "Bearer "+unbound.AccessToken); resp.StatusCode != 400 || jsonField(t, got, "_tag") != "OrgRequired" {
+		t.Fatalf("unbound token without x-org-id: %d %s", resp.StatusCode, got)
+	}
+	if resp, got := e.post(t, path, body, "Authorization", "Bearer "+unbound.AccessToken, "X-Org-Id", e.ws); resp.StatusCode != 200 {
+		t.Fatalf("unbound token with x-org-id: %d %s", resp.StatusCode, got)
+	}
+	if resp, got := e.post(t, path, body, "Authorization", "Bearer "+bound.AccessToken, "X-Org-Id", e.otherWS); resp.StatusCode != 403 {
+		t.Fatalf("bound token, other x-org-id: %d %s", resp.StatusCode, got)
+	}
+	if rec := e.providers["openai"].Last(); rec.Header.Get("X-Org-Id") != "" {
+		t.Fatal("x-org-id went upstream")
+	}
+}
