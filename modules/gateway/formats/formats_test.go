@@ -1,0 +1,158 @@
+package formats
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+)
+
+func TestParseRoute(t *testing.T) {
+	ok := []struct {
+		path   string
+		want   Route
+		stream bool
+	}{
+		{"/custom/conn_a/chat/completions", Route{Connection: "conn_a", Format: Chat}, false},
+		{"/custom/conn_a/v1/chat/completions", Route{Connection: "conn_a", Format: Chat}, false},
+		{"/custom/conn_a/responses", Route{Connection: "conn_a", Format: Responses}, false},
+		{"/custom/conn_a/v1/responses", Route{Connection: "conn_a", Format: Responses}, false},
+		{"/custom/conn_a/messages", Route{Connection: "conn_a", Format: Anthropic}, false},
+		{"/custom/conn_a/v1/messages", Route{Connection: "conn_a", Format: Anthropic}, false},
+		{"/custom/conn_a/models/gemini-2.5-pro:generateContent", Route{Connection: "conn_a", Format: Google, Model: "gemini-2.5-pro", Method: "generateContent"}, false},
+		{"/custom/conn_a/v1beta/models/g:streamGenerateContent", Route{Connection: "conn_a", Format: Google, Model: "g", Method: "streamGenerateContent"}, true},
+		{"/custom/conn_a/v1/models/g:generateContent", Route{Connection: "conn_a", Format: Google, Model: "g", Method: "generateContent"}, false},
+	}
+	for _, c := range ok {
+		got, err := ParseRoute(c.path)
+		if err != nil || got != c.want || got.Stream() != c.stream {
+			t.Errorf("%s: %+v %+v", c.path, got, err)
+		}
+	}
+	bad := map[string]int{
+		"/custom/":                                      404,
+		"/custom/conn_a":                                404,
+		"/custom/conn_a/":                               400,
+		"/custom/conn_a/embeddings":                     404,
+		"/custom/conn_a/v2/chat/completions":            404,
+		"/custom/conn.a/chat/completions":               404,
+		"/custom/conn_a/../b/chat/completions":          400,
+		"/custom/conn_a/./chat/completions":             400,
+		"/custom/conn_a%2Fx/chat/completions":           400,
+		"/custom/conn_a/chat%2fcompletions":             400,
+		"/custom/conn_a/models/g%2E%2E:generateContent": 400,
+		"/custom/conn_a/models/g\\x:generateContent":    400,
+		"/custom/conn_a/models/g:countTokens":           404,
+		"/custom/conn_a/models/:generateContent":        400,
+		"/custom/conn_a/models/a/b:generateContent":     400,
+		"/other/conn_a/chat/completions":                404,
+	}
+	for path, status := range bad {
+		if _, err := ParseRoute(path); err == nil || err.Status != status {
+			t.Errorf("%s: %+v, want status %d", path, err, status)
+		}
+	}
+}
+
+func TestUpstreamPath(t *testing.T) {
+	for _, c := range []struct {
+		r     Route
+		model string
+		want  string
+	}{
+		{Route{Format: Chat}, "m", "/chat/completions"},
+		{Route{Format: Responses}, "m", "/responses"},
+		{Route{Format: Anthropic}, "m", "/messages"},
+		{Route{Format: Google, Method: "streamGenerateContent"}, "gemini-x", "/models/gemini-x:streamGenerateContent"},
+	} {
+		if got := c.r.UpstreamPath(c.model); got != c.want {
+			t.Errorf("%v: %s, want %s", c.r, got, c.want)
+		}
+	}
+}
+
+func TestClientCredentialOrderAndSlots(t *testing.T) {
+	h := http.Header{}
+	if ClientCredential(h, "") != "" {
+		t.Fatal("no credential expected")
+	}
+	if ClientCredential(h, "q") != "q" {
+		t.Fatal("?key= not read")
+	}
+	h.Set("X-Goog-Api-Key", "g")
+	if ClientCredential(h, "q") != "g" {
+		t.Fatal("x-goog-api-key not preferred over ?key=")
+	}
+	h.Set("Api-Key", "a")
+	h.Set("X-Api-Key", "x")
+	if ClientCredential(h, "q") != "x" {
+		t.Fatal("x-api-key not preferred")
+	}
+	h.Set("Authorization", "Basic zzz")
+	if ClientCredential(h, "q") != "x" {
+		t.Fatal("a non-bearer Authorization must not count")
+	}
+	h.Set("Authorization", "bearer  b ")
+	if ClientCredential(h, "q") != "b" {
+		t.Fatal("bearer not preferred")
+	}
+
+	for kind, want := range map[string][2]string{
+		"openai": {"Authorization", "Bearer s"}, "openai-compatible": {"Authorization", "Bearer s"},
+		"anthropic": {"X-Api-Key", "s"}, "google": {"X-Goog-Api-Key", "s"},
+	} {
+		h := http.Header{}
+		SetCredential(h, kind, "s")
+		if h.Get(want[0]) != want[1] || len(h) > 2 {
+			t.Errorf("%s: %v", kind, h)
+		}
+		if kind == "anthropic" && h.Get("Anthropic-Version") != DefaultAnthropicVersion {
+			t.Error("no default anthropic-version")
+		}
+	}
+	h = http.Header{"Anthropic-Version": {"2099-01-01"}}
+	SetCredential(h, "anthropic", "s")
+	if h.Get("Anthropic-Version") != "2099-01-01" {
+		t.Error("the client's anthropic-version was overwritten")
+	}
+}
+
+func TestErrorEnvelopes(t *testing.T) {
+	decode := func(b []byte) map[string]any {
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	o := decode(ErrorBody(Chat, 403, "ModelNotEnabled", "nope", nil))
+	if o["_tag"] != "ModelNotEnabled" || o["message"] != "nope" {
+		t.Fatalf("%v", o)
+	}
+	if e := o["error"].(map[string]any); e["message"] != "nope" || e["type"] != "permission_error" || e["code"] != "ModelNotEnabled" {
+		t.Fatalf("openai envelope %v", e)
+	}
+	a := decode(ErrorBody(Anthropic, 402, "BudgetExceeded", "no money", map[string]any{"remaining_usd": 0}))
+	if a["type"] != "error" || a["error"].(map[string]any)["type"] != "billing_error" || a["remaining_usd"] != float64(0) {
+		t.Fatalf("anthropic envelope %v", a)
+	}
+	g := decode(ErrorBody(Google, 401, "Unauthorized", "who", nil))
+	if e := g["error"].(map[string]any); e["code"] != float64(401) || e["status"] != "UNAUTHENTICATED" || e["message"] != "who" {
+		t.Fatalf("google envelope %v", e)
+	}
+}
+
+func TestSupports(t *testing.T) {
+	for _, c := range []struct {
+		kind string
+		f    Format
+		ok   bool
+	}{
+		{"openai", Chat, true}, {"openai", Responses, true}, {"openai", Anthropic, false},
+		{"openai-compatible", Chat, true}, {"anthropic", Anthropic, true}, {"anthropic", Chat, false},
+		{"google", Google, true}, {"google", Chat, false}, {"other", Chat, false},
+	} {
+		if Supports(c.kind, c.f) != c.ok {
+			t.Errorf("%s %v", c.kind, c.f)
+		}
+	}
+}
