@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
 	"github.com/agentgate/agentgate/internal/fakeprovider"
 )
 
@@ -155,7 +158,14 @@ func TestOfficialSDKs(t *testing.T) {
 			}
 			for i := range viaDirect {
 				d, g := viaDirect[i], viaGateway[i]
-				if g.Path != d.Path || g.RawQuery != d.RawQuery || string(g.Body) != string(d.Body) {
+				gb := g.Body
+				// The one change the gateway makes to a body besides the model: a
+				// chat stream is asked for its usage (and the client never sees
+				// the extra chunk).
+				if !gjson.GetBytes(d.Body, "stream_options").Exists() && gjson.GetBytes(gb, "stream_options.include_usage").Bool() {
+					gb, _ = sjson.DeleteBytes(gb, "stream_options")
+				}
+				if g.Path != d.Path || g.RawQuery != d.RawQuery || string(gb) != string(d.Body) {
 					t.Errorf("request %d differs:\n gateway %s?%s %s\n  direct %s?%s %s", i, g.Path, g.RawQuery, g.Body, d.Path, d.RawQuery, d.Body)
 				}
 				if got := g.Header.Get(c.slot); got != c.slotValue(secret) {
@@ -167,6 +177,41 @@ func TestOfficialSDKs(t *testing.T) {
 			}
 		})
 	}
+	// Every SDK request left a usage record the owner can read, and the
+	// gateway's metrics are on Caddy's admin /metrics.
+	var page struct {
+		Data []struct {
+			Status int     `json:"status"`
+			Cost   float64 `json:"cost_usd"`
+			Tokens struct {
+				Input, Output int64
+			} `json:"tokens"`
+		} `json:"data"`
+	}
+	st, b, err := s.console(ctx, "GET", "/api/v1/usage?limit=1000", tn.Token, nil)
+	if err != nil || st != 200 || json.Unmarshal(b, &page) != nil {
+		t.Fatalf("usage: %d %v %s", st, err, b)
+	}
+	ok, refused := 0, 0
+	for _, u := range page.Data {
+		switch {
+		case u.Status == 200 && u.Cost > 0 && u.Tokens.Input > 0 && u.Tokens.Output > 0:
+			ok++
+		case u.Status == 403 && u.Cost == 0:
+			refused++
+		default:
+			t.Errorf("unexpected usage record %+v", u)
+		}
+	}
+	if ok != 8 || refused != 3 {
+		t.Errorf("%d metered and %d refused requests recorded, want 8 and 3", ok, refused)
+	}
+	_, metrics, err := call(ctx, httpClient, "GET", "http://"+s.adminAddr+"/metrics", nil, nil)
+	if err != nil || !strings.Contains(string(metrics), `caddy_llm_gateway_requests_total{code="2xx",format="chat"}`) ||
+		!strings.Contains(string(metrics), "caddy_llm_gateway_tokens_total") {
+		t.Errorf("gateway metrics missing from /metrics: %v", err)
+	}
+
 	s.stop()
 	logs := s.stderr.String()
 	for name, v := range map[string]string{"workspace key": key.Key, "provider credential": secret, "owner token": tn.Token} {

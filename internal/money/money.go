@@ -33,6 +33,13 @@ type Micros int64
 // Exponents, more than six decimal places, signs other than a leading minus
 // and non-digits are rejected.
 func Parse(s string) (Micros, error) {
+	v, err := parseDecimal(s, Decimals, 12)
+	return Micros(v), err
+}
+
+// parseDecimal reads a plain decimal number with at most decimals places and
+// intDigits integer digits, scaled by 10^decimals.
+func parseDecimal(s string, decimals, intDigits int) (int64, error) {
 	orig := s
 	if s == "" {
 		return 0, errors.New("empty amount")
@@ -45,19 +52,23 @@ func Parse(s string) (Micros, error) {
 	if intPart == "" || (hasDot && frac == "") || !digits(intPart) || !digits(frac) {
 		return 0, fmt.Errorf("%q is not a plain decimal number", orig)
 	}
-	if len(frac) > Decimals {
-		return 0, fmt.Errorf("%q has more than %d decimal places", orig, Decimals)
+	if len(frac) > decimals {
+		return 0, fmt.Errorf("%q has more than %d decimal places", orig, decimals)
 	}
-	if len(intPart) > 12 {
+	if len(strings.TrimLeft(intPart, "0")) > intDigits {
 		return 0, fmt.Errorf("%q is too large", orig)
 	}
 	whole, err := strconv.ParseInt(intPart, 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("%q: %v", orig, err)
 	}
-	frac += strings.Repeat("0", Decimals-len(frac))
+	scale := int64(1)
+	for i := 0; i < decimals; i++ {
+		scale *= 10
+	}
+	frac += strings.Repeat("0", decimals-len(frac))
 	f, _ := strconv.ParseInt(frac, 10, 64)
-	v := Micros(whole*Scale + f)
+	v := whole*scale + f
 	if neg {
 		v = -v
 	}

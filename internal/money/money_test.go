@@ -304,3 +304,31 @@ func TestConstants(t *testing.T) {
 		t.Fatalf("MaxPrice = %s", MaxPrice)
 	}
 }
+
+func TestPico(t *testing.T) {
+	for _, c := range []struct {
+		p    Pico
+		want string
+	}{
+		{0, "0"}, {1, "0.000000000001"}, {PicoOf(2_500_000), "2.5"}, {Pico(52_500_000), "0.0000525"}, {-PicoOf(1), "-0.000001"},
+	} {
+		if got := c.p.String(); got != c.want {
+			t.Errorf("%d: %s, want %s", c.p, got, c.want)
+		}
+	}
+	var p Pico
+	if err := p.UnmarshalJSON([]byte("12.34")); err != nil || p != PicoOf(12_340_000) {
+		t.Fatalf("%v %v", p, err)
+	}
+	if err := p.UnmarshalJSON([]byte(`"1"`)); err == nil {
+		t.Fatal("a string amount was accepted")
+	}
+	// 1,000,000 requests of 1,234 tokens at 2.5 USD per million: exact.
+	var sum Pico
+	for i := 0; i < 1_000_000; i++ {
+		sum += Pico(1234) * Pico(2_500_000)
+	}
+	if sum.String() != "3085" {
+		t.Fatalf("sum %s", sum)
+	}
+}

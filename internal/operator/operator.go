@@ -36,6 +36,8 @@ func New(svc func(ctx context.Context) (*service.Service, error)) *API {
 	rt.Handle("DELETE", "/agentgate/workspaces/{wrk}/service-accounts/{sa}/keys/{key}", a.revokeKey)
 	rt.Handle("GET", "/agentgate/workspaces/{wrk}/connections", a.listConnections)
 	rt.Handle("POST", "/agentgate/workspaces/{wrk}/connections", a.createConnection)
+	rt.Handle("GET", "/agentgate/workspaces/{wrk}/budgets", a.listBudgets)
+	rt.Handle("PUT", "/agentgate/workspaces/{wrk}/budgets/{member}", a.setBudget)
 	return a
 }
 
@@ -266,5 +268,35 @@ func (a *API) createConnection(w http.ResponseWriter, r *http.Request, p router.
 		return err
 	}
 	jsonio.Write(w, http.StatusCreated, c)
+	return nil
+}
+
+func (a *API) listBudgets(w http.ResponseWriter, r *http.Request, p router.Params) error {
+	svc, err := a.svc(r.Context())
+	if err != nil {
+		return err
+	}
+	bs, err := svc.Budgets(r.Context(), service.Operator(p["wrk"]))
+	if err != nil {
+		return err
+	}
+	jsonio.Write(w, http.StatusOK, bs)
+	return nil
+}
+
+func (a *API) setBudget(w http.ResponseWriter, r *http.Request, p router.Params) error {
+	svc, err := a.svc(r.Context())
+	if err != nil {
+		return err
+	}
+	var in service.BudgetInput
+	if err := decode(w, r, &in); err != nil {
+		return err
+	}
+	b, err := svc.SetBudget(r.Context(), service.Operator(p["wrk"]), p["member"], in)
+	if err != nil {
+		return err
+	}
+	jsonio.Write(w, http.StatusOK, b)
 	return nil
 }

@@ -21,10 +21,11 @@ import (
 // ModelInput describes a model of a connection. Enabled defaults to true and
 // Name to the model id.
 type ModelInput struct {
-	Name       string         `json:"name,omitempty"`
-	UpstreamID string         `json:"upstream_id,omitempty"`
-	Enabled    *bool          `json:"enabled,omitempty"`
-	Pricing    *store.Pricing `json:"pricing,omitempty"`
+	Name            string         `json:"name,omitempty"`
+	UpstreamID      string         `json:"upstream_id,omitempty"`
+	Enabled         *bool          `json:"enabled,omitempty"`
+	Pricing         *store.Pricing `json:"pricing,omitempty"`
+	MaxOutputTokens *int64         `json:"max_output_tokens,omitempty"`
 }
 
 // ConnectionInput creates a connection.
@@ -182,6 +183,12 @@ func buildModel(kind, id string, in ModelInput, old *store.Model) (store.Model, 
 			return m, err
 		}
 		m.Pricing = *in.Pricing
+	}
+	if in.MaxOutputTokens != nil {
+		if *in.MaxOutputTokens < 1 || *in.MaxOutputTokens > 10_000_000 {
+			return m, apierr.BadRequest("max_output_tokens must be from 1 to 10000000")
+		}
+		m.MaxOutputTokens = *in.MaxOutputTokens
 	}
 	return m, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/ledger"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/modules/store"
 )
@@ -26,6 +27,9 @@ type Service struct {
 	Secrets *secrets.Keys
 	Clock   clock.Clock
 	Logger  *zap.Logger
+
+	// Ledger enforces budgets and records usage.
+	Ledger *ledger.Ledger
 
 	// AccessTokenTTL is the lifetime of access tokens (default 1 h).
 	AccessTokenTTL time.Duration
@@ -39,7 +43,7 @@ func New(st store.Store, keys *secrets.Keys, clk clock.Clock, logger *zap.Logger
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &Service{Store: st, Secrets: keys, Clock: clk, Logger: logger, AccessTokenTTL: time.Hour}
+	return &Service{Store: st, Secrets: keys, Clock: clk, Logger: logger, AccessTokenTTL: time.Hour, Ledger: ledger.New(st, clk)}
 }
 
 func (s *Service) now() time.Time { return s.Clock.Now().UTC().Truncate(time.Millisecond) }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/ledger"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
 	"github.com/agentgate/agentgate/modules/store"
@@ -189,9 +190,19 @@ func (a *App) Validate() error {
 	return nil
 }
 
-type pooledStore struct{ store.Store }
+// pooledStore is what the pool shares across reloads: the store and the
+// budget ledger, whose reservations of requests in flight must survive a
+// reload too.
+type pooledStore struct {
+	store.Store
+	ledger *ledger.Ledger
+}
 
-func (p pooledStore) Destruct() error { return p.Close() }
+// Destruct waits for settlements in flight, then closes the store.
+func (p pooledStore) Destruct() error {
+	p.ledger.Wait()
+	return p.Close()
+}
 
 // Start opens (or shares) the store, checks the master key against it,
 // reconciles declared connections and releases waiting requests.
@@ -214,13 +225,14 @@ func (a *App) start() error {
 		if err != nil {
 			return nil, err
 		}
-		return pooledStore{st}, nil
+		return pooledStore{Store: st, ledger: ledger.New(st, a.Clock)}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("agentgate: %w", err)
 	}
 	a.pooled = true
-	st := val.(pooledStore).Store
+	pooled := val.(pooledStore)
+	st := pooled.Store
 
 	master := a.masterKey
 	if master == nil {
@@ -236,6 +248,7 @@ func (a *App) start() error {
 		return err
 	}
 	svc := service.New(st, keys, a.Clock, a.logger)
+	svc.Ledger = pooled.ledger
 	for _, dc := range a.Connections {
 		changed, err := svc.Reconcile(context.Background(), dc.Workspace, dc.input())
 		if err != nil {

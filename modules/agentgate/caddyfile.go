@@ -1,6 +1,7 @@
 package agentgate
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -41,6 +42,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 //			model <model_id> [{
 //				name <display name>
 //				upstream_id <provider model id>
+//				max_output_tokens <n>
 //				disabled
 //				pricing [input <usd> output <usd> ...] [{
 //					input <usd>
@@ -180,6 +182,16 @@ func parseModel(d *caddyfile.Dispenser) (string, service.ModelInput, error) {
 			if !d.AllArgs(&m.UpstreamID) {
 				return "", m, d.ArgErr()
 			}
+		case "max_output_tokens":
+			var s string
+			if !d.AllArgs(&s) {
+				return "", m, d.ArgErr()
+			}
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || n < 1 {
+				return "", m, d.Errf("max_output_tokens must be a positive whole number, not '%s'", s)
+			}
+			m.MaxOutputTokens = &n
 		case "disabled":
 			if d.NextArg() {
 				return "", m, d.ArgErr()

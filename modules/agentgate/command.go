@@ -18,7 +18,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "agentgate",
-		Usage: "<workspace|person|member|service-account|key|connection|token> ...",
+		Usage: "<workspace|person|member|service-account|key|connection|token|budget> ...",
 		Short: "Bootstraps and administers agentgate through the admin API",
 		Long: `
 Operator commands for agentgate. Each is a thin client of the admin API
@@ -168,7 +168,33 @@ func buildCommands(cmd *cobra.Command) {
 	token.Flags().StringVar(&tPerson, "person", "", "Person id")
 	token.Flags().StringVar(&tWorkspace, "workspace", "", "Bind the token to this workspace (optional)")
 
-	cmd.AddCommand(ws, person, member, sa, key, conn, token)
+	budget := &cobra.Command{Use: "budget", Short: "Member budgets"}
+	var bWorkspace, bMember, bLimit, bPeriod string
+	var bRemove bool
+	budgetSet := &cobra.Command{Use: "set", Short: "Set (or --remove) a member's budget", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			body := map[string]any{"limit_usd": nil}
+			if !bRemove {
+				if bLimit == "" {
+					return errors.New("give --limit (USD) and --period, or --remove")
+				}
+				body = map[string]any{"limit_usd": json.Number(bLimit), "period": bPeriod}
+			}
+			return c.call("PUT", "/agentgate/workspaces/"+url.PathEscape(bWorkspace)+"/budgets/"+url.PathEscape(bMember), body)
+		}}
+	budgetSet.Flags().StringVar(&bWorkspace, "workspace", "", "Workspace id")
+	budgetSet.Flags().StringVar(&bMember, "member", "", "Person (usr_…) or service account (sa_…) id")
+	budgetSet.Flags().StringVar(&bLimit, "limit", "", "Limit in USD, e.g. 25.50")
+	budgetSet.Flags().StringVar(&bPeriod, "period", "monthly", "daily, weekly, monthly or total")
+	budgetSet.Flags().BoolVar(&bRemove, "remove", false, "Remove the budget (unlimited)")
+	budgetList := &cobra.Command{Use: "list", Short: "List members' budgets and spend", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return c.call("GET", "/agentgate/workspaces/"+url.PathEscape(bWorkspace)+"/budgets", nil)
+		}}
+	budgetList.Flags().StringVar(&bWorkspace, "workspace", "", "Workspace id")
+	budget.AddCommand(budgetSet, budgetList)
+
+	cmd.AddCommand(ws, person, member, sa, key, conn, token, budget)
 }
 
 func keysPath(ws, sa string) string {

@@ -30,8 +30,11 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/ledger"
+	"github.com/agentgate/agentgate/internal/service"
 	"github.com/agentgate/agentgate/modules/agentgate"
 	"github.com/agentgate/agentgate/modules/gateway/formats"
+	"github.com/agentgate/agentgate/modules/gateway/usage"
 	"github.com/agentgate/agentgate/modules/store"
 )
 
@@ -75,6 +78,7 @@ type Gateway struct {
 	plainTransport *reverseproxy.HTTPTransport
 	tlsTransport   *reverseproxy.HTTPTransport
 	upstreams      sync.Map // dial address → []*reverseproxy.Upstream
+	metrics        *metrics
 	logger         *zap.Logger
 }
 
@@ -93,6 +97,7 @@ func (g *Gateway) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading agentgate app: %v", err)
 	}
 	g.app = app
+	g.metrics = newMetrics(ctx.GetMetricsRegistry())
 	if g.MaxRequestBody == 0 {
 		g.MaxRequestBody = 32 << 20
 	}
@@ -204,6 +209,7 @@ type failure struct {
 	status  int
 	tag     string
 	message string
+	extra   map[string]any
 }
 
 func fail(status int, tag, format string, a ...any) *failure {
@@ -262,26 +268,120 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 	if err != nil {
 		return fromAPI(err)
 	}
+	// From here on the request belongs to a member and a connection: every
+	// outcome, refusals included, leaves a usage record.
+	rec := &store.UsageRecord{Workspace: p.Workspace, MemberID: p.MemberID(), MemberKind: store.MemberPerson,
+		KeyID: p.KeyID, FamilyID: p.FamilyID, Connection: conn.ID, Format: route.Format.String(), Model: route.Model}
+	if p.Kind == service.KindServiceKey {
+		rec.MemberKind = store.MemberServiceAccount
+	}
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		rec.RequestID, _ = repl.GetString("http.request.uuid")
+	}
+	refuse := func(f *failure) *failure {
+		g.finish(r, svc, nil, rec, f.status, usage.Result{}, route.Format)
+		return f
+	}
 	if !formats.Supports(conn.Kind, route.Format) {
-		return fail(http.StatusNotFound, "NotFound", "connection %s (%s) does not serve the %s format", conn.ID, conn.Kind, route.Format)
+		return refuse(fail(http.StatusNotFound, "NotFound", "connection %s (%s) does not serve the %s format", conn.ID, conn.Kind, route.Format))
 	}
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
-		return fail(http.StatusUnsupportedMediaType, "UnsupportedMediaType", "compressed request bodies (%s) are not accepted; send plain JSON", enc)
+		return refuse(fail(http.StatusUnsupportedMediaType, "UnsupportedMediaType", "compressed request bodies (%s) are not accepted; send plain JSON", enc))
 	}
 	body, f := g.readBody(w, r)
 	if f != nil {
-		return f
+		return refuse(f)
 	}
-	model, body, f := prepareModel(route, conn, body)
+	if route.Format != formats.Google {
+		rec.Model = gjson.GetBytes(body, "model").String()
+	}
+	requested, model, upstream, body, f := prepareModel(route, conn, body)
 	if f != nil {
-		return f
+		return refuse(f)
 	}
+	rec.Model, rec.UpstreamModel = requested, upstream
 	credential, err := svc.Credential(conn)
 	if err != nil {
 		g.logger.Error("provider credential cannot be decrypted", zap.String("connection", conn.ID))
-		return fail(http.StatusBadGateway, "UpstreamCredentialUnavailable", "the connection's provider credential cannot be used")
+		return refuse(fail(http.StatusBadGateway, "UpstreamCredentialUnavailable", "the connection's provider credential cannot be used"))
 	}
-	return g.forward(w, r, route, conn, model, credential, body, q)
+
+	res, err := svc.Ledger.Reserve(r.Context(), p.Workspace, p.MemberID(), reservation(route.Format, model, body))
+	var exceeded *ledger.ExceededError
+	if errors.As(err, &exceeded) {
+		g.metrics.refused.WithLabelValues(route.Format.String()).Inc()
+		fl := fail(http.StatusPaymentRequired, "BudgetExceeded", "budget exceeded: %s USD remaining of %s USD; this request may cost up to %s USD",
+			exceeded.Remaining, exceeded.Limit, exceeded.Needed)
+		fl.extra = map[string]any{"remaining_usd": exceeded.Remaining, "limit_usd": exceeded.Limit}
+		if !exceeded.ResetsAt.IsZero() {
+			fl.extra["resets_at"] = exceeded.ResetsAt
+		}
+		return refuse(fl)
+	}
+	if err != nil {
+		return refuse(fromAPI(err))
+	}
+
+	// A chat stream reports usage only when asked: ask, and hide the extra
+	// chunk from a client that did not.
+	opts := usage.Options{Format: route.Format, StreamRequested: route.Stream() || gjson.GetBytes(body, "stream").Bool(), RequestBytes: int64(len(body))}
+	if route.Format == formats.Chat && opts.StreamRequested && !gjson.GetBytes(body, "stream_options.include_usage").Bool() {
+		if patched, err := sjson.SetBytes(body, "stream_options.include_usage", true); err == nil {
+			body, opts.DropUsageChunk = patched, true
+		}
+	}
+	mw := &meterWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, opts: opts, start: time.Now()}
+	var fl *failure
+	// Account in a deferred call: the reverse proxy aborts a response cut
+	// by either side with a panic (http.ErrAbortHandler), and such a
+	// request must be recorded and charged too.
+	defer func() {
+		status := mw.status
+		if fl != nil {
+			status = fl.status
+		}
+		if status == 0 {
+			status = http.StatusBadGateway
+		}
+		g.metrics.duration.WithLabelValues(route.Format.String()).Observe(time.Since(mw.start).Seconds())
+		if mw.status != 0 {
+			g.metrics.firstByte.WithLabelValues(route.Format.String()).Observe(mw.firstByte.Seconds())
+		}
+		result, _ := mw.result()
+		rec.Streamed = opts.StreamRequested
+		rec.ClientDisconnected = r.Context().Err() != nil
+		rec.Cost = usage.Cost(result.Tokens, model.Pricing)
+		g.finish(r, svc, res, rec, status, result, route.Format)
+	}()
+	fl = g.forward(mw, r, route, conn, upstream, credential, body, q)
+	return fl
+}
+
+// finish completes and records a request's usage: settled against its
+// reservation in the background (so the response does not wait for the
+// durable write), or appended on its own when it was never admitted.
+func (g *Gateway) finish(r *http.Request, svc *service.Service, res *ledger.Reservation, rec *store.UsageRecord,
+	status int, result usage.Result, f formats.Format) {
+	now := svc.Clock.Now().UTC()
+	rec.ID, rec.Time, rec.Status = ledger.UsageID(now), now, status
+	if len(rec.Model) > 256 {
+		rec.Model = rec.Model[:256]
+	}
+	rec.Tokens = result.Tokens
+	rec.Estimated = result.Estimated
+	logFields(r, rec)
+	record := func(err error) {
+		if err != nil {
+			g.logger.Error("recording usage failed", zap.String("workspace", rec.Workspace), zap.String("usage_id", rec.ID), zap.Error(err))
+			return
+		}
+		g.metrics.observe(f, status, rec.Tokens, rec.Cost)
+	}
+	if res == nil {
+		record(svc.Ledger.Record(r.Context(), rec))
+		return
+	}
+	res.SettleAsync(rec, record)
 }
 
 // stripClientSecrets removes every client credential, cookie and x-org-id
@@ -326,51 +426,50 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *fai
 // prepareModel checks the requested model against the connection and
 // rewrites it to the upstream id: in the body with sjson (every other byte
 // kept), or for Google in the path.
-func prepareModel(route formats.Route, conn *store.Connection, body []byte) (string, []byte, *failure) {
-	var requested string
+func prepareModel(route formats.Route, conn *store.Connection, body []byte) (requested string, model store.Model, upstream string, _ []byte, _ *failure) {
 	if route.Format == formats.Google {
 		requested = route.Model
 	} else {
 		m := gjson.GetBytes(body, "model")
 		if !m.Exists() {
-			return "", nil, fail(http.StatusBadRequest, "InvalidRequest", "model is required")
+			return "", model, "", nil, fail(http.StatusBadRequest, "InvalidRequest", "model is required")
 		}
 		if m.Type != gjson.String || m.Str == "" {
-			return "", nil, fail(http.StatusBadRequest, "InvalidRequest", "model must be a non-empty string")
+			return "", model, "", nil, fail(http.StatusBadRequest, "InvalidRequest", "model must be a non-empty string")
 		}
 		requested = m.Str
 	}
 	if route.Format == formats.Anthropic {
 		mt := gjson.GetBytes(body, "max_tokens")
 		if !mt.Exists() {
-			return "", nil, fail(http.StatusBadRequest, "InvalidRequest", "max_tokens is required for Anthropic Messages")
+			return "", model, "", nil, fail(http.StatusBadRequest, "InvalidRequest", "max_tokens is required for Anthropic Messages")
 		}
 		if mt.Type != gjson.Number || mt.Num != float64(int64(mt.Num)) || mt.Num < 1 {
-			return "", nil, fail(http.StatusBadRequest, "InvalidRequest", "max_tokens must be a positive integer")
+			return "", model, "", nil, fail(http.StatusBadRequest, "InvalidRequest", "max_tokens must be a positive integer")
 		}
 	}
 	model, ok := conn.Models[requested]
 	if !ok || !model.Enabled {
-		return "", nil, fail(http.StatusForbidden, "ModelNotEnabled", "model %q is not enabled on this connection", requested)
+		return "", model, "", nil, fail(http.StatusForbidden, "ModelNotEnabled", "model %q is not enabled on this connection", requested)
 	}
-	upstream := requested
+	upstream = requested
 	if model.UpstreamID != "" && model.UpstreamID != requested {
 		upstream = model.UpstreamID
 		if route.Format != formats.Google {
 			var err error
 			if body, err = sjson.SetBytes(body, "model", upstream); err != nil {
-				return "", nil, fail(http.StatusBadRequest, "InvalidRequest", "the model cannot be rewritten")
+				return "", model, "", nil, fail(http.StatusBadRequest, "InvalidRequest", "the model cannot be rewritten")
 			}
 		}
 	}
-	return upstream, body, nil
+	return requested, model, upstream, body, nil
 }
 
 // forward sends the request upstream through Caddy's reverse proxy. The
 // request handed to the proxy is a copy with its own headers, so the
 // provider credential never reaches the original request (or the access
 // log that reads it).
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, route formats.Route, conn *store.Connection,
+func (g *Gateway) forward(w *meterWriter, r *http.Request, route formats.Route, conn *store.Connection,
 	model, credential string, body []byte, q url.Values) *failure {
 	base, err := url.Parse(conn.BaseURL)
 	if err != nil {
@@ -416,9 +515,8 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, route formats.
 	if c := g.logger.Check(zapcore.DebugLevel, "forwarding"); c != nil {
 		c.Write(zap.String("connection", conn.ID), zap.String("format", route.Format.String()), zap.String("model", model))
 	}
-	tw := &trackingWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
-	err = proxy.ServeHTTP(tw, out, nil)
-	if err != nil && !tw.wrote {
+	err = proxy.ServeHTTP(w, out, nil)
+	if err != nil && w.status == 0 {
 		var he caddyhttp.HandlerError
 		status := http.StatusBadGateway
 		if errors.As(err, &he) && he.StatusCode != 0 {
@@ -450,23 +548,6 @@ func (upstreamFromVars) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream,
 	return nil, errors.New("no upstream chosen for this request")
 }
 
-// trackingWriter notes whether the proxy wrote anything, so that a failure
-// before the first byte can still be answered in the format's envelope.
-type trackingWriter struct {
-	*caddyhttp.ResponseWriterWrapper
-	wrote bool
-}
-
-func (t *trackingWriter) WriteHeader(status int) {
-	t.wrote = true
-	t.ResponseWriterWrapper.WriteHeader(status)
-}
-
-func (t *trackingWriter) Write(b []byte) (int, error) {
-	t.wrote = true
-	return t.ResponseWriterWrapper.Write(b)
-}
-
 func writeFailure(w http.ResponseWriter, f formats.Format, fl *failure) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -475,7 +556,7 @@ func writeFailure(w http.ResponseWriter, f formats.Format, fl *failure) {
 		h.Set("WWW-Authenticate", `Bearer error="invalid_token"`)
 	}
 	w.WriteHeader(fl.status)
-	w.Write(formats.ErrorBody(f, fl.status, fl.tag, fl.message, nil))
+	w.Write(formats.ErrorBody(f, fl.status, fl.tag, fl.message, fl.extra))
 }
 
 // Interface guards

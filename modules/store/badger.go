@@ -204,6 +204,8 @@ const (
 	pFamily    = "tf/"
 	pPersonTF  = "itf/" // itf/<person>/<family>
 	pToken     = "t/"
+	pBudget    = "b/" // b/<ws>/<member>
+	pUsage     = "u/" // u/<ws>/<usage id>
 )
 
 type btx struct{ txn *badger.Txn }
@@ -476,6 +478,59 @@ func (t *btx) PutToken(tok *Token, create bool) error {
 		}
 	}
 	return t.put(pToken+tok.ID, tok)
+}
+
+func (t *btx) Budget(ws, member string) (*Budget, error) {
+	return getAs[Budget](t, pBudget+ws+"/"+member)
+}
+
+func (t *btx) Budgets(ws string) ([]*Budget, error) {
+	var out []*Budget
+	prefix := pBudget + ws + "/"
+	it := t.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		b := new(Budget)
+		if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, b) }); err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+func (t *btx) PutBudget(b *Budget) error { return t.put(pBudget+b.Workspace+"/"+b.MemberID, b) }
+
+func (t *btx) DeleteBudget(ws, member string) error { return t.del(pBudget + ws + "/" + member) }
+
+func (t *btx) PutUsage(u *UsageRecord) error {
+	key := pUsage + u.Workspace + "/" + u.ID
+	if ok, err := t.exists(key); err != nil || ok {
+		return errors.Join(err, fmt.Errorf("usage record %w", ErrExists))
+	}
+	return t.put(key, u)
+}
+
+func (t *btx) Usage(ws, after string, fn func(*UsageRecord) (bool, error)) error {
+	prefix := pUsage + ws + "/"
+	it := t.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true, PrefetchSize: 100})
+	defer it.Close()
+	start := []byte(prefix + after)
+	for it.Seek(start); it.Valid(); it.Next() {
+		item := it.Item()
+		if after != "" && string(item.Key()) == string(start) {
+			continue
+		}
+		u := new(UsageRecord)
+		if err := item.Value(func(v []byte) error { return json.Unmarshal(v, u) }); err != nil {
+			return err
+		}
+		more, err := fn(u)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
 }
 
 func (t *btx) Meta(name string) ([]byte, error) {

@@ -109,6 +109,9 @@ type Model struct {
 	UpstreamID string  `json:"upstream_id,omitempty"`
 	Enabled    bool    `json:"enabled"`
 	Pricing    Pricing `json:"pricing"`
+	// MaxOutputTokens bounds the output of a request that sets no limit of
+	// its own, for budget reservations. 0 means the gateway's default.
+	MaxOutputTokens int64 `json:"max_output_tokens,omitempty"`
 }
 
 // Connection is a provider account connected to a workspace.
@@ -153,4 +156,71 @@ type Token struct {
 	Created   time.Time  `json:"created"`
 	ExpiresAt time.Time  `json:"expires_at"`
 	UsedAt    *time.Time `json:"used_at,omitempty"` // refresh tokens: single use
+}
+
+// Budget periods.
+const (
+	PeriodDaily   = "daily"
+	PeriodWeekly  = "weekly"
+	PeriodMonthly = "monthly"
+	PeriodTotal   = "total"
+)
+
+// ValidPeriod reports whether p is a budget period.
+func ValidPeriod(p string) bool {
+	return p == PeriodDaily || p == PeriodWeekly || p == PeriodMonthly || p == PeriodTotal
+}
+
+// Member kinds of budgets and usage.
+const (
+	MemberPerson         = "person"
+	MemberServiceAccount = "service_account"
+)
+
+// Budget caps a member's spend per period. Spent is settled spend of the
+// period that starts at PeriodStart; it is durable. Reservations of
+// requests in flight are not stored: a crash releases them.
+type Budget struct {
+	Workspace   string     `json:"workspace"`
+	MemberID    string     `json:"member_id"`
+	MemberKind  string     `json:"member_kind"`
+	Limit       money.Pico `json:"limit"`
+	Period      string     `json:"period"`
+	Spent       money.Pico `json:"spent"`
+	PeriodStart time.Time  `json:"period_start"`
+	Updated     time.Time  `json:"updated"`
+}
+
+// Tokens are the token counts of one request, normalised across formats.
+type Tokens struct {
+	Input      int64 `json:"input"` // uncached input
+	CacheRead  int64 `json:"cache_read"`
+	CacheWrite int64 `json:"cache_write"`
+	Output     int64 `json:"output"` // output that is not reasoning
+	Reasoning  int64 `json:"reasoning"`
+}
+
+// Total is the sum of all counts.
+func (t Tokens) Total() int64 { return t.Input + t.CacheRead + t.CacheWrite + t.Output + t.Reasoning }
+
+// UsageRecord is one gateway request, append-only. IDs sort by time.
+type UsageRecord struct {
+	ID                 string     `json:"id"`
+	Time               time.Time  `json:"time"`
+	Workspace          string     `json:"workspace"`
+	MemberID           string     `json:"member_id"`
+	MemberKind         string     `json:"member_kind"`
+	KeyID              string     `json:"key_id,omitempty"`
+	FamilyID           string     `json:"token_family,omitempty"`
+	Connection         string     `json:"connection"`
+	Format             string     `json:"format"`
+	Model              string     `json:"model"`
+	UpstreamModel      string     `json:"upstream_model"`
+	Tokens             Tokens     `json:"tokens"`
+	Cost               money.Pico `json:"cost_usd"`
+	Status             int        `json:"status"`
+	Streamed           bool       `json:"streamed"`
+	ClientDisconnected bool       `json:"client_disconnected"`
+	Estimated          bool       `json:"estimated"`
+	RequestID          string     `json:"request_id,omitempty"`
 }

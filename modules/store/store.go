@@ -84,6 +84,17 @@ type Tx interface {
 	// PutToken writes a token; ErrExists when create is set and the id is taken.
 	PutToken(t *Token, create bool) error
 
+	Budget(workspace, memberID string) (*Budget, error)
+	Budgets(workspace string) ([]*Budget, error)
+	PutBudget(*Budget) error
+	DeleteBudget(workspace, memberID string) error
+
+	// PutUsage appends a usage record; ErrExists if its id is taken.
+	PutUsage(*UsageRecord) error
+	// Usage calls fn for the workspace's usage records with ids greater than
+	// after, in id (time) order, until fn returns false or an error.
+	Usage(workspace, after string, fn func(*UsageRecord) (bool, error)) error
+
 	// Meta reads a small named value of the store itself (schema version,
 	// master-key fingerprint).
 	Meta(name string) ([]byte, error)

@@ -65,6 +65,9 @@ func New(opts Options) *API {
 	rt.Handle("PUT", "/api/v1/connections/{conn}/models/{model}", a.putModel)
 	rt.Handle("DELETE", "/api/v1/connections/{conn}/models/{model}", a.deleteModel)
 	rt.Handle("PUT", "/api/v1/connections/{conn}/models/{model}/pricing", a.setPricing)
+	rt.Handle("GET", "/api/v1/budgets/members", a.listBudgets)
+	rt.Handle("PUT", "/api/v1/budgets/members/{member}", a.setBudget)
+	rt.Handle("GET", "/api/v1/usage", a.listUsage)
 	return a
 }
 
@@ -446,6 +449,73 @@ func (a *API) setPricing(w http.ResponseWriter, r *http.Request, ps router.Param
 		return err
 	}
 	jsonio.Write(w, http.StatusOK, c)
+	return nil
+}
+
+func (a *API) listBudgets(w http.ResponseWriter, r *http.Request, _ router.Params) error {
+	svc, p, err := a.auth(r)
+	if err != nil {
+		return err
+	}
+	bs, err := svc.Budgets(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	jsonio.Write(w, http.StatusOK, bs)
+	return nil
+}
+
+func (a *API) setBudget(w http.ResponseWriter, r *http.Request, ps router.Params) error {
+	svc, p, err := a.auth(r)
+	if err != nil {
+		return err
+	}
+	var in service.BudgetInput
+	if err := jsonio.Decode(w, r, a.opts.MaxBody, &in); err != nil {
+		return err
+	}
+	b, err := svc.SetBudget(r.Context(), p, ps["member"], in)
+	if err != nil {
+		return err
+	}
+	jsonio.Write(w, http.StatusOK, b)
+	return nil
+}
+
+// listUsage answers GET /api/v1/usage?member=&model=&connection=&from=&to=&limit=&cursor=
+// (from and to in RFC 3339; from inclusive, to exclusive), oldest first.
+func (a *API) listUsage(w http.ResponseWriter, r *http.Request, _ router.Params) error {
+	svc, p, err := a.auth(r)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	uq := service.UsageQuery{Member: q.Get("member"), Model: q.Get("model"), Connection: q.Get("connection"), Cursor: q.Get("cursor"), Limit: DefaultPageSize}
+	for name, dst := range map[string]*time.Time{"from": &uq.From, "to": &uq.To} {
+		if v := q.Get(name); v != "" {
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				return apierr.BadRequest("%s must be an RFC 3339 time", name)
+			}
+			*dst = t
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPageSize {
+			return apierr.BadRequest("limit must be a whole number from 1 to %d", MaxPageSize)
+		}
+		uq.Limit = n
+	}
+	recs, next, err := svc.Usage(r.Context(), p, uq)
+	if err != nil {
+		return err
+	}
+	var nc any
+	if next != "" {
+		nc = next
+	}
+	jsonio.WriteRaw(w, http.StatusOK, map[string]any{"data": recs, "next_cursor": nc})
 	return nil
 }
 

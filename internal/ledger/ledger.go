@@ -1,0 +1,306 @@
+// Package ledger enforces budgets by reservation: a request reserves an
+// upper bound of its cost on admission and is refused when settled spend
+// plus every reservation in flight plus its own would pass the limit; when
+// it ends, the reservation is replaced by the actual cost. Admission is
+// decided under one lock per process, so concurrent requests can never
+// take spend past the limit.
+//
+// Settled spend and usage records are durable in the store. Reservations
+// live only in memory: a crash releases them and never loses settled spend.
+// One Ledger serves one store (the embedded store is single-process).
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/modules/store"
+)
+
+// ExceededError refuses a request whose reservation does not fit.
+type ExceededError struct {
+	Limit     money.Pico
+	Remaining money.Pico // limit − spent − reserved, never negative
+	Needed    money.Pico // the reservation asked for
+	ResetsAt  time.Time  // zero for the total period
+}
+
+func (e *ExceededError) Error() string {
+	return fmt.Sprintf("budget exceeded: %s USD remaining of %s, this request may cost up to %s", e.Remaining, e.Limit, e.Needed)
+}
+
+// Ledger is safe for concurrent use.
+type Ledger struct {
+	store store.Store
+	clock clock.Clock
+
+	mu      sync.Mutex
+	members map[string]*member // workspace/member → state
+	pending sync.WaitGroup     // settlements in flight
+	// settling is held shared by settlements and exclusively by SetBudget,
+	// so that a budget's spend recomputed from the usage records never
+	// misses, nor counts twice, a settlement running at the same time.
+	settling sync.RWMutex
+}
+
+type member struct {
+	budget   *store.Budget // nil: no budget (unlimited); a cached copy
+	reserved money.Pico
+}
+
+// New returns a ledger over st.
+func New(st store.Store, clk clock.Clock) *Ledger {
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	return &Ledger{store: st, clock: clk, members: map[string]*member{}}
+}
+
+// Reservation is an admitted request's hold on its member's budget.
+type Reservation struct {
+	Workspace, MemberID string
+	Amount              money.Pico
+	l                   *Ledger
+	done                bool
+}
+
+func key(ws, m string) string { return ws + "/" + m }
+
+// state returns the member's state, loading the budget on first use.
+// Callers hold l.mu.
+func (l *Ledger) state(ctx context.Context, ws, memberID string) (*member, error) {
+	if m, ok := l.members[key(ws, memberID)]; ok {
+		return m, nil
+	}
+	var b *store.Budget
+	err := l.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		b, err = tx.Budget(ws, memberID)
+		if errors.Is(err, store.ErrNotFound) {
+			b, err = nil, nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	m := &member{budget: b}
+	l.members[key(ws, memberID)] = m
+	return m, nil
+}
+
+// roll resets a budget whose period has ended by now.
+func roll(b *store.Budget, now time.Time) {
+	if start := PeriodStart(b.Period, now); start.After(b.PeriodStart) {
+		b.PeriodStart = start
+		b.Spent = 0
+	}
+}
+
+// Reserve admits a request that may cost up to amount, or refuses it with
+// an *ExceededError. A member without a budget is always admitted.
+func (l *Ledger) Reserve(ctx context.Context, ws, memberID string, amount money.Pico) (*Reservation, error) {
+	if amount < 0 {
+		amount = 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m, err := l.state(ctx, ws, memberID)
+	if err != nil {
+		return nil, err
+	}
+	if b := m.budget; b != nil {
+		roll(b, l.clock.Now())
+		if b.Spent+m.reserved+amount > b.Limit {
+			rem := b.Limit - b.Spent - m.reserved
+			if rem < 0 {
+				rem = 0
+			}
+			return nil, &ExceededError{Limit: b.Limit, Remaining: rem, Needed: amount, ResetsAt: PeriodEnd(b.Period, b.PeriodStart)}
+		}
+	}
+	m.reserved += amount
+	return &Reservation{Workspace: ws, MemberID: memberID, Amount: amount, l: l}, nil
+}
+
+// Settle records the request's usage durably, adds its cost to the
+// member's spend in the period of rec.Time, and releases the reservation.
+// Only the first Settle or Release of a reservation counts.
+func (r *Reservation) Settle(ctx context.Context, rec *store.UsageRecord) error {
+	if !r.claim() {
+		return nil
+	}
+	defer r.l.pending.Done()
+	return r.settle(ctx, rec)
+}
+
+// SettleAsync settles in the background, so that the response need not wait
+// for the durable write; done (if not nil) gets the result. Ledger.Wait
+// waits for it.
+func (r *Reservation) SettleAsync(rec *store.UsageRecord, done func(error)) {
+	if !r.claim() {
+		return
+	}
+	go func() {
+		defer r.l.pending.Done()
+		err := r.settle(context.Background(), rec)
+		if done != nil {
+			done(err)
+		}
+	}()
+}
+
+// claim marks the reservation settled and counts a settlement in flight.
+func (r *Reservation) claim() bool {
+	l := r.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.done {
+		return false
+	}
+	r.done = true
+	l.pending.Add(1)
+	return true
+}
+
+func (r *Reservation) settle(ctx context.Context, rec *store.UsageRecord) error {
+	l := r.l
+	l.settling.RLock()
+	defer l.settling.RUnlock()
+
+	err := l.store.Update(context.WithoutCancel(ctx), func(tx store.Tx) error {
+		if err := tx.PutUsage(rec); err != nil {
+			return err
+		}
+		b, err := tx.Budget(r.Workspace, r.MemberID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		roll(b, rec.Time)
+		if !rec.Time.Before(b.PeriodStart) {
+			b.Spent += rec.Cost
+		}
+		return tx.PutBudget(b)
+	})
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if m, ok := l.members[key(r.Workspace, r.MemberID)]; ok {
+		m.reserved -= r.Amount
+		if err == nil && m.budget != nil {
+			roll(m.budget, rec.Time)
+			if !rec.Time.Before(m.budget.PeriodStart) {
+				m.budget.Spent += rec.Cost
+			}
+		}
+	}
+	return err
+}
+
+// Record appends a usage record of a request that was never admitted (it
+// costs nothing): refused by its budget, say.
+func (l *Ledger) Record(ctx context.Context, rec *store.UsageRecord) error {
+	return l.store.Update(context.WithoutCancel(ctx), func(tx store.Tx) error { return tx.PutUsage(rec) })
+}
+
+// Release gives a reservation back without recording anything (the
+// request never reached the provider).
+func (r *Reservation) Release() {
+	l := r.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.done {
+		return
+	}
+	r.done = true
+	if m, ok := l.members[key(r.Workspace, r.MemberID)]; ok {
+		m.reserved -= r.Amount
+	}
+}
+
+// Status is a member's budget as the ledger sees it now.
+type Status struct {
+	Budget   *store.Budget // nil: no budget
+	Reserved money.Pico
+}
+
+// Status returns the member's budget with settled spend rolled to the
+// current period, and the reservations in flight.
+func (l *Ledger) Status(ctx context.Context, ws, memberID string) (Status, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m, err := l.state(ctx, ws, memberID)
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{Reserved: m.reserved}
+	if m.budget != nil {
+		roll(m.budget, l.clock.Now())
+		b := *m.budget
+		st.Budget = &b
+	}
+	return st, nil
+}
+
+// SetBudget sets (limit ≥ 0) or removes (limit < 0) a member's budget. The
+// spend of the current period is recomputed from the usage records, so a
+// new or changed budget starts from what the member really spent.
+func (l *Ledger) SetBudget(ctx context.Context, ws, memberID, memberKind string, limit money.Pico, period string) (*store.Budget, error) {
+	l.settling.Lock()
+	defer l.settling.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now().UTC()
+	var out *store.Budget
+	err := l.store.Update(ctx, func(tx store.Tx) error {
+		if limit < 0 {
+			out = nil
+			return tx.DeleteBudget(ws, memberID)
+		}
+		start := PeriodStart(period, now)
+		// Read the budget: a settlement that wrote it meanwhile makes this
+		// transaction conflict and retry.
+		if _, err := tx.Budget(ws, memberID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		var spent money.Pico
+		err := tx.Usage(ws, UsageCursor(start), func(u *store.UsageRecord) (bool, error) {
+			if u.MemberID == memberID && !u.Time.Before(start) {
+				spent += u.Cost
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		out = &store.Budget{Workspace: ws, MemberID: memberID, MemberKind: memberKind, Limit: limit, Period: period,
+			Spent: spent, PeriodStart: start, Updated: now}
+		return tx.PutBudget(out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	m, ok := l.members[key(ws, memberID)]
+	if !ok {
+		m = &member{}
+		l.members[key(ws, memberID)] = m
+	}
+	if out == nil {
+		m.budget = nil
+		return nil, nil
+	}
+	b := *out
+	m.budget = &b
+	return out, nil
+}
+
+// Wait blocks until every settlement in flight has been written.
+func (l *Ledger) Wait() { l.pending.Wait() }

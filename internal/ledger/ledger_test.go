@@ -1,0 +1,252 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/modules/store"
+)
+
+var ctx = context.Background()
+
+func open(t *testing.T, dir string) *store.Badger {
+	t.Helper()
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func usd(s string) money.Pico {
+	m, err := money.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return money.PicoOf(m)
+}
+
+func record(clk clock.Clock, ws, member string, cost money.Pico) *store.UsageRecord {
+	now := clk.Now()
+	return &store.UsageRecord{ID: UsageID(now), Time: now, Workspace: ws, MemberID: member, Cost: cost, Status: 200}
+}
+
+// 200 concurrent requests against a budget with room for exactly N of them:
+// exactly N are admitted, spend never passes the limit, and after
+// settlement spend is the sum of the admitted requests' actual costs.
+func TestBudgetRace(t *testing.T) {
+	st := open(t, t.TempDir())
+	defer st.Close()
+	clk := clock.NewFake(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	l := New(st, clk)
+	const n = 37
+	reservation := usd("0.20")
+	limit := reservation * n
+	if _, err := l.SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, limit, store.PeriodMonthly); err != nil {
+		t.Fatal(err)
+	}
+	var admitted, refused atomic.Int64
+	var actual atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < 200; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			r, err := l.Reserve(ctx, "wrk_a", "sa_x", reservation)
+			var ee *ExceededError
+			if errors.As(err, &ee) {
+				refused.Add(1)
+				return
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			admitted.Add(1)
+			cost := usd("0.05") + money.Pico(i) // actual ≤ reservation, all different
+			actual.Add(int64(cost))
+			if err := r.Settle(ctx, record(clk, "wrk_a", "sa_x", cost)); err != nil {
+				t.Error(err)
+			}
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	if admitted.Load() != n || refused.Load() != 200-n {
+		t.Fatalf("admitted %d, refused %d; want exactly %d admitted", admitted.Load(), refused.Load(), n)
+	}
+	stat, _ := l.Status(ctx, "wrk_a", "sa_x")
+	if stat.Reserved != 0 || stat.Budget.Spent != money.Pico(actual.Load()) || stat.Budget.Spent > limit {
+		t.Fatalf("after settlement: spent %s reserved %s, want spent %s", stat.Budget.Spent, stat.Reserved, money.Pico(actual.Load()))
+	}
+	var stored *store.Budget
+	st.View(ctx, func(tx store.Tx) (err error) { stored, err = tx.Budget("wrk_a", "sa_x"); return })
+	if stored.Spent != money.Pico(actual.Load()) {
+		t.Fatalf("stored spend %s, want %s", stored.Spent, money.Pico(actual.Load()))
+	}
+	var records int
+	st.View(ctx, func(tx store.Tx) error {
+		return tx.Usage("wrk_a", "", func(*store.UsageRecord) (bool, error) { records++; return true, nil })
+	})
+	if records != n {
+		t.Fatalf("%d usage records, want %d", records, n)
+	}
+}
+
+func TestExceededErrorTellsWhatIsLeft(t *testing.T) {
+	st := open(t, t.TempDir())
+	defer st.Close()
+	clk := clock.NewFake(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	l := New(st, clk)
+	l.SetBudget(ctx, "w", "m", store.MemberPerson, usd("1"), store.PeriodDaily)
+	r, err := l.Reserve(ctx, "w", "m", usd("0.7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Reserve(ctx, "w", "m", usd("0.5"))
+	var ee *ExceededError
+	if !errors.As(err, &ee) || ee.Remaining != usd("0.3") || ee.Needed != usd("0.5") || !ee.ResetsAt.Equal(time.Date(2026, 3, 11, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("%+v", err)
+	}
+	r.Release()
+	if _, err := l.Reserve(ctx, "w", "m", usd("1")); err != nil {
+		t.Fatalf("a released reservation still counts: %v", err)
+	}
+	// No budget: always admitted.
+	if _, err := l.Reserve(ctx, "w", "someone-else", usd("1000000")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A crash between admission and settlement loses the reservation, never the
+// settled spend.
+func TestCrashReleasesReservationsKeepsSpend(t *testing.T) {
+	dir := t.TempDir()
+	clk := clock.NewFake(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	st := open(t, dir)
+	l := New(st, clk)
+	l.SetBudget(ctx, "w", "m", store.MemberPerson, usd("1"), store.PeriodTotal)
+	r1, _ := l.Reserve(ctx, "w", "m", usd("0.4"))
+	if err := r1.Settle(ctx, record(clk, "w", "m", usd("0.25"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Reserve(ctx, "w", "m", usd("0.7")); err != nil { // admitted, never settled
+		t.Fatal(err)
+	}
+	if _, err := l.Reserve(ctx, "w", "m", usd("0.1")); err == nil {
+		t.Fatal("the in-flight reservation was not counted")
+	}
+	st.Close() // the crash: the ledger is gone with its reservations
+
+	st = open(t, dir)
+	defer st.Close()
+	l = New(st, clk)
+	stat, _ := l.Status(ctx, "w", "m")
+	if stat.Reserved != 0 || stat.Budget.Spent != usd("0.25") {
+		t.Fatalf("after restart: spent %s reserved %s", stat.Budget.Spent, stat.Reserved)
+	}
+	if _, err := l.Reserve(ctx, "w", "m", usd("0.75")); err != nil {
+		t.Fatalf("room after restart: %v", err)
+	}
+}
+
+func TestPeriodRollsOver(t *testing.T) {
+	st := open(t, t.TempDir())
+	defer st.Close()
+	clk := clock.NewFake(time.Date(2026, 1, 31, 23, 59, 0, 0, time.UTC))
+	l := New(st, clk)
+	l.SetBudget(ctx, "w", "m", store.MemberPerson, usd("1"), store.PeriodMonthly)
+	r, _ := l.Reserve(ctx, "w", "m", usd("1"))
+	r.Settle(ctx, record(clk, "w", "m", usd("1")))
+	if _, err := l.Reserve(ctx, "w", "m", usd("0.01")); err == nil {
+		t.Fatal("admitted over a spent budget")
+	}
+	clk.Advance(2 * time.Minute) // February
+	stat, _ := l.Status(ctx, "w", "m")
+	if stat.Budget.Spent != 0 || !stat.Budget.PeriodStart.Equal(time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("after the month turned: %+v", stat.Budget)
+	}
+	r, err := l.Reserve(ctx, "w", "m", usd("1"))
+	if err != nil {
+		t.Fatalf("new period: %v", err)
+	}
+	r.Settle(ctx, record(clk, "w", "m", usd("0.5")))
+	var stored *store.Budget
+	st.View(ctx, func(tx store.Tx) (err error) { stored, err = tx.Budget("w", "m"); return })
+	if stored.Spent != usd("0.5") || !stored.PeriodStart.Equal(time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("stored %+v", stored)
+	}
+	// A request admitted in January and settled in February counts in February.
+	clk.Set(time.Date(2026, 2, 28, 23, 59, 59, 0, time.UTC))
+	r, _ = l.Reserve(ctx, "w", "m", usd("0.5"))
+	clk.Advance(2 * time.Second)
+	r.Settle(ctx, record(clk, "w", "m", usd("0.2")))
+	stat, _ = l.Status(ctx, "w", "m")
+	if stat.Budget.Spent != usd("0.2") || stat.Reserved != 0 {
+		t.Fatalf("settled across the boundary: %+v reserved %s", stat.Budget, stat.Reserved)
+	}
+}
+
+func TestPeriods(t *testing.T) {
+	at := time.Date(2026, 11, 22, 15, 4, 5, 0, time.UTC) // a Sunday
+	for _, c := range []struct {
+		period     string
+		start, end time.Time
+	}{
+		{store.PeriodDaily, time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC), time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)},
+		{store.PeriodWeekly, time.Date(2026, 11, 16, 0, 0, 0, 0, time.UTC), time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)},
+		{store.PeriodMonthly, time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)},
+		{store.PeriodTotal, time.Time{}, time.Time{}},
+	} {
+		s := PeriodStart(c.period, at)
+		if !s.Equal(c.start) || !PeriodEnd(c.period, s).Equal(c.end) {
+			t.Errorf("%s: %v – %v", c.period, s, PeriodEnd(c.period, s))
+		}
+	}
+	if s := PeriodStart(store.PeriodWeekly, time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)); !s.Equal(time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("a Monday starts its own week: %v", s)
+	}
+}
+
+// SetBudget starts from what the member really spent this period.
+func TestSetBudgetRecomputesSpend(t *testing.T) {
+	st := open(t, t.TempDir())
+	defer st.Close()
+	clk := clock.NewFake(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	l := New(st, clk)
+	for _, c := range []struct {
+		at   time.Time
+		cost string
+	}{
+		{time.Date(2026, 3, 9, 23, 0, 0, 0, time.UTC), "5"}, // yesterday
+		{time.Date(2026, 3, 10, 1, 0, 0, 0, time.UTC), "0.3"},
+		{time.Date(2026, 3, 10, 11, 0, 0, 0, time.UTC), "0.2"},
+	} {
+		clk.Set(c.at)
+		r, _ := l.Reserve(ctx, "w", "m", 0)
+		r.Settle(ctx, record(clk, "w", "m", usd(c.cost)))
+	}
+	clk.Set(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	b, err := l.SetBudget(ctx, "w", "m", store.MemberPerson, usd("1"), store.PeriodDaily)
+	if err != nil || b.Spent != usd("0.5") {
+		t.Fatalf("daily: %+v %v", b, err)
+	}
+	b, _ = l.SetBudget(ctx, "w", "m", store.MemberPerson, usd("10"), store.PeriodTotal)
+	if b.Spent != usd("5.5") {
+		t.Fatalf("total: %+v", b)
+	}
+	if b, err := l.SetBudget(ctx, "w", "m", store.MemberPerson, -1, ""); b != nil || err != nil {
+		t.Fatalf("remove: %v %v", b, err)
+	}
+	if stat, _ := l.Status(ctx, "w", "m"); stat.Budget != nil {
+		t.Fatal("budget still there")
+	}
+}
