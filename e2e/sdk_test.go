@@ -214,6 +214,9 @@ func TestOfficialSDKs(t *testing.T) {
 
 	s.stop()
 	logs := s.stderr.String()
+	if !strings.Contains(logs, `"agentgate":{"workspace":"`+tn.Workspace) || !strings.Contains(logs, `"input_tokens":`) {
+		t.Error("the access log lacks the gateway's metering fields")
+	}
 	for name, v := range map[string]string{"workspace key": key.Key, "provider credential": secret, "owner token": tn.Token} {
 		if strings.Contains(logs, v) {
 			t.Errorf("the server log holds the %s", name)
