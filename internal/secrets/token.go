@@ -13,6 +13,7 @@ const (
 	PrefixServiceKey   = "ag_sk_" // service-account API key
 	PrefixAccessToken  = "ag_at_" // device-flow or operator-issued access token
 	PrefixRefreshToken = "ag_rt_" // refresh token, single use
+	PrefixWebSession   = "ag_ws_" // Console web session (cookie)
 )
 
 // Sizes of the parts of a token: <prefix><id12>_<secret32><crc6>.
@@ -70,7 +71,7 @@ func ParseToken(s string) (Token, bool) {
 	}
 	prefix := s[:6]
 	switch prefix {
-	case PrefixServiceKey, PrefixAccessToken, PrefixRefreshToken:
+	case PrefixServiceKey, PrefixAccessToken, PrefixRefreshToken, PrefixWebSession:
 	default:
 		return Token{}, false
 	}

@@ -22,6 +22,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	workspace_console {
 //		inference_url <url>
+//		console_url <url>
+//		device_client <client_id...>
 //		max_request_body <size>
 //	}
 func (c *Console) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -35,6 +37,16 @@ func (c *Console) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if !d.AllArgs(&c.InferenceURL) {
 				return d.ArgErr()
 			}
+		case "console_url":
+			if !d.AllArgs(&c.ConsoleURL) {
+				return d.ArgErr()
+			}
+		case "device_client":
+			ids := d.RemainingArgs()
+			if len(ids) == 0 {
+				return d.ArgErr()
+			}
+			c.DeviceClients = append(c.DeviceClients, ids...)
 		case "max_request_body":
 			var s string
 			if !d.AllArgs(&s) {

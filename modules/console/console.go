@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/agentgate/agentgate/modules/agentgate"
 	"github.com/agentgate/agentgate/modules/console/api"
+	"github.com/agentgate/agentgate/modules/console/oauth"
 )
 
 func init() {
@@ -37,7 +39,17 @@ type Console struct {
 	// bodies answer 413. Default: 1 MiB.
 	MaxRequestBody int64 `json:"max_request_body,omitempty"`
 
+	// ConsoleURL is the Console's public base URL, used in device sign-in
+	// answers (`verification_uri`) and the OAuth metadata. Default: the
+	// scheme and host of the request.
+	ConsoleURL string `json:"console_url,omitempty"`
+
+	// DeviceClients are the client_ids allowed to start a device sign-in
+	// (RFC 8628); any other gets 401 invalid_client. Default: agentgate-cli.
+	DeviceClients []string `json:"device_clients,omitempty"`
+
 	api    *api.API
+	oauth  *oauth.Handler
 	logger *zap.Logger
 }
 
@@ -54,6 +66,14 @@ func (c *Console) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading agentgate app: %v", err)
 	}
 	c.api = api.New(api.Options{Service: app.Service, InferenceURL: c.InferenceURL, MaxBody: c.MaxRequestBody})
+	clients := c.DeviceClients
+	if len(clients) == 0 {
+		clients = []string{"agentgate-cli"}
+	}
+	c.oauth = &oauth.Handler{Service: app.Service, BaseURL: c.ConsoleURL, Clients: map[string]bool{}}
+	for _, id := range clients {
+		c.oauth.Clients[id] = true
+	}
 	return nil
 }
 
@@ -65,6 +85,17 @@ func (c *Console) Validate() error {
 			return fmt.Errorf("inference_url must be an absolute http or https URL, got %q", c.InferenceURL)
 		}
 	}
+	if c.ConsoleURL != "" {
+		u, err := url.Parse(c.ConsoleURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("console_url must be an absolute http or https URL, got %q", c.ConsoleURL)
+		}
+	}
+	for _, id := range c.DeviceClients {
+		if id == "" || len(id) > 128 || strings.ContainsAny(id, " \t\r\n") {
+			return fmt.Errorf("device client id %q is not valid", id)
+		}
+	}
 	if c.MaxRequestBody < 0 {
 		return fmt.Errorf("max_request_body must not be negative")
 	}
@@ -73,6 +104,10 @@ func (c *Console) Validate() error {
 
 // ServeHTTP serves the Console routes.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	if oauth.Handles(r.URL.Path) {
+		c.oauth.ServeHTTP(w, r)
+		return nil
+	}
 	c.api.ServeHTTP(w, r)
 	return nil
 }

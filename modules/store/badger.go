@@ -205,7 +205,9 @@ const (
 	pPersonTF  = "itf/" // itf/<person>/<family>
 	pToken     = "t/"
 	pBudget    = "b/" // b/<ws>/<member>
-	pUsage     = "u/" // u/<ws>/<usage id>
+	pDevice    = "dg/"
+	pUserCode  = "idg/" // idg/<user code mac> → device grant id (value)
+	pUsage     = "u/"   // u/<ws>/<usage id>
 )
 
 type btx struct{ txn *badger.Txn }
@@ -478,6 +480,37 @@ func (t *btx) PutToken(tok *Token, create bool) error {
 		}
 	}
 	return t.put(pToken+tok.ID, tok)
+}
+
+func (t *btx) DeviceGrant(id string) (*DeviceGrant, error) { return getAs[DeviceGrant](t, pDevice+id) }
+
+func (t *btx) DeviceGrantByUserCode(mac string) (*DeviceGrant, error) {
+	item, err := t.txn.Get([]byte(pUserCode + mac))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	id, err := item.ValueCopy(nil)
+	if err != nil {
+		return nil, err
+	}
+	return t.DeviceGrant(string(id))
+}
+
+func (t *btx) PutDeviceGrant(g *DeviceGrant, create bool) error {
+	if create {
+		for _, k := range []string{pDevice + g.ID, pUserCode + g.UserCodeMAC} {
+			if ok, err := t.exists(k); err != nil || ok {
+				return errors.Join(err, fmt.Errorf("device grant %w", ErrExists))
+			}
+		}
+		if err := t.txn.Set([]byte(pUserCode+g.UserCodeMAC), []byte(g.ID)); err != nil {
+			return err
+		}
+	}
+	return t.put(pDevice+g.ID, g)
 }
 
 func (t *btx) Budget(ws, member string) (*Budget, error) {

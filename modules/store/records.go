@@ -145,6 +145,7 @@ type TokenFamily struct {
 const (
 	TokenAccess  = "access"
 	TokenRefresh = "refresh"
+	TokenSession = "session" // Console web session
 )
 
 // Token is an access or refresh token of a family. Only its HMAC is stored.
@@ -223,4 +224,30 @@ type UsageRecord struct {
 	ClientDisconnected bool       `json:"client_disconnected"`
 	Estimated          bool       `json:"estimated"`
 	RequestID          string     `json:"request_id,omitempty"`
+}
+
+// Device grant states.
+const (
+	DevicePending  = "pending"
+	DeviceApproved = "approved"
+	DeviceDenied   = "denied"
+	DeviceConsumed = "consumed"
+)
+
+// DeviceGrant is one RFC 8628 device authorization. Its key is the HMAC of
+// the device code; the user code is indexed by its HMAC too, so a store
+// read can neither redeem nor approve a live code.
+type DeviceGrant struct {
+	ID          string    `json:"id"` // hex HMAC of the device code
+	UserCodeMAC string    `json:"user_code_mac"`
+	ClientID    string    `json:"client_id"`
+	OrgScope    bool      `json:"org_scope"` // supports_org_scope=true: bind the tokens to a workspace
+	State       string    `json:"state"`
+	Created     time.Time `json:"created"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	Interval    int       `json:"interval"` // seconds; grows by 5 on slow_down
+	LastPoll    time.Time `json:"last_poll"`
+	PersonID    string    `json:"person_id,omitempty"` // who approved or denied
+	Workspace   string    `json:"workspace,omitempty"` // bound at approval
+	FamilyID    string    `json:"family_id,omitempty"` // issued on redemption
 }

@@ -84,6 +84,13 @@ type Tx interface {
 	// PutToken writes a token; ErrExists when create is set and the id is taken.
 	PutToken(t *Token, create bool) error
 
+	DeviceGrant(id string) (*DeviceGrant, error)
+	// DeviceGrantByUserCode finds a grant by the HMAC of its user code.
+	DeviceGrantByUserCode(userCodeMAC string) (*DeviceGrant, error)
+	// PutDeviceGrant writes a grant; ErrExists when create is set and its id
+	// or user code is taken.
+	PutDeviceGrant(g *DeviceGrant, create bool) error
+
 	Budget(workspace, memberID string) (*Budget, error)
 	Budgets(workspace string) ([]*Budget, error)
 	PutBudget(*Budget) error
