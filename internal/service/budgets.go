@@ -61,8 +61,7 @@ func (s *Service) Budgets(ctx context.Context, p *Principal) ([]BudgetView, erro
 		return nil, forbidden(p, OpReadSpend)
 	}
 	var members []budgetMember
-	monthSpend := map[string]money.Pico{}
-	now := s.Clock.Now().UTC()
+	var monthSpend map[string]money.Pico
 	err := s.Store.View(ctx, func(tx store.Tx) error {
 		if _, err := workspace(tx, p.Workspace); err != nil {
 			return err
@@ -71,11 +70,8 @@ func (s *Service) Budgets(ctx context.Context, p *Principal) ([]BudgetView, erro
 		if members, err = budgetMembers(tx, p.Workspace); err != nil {
 			return err
 		}
-		start := ledger.PeriodStart(store.PeriodMonthly, now)
-		return tx.Usage(p.Workspace, ledger.UsageCursor(start), func(u *store.UsageRecord) (bool, error) {
-			monthSpend[u.MemberID] += u.Cost
-			return true, nil
-		})
+		monthSpend, err = s.monthSpend(tx, p.Workspace)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -93,6 +89,17 @@ func (s *Service) Budgets(ctx context.Context, p *Principal) ([]BudgetView, erro
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].MemberID < out[j].MemberID })
 	return out, nil
+}
+
+// monthSpend sums each member's spend of the current calendar month.
+func (s *Service) monthSpend(tx store.Tx, ws string) (map[string]money.Pico, error) {
+	out := map[string]money.Pico{}
+	start := ledger.PeriodStart(store.PeriodMonthly, s.Clock.Now())
+	err := tx.Usage(ws, ledger.UsageCursor(start), func(u *store.UsageRecord) (bool, error) {
+		out[u.MemberID] += u.Cost
+		return true, nil
+	})
+	return out, err
 }
 
 func budgetView(m budgetMember, st ledger.Status, monthSpend money.Pico) BudgetView {
@@ -125,7 +132,7 @@ func (s *Service) SetBudget(ctx context.Context, p *Principal, memberID string, 
 	}
 	limit := money.Pico(-1)
 	if in.LimitUSD != nil {
-		if *in.LimitUSD < 0 || money.PicoOf(*in.LimitUSD) > money.MaxSpend {
+		if *in.LimitUSD < 0 || *in.LimitUSD > money.Micros(money.MaxSpend/money.PicoPerMicro) {
 			return nil, apierr.BadRequest("limit_usd must be from 0 to %s", money.MaxSpend)
 		}
 		if !store.ValidPeriod(in.Period) {
@@ -159,7 +166,11 @@ func (s *Service) SetBudget(ctx context.Context, p *Principal, memberID string, 
 	if err != nil {
 		return nil, err
 	}
-	v := budgetView(*m, st, 0)
+	var spend map[string]money.Pico
+	if err := s.Store.View(ctx, func(tx store.Tx) (err error) { spend, err = s.monthSpend(tx, p.Workspace); return err }); err != nil {
+		return nil, err
+	}
+	v := budgetView(*m, st, spend[memberID])
 	return &v, nil
 }
 
