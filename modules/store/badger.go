@@ -269,6 +269,21 @@ func listBy[T any](t *btx, indexPrefix, recordPrefix string) ([]*T, error) {
 	return out, nil
 }
 
+// scanAll decodes every record stored under prefix, in key order.
+func scanAll[T any](t *btx, prefix string) ([]*T, error) {
+	var out []*T
+	it := t.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		v := new(T)
+		if err := it.Item().Value(func(b []byte) error { return json.Unmarshal(b, v) }); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 func getAs[T any](t *btx, key string) (*T, error) {
 	v := new(T)
 	if err := t.get(key, v); err != nil {
@@ -279,19 +294,7 @@ func getAs[T any](t *btx, key string) (*T, error) {
 
 func (t *btx) Workspace(id string) (*Workspace, error) { return getAs[Workspace](t, pWorkspace+id) }
 
-func (t *btx) Workspaces() ([]*Workspace, error) {
-	var out []*Workspace
-	it := t.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(pWorkspace), PrefetchValues: true})
-	defer it.Close()
-	for it.Rewind(); it.Valid(); it.Next() {
-		w := new(Workspace)
-		if err := it.Item().Value(func(b []byte) error { return json.Unmarshal(b, w) }); err != nil {
-			return nil, err
-		}
-		out = append(out, w)
-	}
-	return out, nil
-}
+func (t *btx) Workspaces() ([]*Workspace, error) { return scanAll[Workspace](t, pWorkspace) }
 
 func (t *btx) PutWorkspace(w *Workspace) error { return t.put(pWorkspace+w.ID, w) }
 
@@ -337,20 +340,7 @@ func (t *btx) Member(ws, person string) (*Member, error) {
 	return getAs[Member](t, pMember+ws+"/"+person)
 }
 
-func (t *btx) Members(ws string) ([]*Member, error) {
-	var out []*Member
-	prefix := pMember + ws + "/"
-	it := t.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true})
-	defer it.Close()
-	for it.Rewind(); it.Valid(); it.Next() {
-		m := new(Member)
-		if err := it.Item().Value(func(b []byte) error { return json.Unmarshal(b, m) }); err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
+func (t *btx) Members(ws string) ([]*Member, error) { return scanAll[Member](t, pMember+ws+"/") }
 
 func (t *btx) Memberships(person string) ([]*Member, error) {
 	var out []*Member
@@ -517,20 +507,7 @@ func (t *btx) Budget(ws, member string) (*Budget, error) {
 	return getAs[Budget](t, pBudget+ws+"/"+member)
 }
 
-func (t *btx) Budgets(ws string) ([]*Budget, error) {
-	var out []*Budget
-	prefix := pBudget + ws + "/"
-	it := t.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true})
-	defer it.Close()
-	for it.Rewind(); it.Valid(); it.Next() {
-		b := new(Budget)
-		if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, b) }); err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	return out, nil
-}
+func (t *btx) Budgets(ws string) ([]*Budget, error) { return scanAll[Budget](t, pBudget+ws+"/") }
 
 func (t *btx) PutBudget(b *Budget) error { return t.put(pBudget+b.Workspace+"/"+b.MemberID, b) }
 
