@@ -466,9 +466,8 @@ func prepareModel(route formats.Route, conn *store.Connection, body []byte) (req
 }
 
 // forward sends the request upstream through Caddy's reverse proxy. The
-// request handed to the proxy is a copy with its own headers, so the
-// provider credential never reaches the original request (or the access
-// log that reads it).
+// provider credential never reaches the request handed to the proxy: the
+// transport adds it to the copy it sends.
 func (g *Gateway) forward(w *meterWriter, r *http.Request, route formats.Route, conn *store.Connection,
 	model, credential string, body []byte, q url.Values) *failure {
 	base, err := url.Parse(conn.BaseURL)
@@ -484,7 +483,10 @@ func (g *Gateway) forward(w *meterWriter, r *http.Request, route formats.Route, 
 	out := r.WithContext(context.WithValue(r.Context(), credentialKey{}, &upstreamCredential{kind: conn.Kind, secret: credential}))
 	out.URL = &up
 	out.RequestURI = up.RequestURI()
-	out.Header = r.Header.Clone()
+	// The client's credentials are already gone from r.Header, and nothing
+	// secret is ever set on it (the transport adds the provider credential
+	// to its own copy), so the request can be edited in place.
+	out.Header = r.Header
 	out.Header.Del("Accept-Encoding") // the transport asks for gzip itself and decodes it
 	for k, v := range conn.Headers {
 		out.Header.Set(k, v)
