@@ -7,4 +7,5 @@ import (
 	_ "github.com/agentgate/agentgate/modules/agentgate"
 	_ "github.com/agentgate/agentgate/modules/console"
 	_ "github.com/agentgate/agentgate/modules/gateway"
+	_ "github.com/agentgate/agentgate/modules/instance"
 )

@@ -1,0 +1,950 @@
+package instanceapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/tidwall/gjson"
+)
+
+// AgentInfo is Agent.Info (instance-api.md §4.5).
+type AgentInfo struct {
+	ID          string           `json:"id"`
+	Name        string           `json:"name"`
+	Model       *ModelRef        `json:"model,omitempty"`
+	Request     AgentRequest     `json:"request"`
+	System      string           `json:"system,omitempty"`
+	Description string           `json:"description,omitempty"`
+	Mode        string           `json:"mode"`
+	Hidden      bool             `json:"hidden"`
+	Color       string           `json:"color,omitempty"`
+	Steps       int              `json:"steps,omitempty"`
+	Permissions []PermissionRule `json:"permissions"`
+}
+
+// ModelRef is Model.Ref.
+type ModelRef struct {
+	ID         string `json:"id"`
+	ProviderID string `json:"providerID"`
+	Variant    string `json:"variant,omitempty"`
+}
+
+// AgentRequest holds per-agent request settings.
+type AgentRequest struct {
+	Settings map[string]any    `json:"settings"`
+	Headers  map[string]string `json:"headers"`
+	Body     map[string]any    `json:"body"`
+}
+
+// PermissionRule is one Permission.Rule.
+type PermissionRule struct {
+	Action   string `json:"action"`
+	Resource string `json:"resource"`
+	Effect   string `json:"effect"`
+}
+
+// LoadAgents returns the agents of a location. Sources, each overriding
+// the earlier ones by id:
+//
+//  1. the built-in agents (BuiltinAgents);
+//  2. configured, the agent definitions of the server config;
+//  3. the project directory's opencode.jsonc then opencode.json ("agent"
+//     map; both are read as JSONC: comments and trailing commas allowed),
+//     then its .opencode/agent/*.md and .opencode/agents/*.md files;
+//  4. the same files in directory, when it is not the project directory.
+//
+// A definition for an id that already exists changes only the fields it
+// sets (settings and headers are merged key by key, permission rules are
+// appended, replacing an earlier rule for the same action and resource);
+// "disable": true removes the agent. Definition keys: name, description,
+// mode (primary|subagent|all; default all), model ("providerID/modelID",
+// optionally "#variant", or a Model.Ref object), variant, prompt (the system
+// prompt), color, steps (and its older name maxSteps; a whole number > 0),
+// hidden, headers (request headers), options (merged into the request
+// settings), permission, disable. Any other key (temperature, top_p, …) is
+// a request setting. JSON null means "not set".
+//
+// permission is an effect for everything ("ask"), or a map from action to
+// an effect or to a map from resource pattern to effect:
+// {"edit": "deny", "bash": {"git *": "allow", "*": "ask"}}. Rulesets are
+// evaluated last-match-wins, so the rules of one map are ordered from the
+// least to the most specific pattern (by the number of characters other
+// than * and ?; ties keep the file's order): the most specific rule wins
+// whatever order the file lists them in.
+//
+// A markdown agent file may start with front matter between two "---"
+// lines: "key: value" lines (strings, quoted strings, numbers, booleans,
+// null, JSON flow values, | and > block scalars) and indented nested maps
+// (permission:). The body, when not empty, is the system prompt; the file
+// name without .md is the id.
+//
+// The result lists the built-in agents in their fixed order, then the
+// others by id. Any malformed source (unreadable file, bad JSON or front
+// matter, unknown mode, steps ≤ 0, a bad model or permission) is an error
+// naming the file and agent: the server then refuses to build the location
+// and answers 503 ServiceUnavailableError (service "location") until the
+// config is fixed, rather than serving a partial agent list. Empty
+// projectDir and directory read no files (used to check a server config).
+func LoadAgents(projectDir, directory string, configured map[string]json.RawMessage) ([]AgentInfo, error) {
+	set := newAgentSet()
+	ids := make([]string, 0, len(configured))
+	for id := range configured {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		raw := configured[id]
+		if err := checkJSON(raw); err != nil {
+			return nil, fmt.Errorf("server config: agent %q: %v", id, err)
+		}
+		if err := set.apply("server config", id, gjson.ParseBytes(raw)); err != nil {
+			return nil, err
+		}
+	}
+	dirs := []string{}
+	if projectDir != "" {
+		dirs = append(dirs, projectDir)
+	}
+	if directory != "" && (projectDir == "" || filepath.Clean(directory) != filepath.Clean(projectDir)) {
+		dirs = append(dirs, directory)
+	}
+	for _, dir := range dirs {
+		if err := set.loadConfigFiles(dir); err != nil {
+			return nil, err
+		}
+		if err := set.loadMarkdown(dir); err != nil {
+			return nil, err
+		}
+	}
+	return set.list(), nil
+}
+
+// BuiltinAgents are the agents every location has.
+func BuiltinAgents() []AgentInfo {
+	req := func() AgentRequest {
+		return AgentRequest{Settings: map[string]any{}, Headers: map[string]string{}, Body: map[string]any{}}
+	}
+	return []AgentInfo{
+		{ID: "build", Name: "build", Description: "The default agent: reads, writes and runs what the task needs.", Mode: "primary", Request: req(), Permissions: []PermissionRule{}},
+		{ID: "plan", Name: "plan", Description: "Plans without changing files.", Mode: "primary", Request: req(),
+			Permissions: []PermissionRule{{Action: "edit", Resource: "*", Effect: "deny"}, {Action: "bash", Resource: "*", Effect: "ask"}}},
+		{ID: "general", Name: "general", Description: "A general-purpose subagent for research and multi-step tasks.", Mode: "subagent", Request: req(), Permissions: []PermissionRule{}},
+	}
+}
+
+// agentSet accumulates agent definitions by id.
+type agentSet struct {
+	builtin []string // ids of the built-ins, in order
+	byID    map[string]*AgentInfo
+}
+
+func newAgentSet() *agentSet {
+	s := &agentSet{byID: map[string]*AgentInfo{}}
+	for _, a := range BuiltinAgents() {
+		a := a
+		s.builtin = append(s.builtin, a.ID)
+		s.byID[a.ID] = &a
+	}
+	return s
+}
+
+func (s *agentSet) list() []AgentInfo {
+	out := make([]AgentInfo, 0, len(s.byID))
+	isBuiltin := map[string]bool{}
+	for _, id := range s.builtin {
+		isBuiltin[id] = true
+		if a, ok := s.byID[id]; ok {
+			out = append(out, *a)
+		}
+	}
+	rest := make([]string, 0, len(s.byID))
+	for id := range s.byID {
+		if !isBuiltin[id] {
+			rest = append(rest, id)
+		}
+	}
+	sort.Strings(rest)
+	for _, id := range rest {
+		out = append(out, *s.byID[id])
+	}
+	return out
+}
+
+// loadConfigFiles applies the "agent" map of dir's opencode.jsonc and
+// opencode.json, in that order.
+func (s *agentSet) loadConfigFiles(dir string) error {
+	for _, name := range []string{"opencode.jsonc", "opencode.json"} {
+		path := filepath.Join(dir, name)
+		data, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %v", path, err)
+		}
+		clean, err := StripJSONC(data)
+		if err != nil {
+			return fmt.Errorf("%s: %v", path, err)
+		}
+		if err := checkJSON(clean); err != nil {
+			return fmt.Errorf("%s: %s", path, describeJSONError(clean, err))
+		}
+		doc := gjson.ParseBytes(clean)
+		if !doc.IsObject() {
+			return fmt.Errorf("%s: the config must be a JSON object", path)
+		}
+		agents := doc.Get("agent")
+		if !agents.Exists() || agents.Type == gjson.Null {
+			continue
+		}
+		if !agents.IsObject() {
+			return fmt.Errorf("%s: \"agent\" must be an object of agent definitions by id", path)
+		}
+		var ferr error
+		agents.ForEach(func(k, v gjson.Result) bool {
+			ferr = s.apply(path, k.String(), v)
+			return ferr == nil
+		})
+		if ferr != nil {
+			return ferr
+		}
+	}
+	return nil
+}
+
+// loadMarkdown applies dir's .opencode/agent/*.md then .opencode/agents/*.md.
+func (s *agentSet) loadMarkdown(dir string) error {
+	for _, sub := range []string{"agent", "agents"} {
+		// Not filepath.Glob: the directory may hold glob metacharacters.
+		agentDir := filepath.Join(dir, ".opencode", sub)
+		entries, err := os.ReadDir(agentDir) // sorted by name
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %v", agentDir, err)
+		}
+		for _, e := range entries {
+			id, ok := strings.CutSuffix(e.Name(), ".md")
+			if !ok || id == "" {
+				continue
+			}
+			path := filepath.Join(agentDir, e.Name())
+			if fi, err := os.Stat(path); err != nil || fi.IsDir() {
+				continue
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return fmt.Errorf("%s: %v", path, err)
+			}
+			def, err := ParseAgentMarkdown(data)
+			if err != nil {
+				return fmt.Errorf("%s: %v", path, err)
+			}
+			if err := s.apply(path, id, gjson.ParseBytes(def)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+var agentModes = map[string]bool{"primary": true, "subagent": true, "all": true}
+
+// apply merges one definition into the set.
+func (s *agentSet) apply(src, id string, def gjson.Result) error {
+	fail := func(format string, a ...any) error {
+		return fmt.Errorf("%s: agent %q: %s", src, id, fmt.Sprintf(format, a...))
+	}
+	if id == "" {
+		return fmt.Errorf("%s: an agent id is empty", src)
+	}
+	if def.Type == gjson.Null {
+		return nil
+	}
+	if !def.IsObject() {
+		return fail("the definition must be an object")
+	}
+	if d := def.Get(gjson.Escape("disable")); d.Exists() && d.Type != gjson.Null {
+		if !isBool(d) {
+			return fail("disable must be true or false")
+		}
+		if d.Bool() {
+			delete(s.byID, id)
+			return nil
+		}
+	}
+	a := cloneAgent(s.byID[id], id)
+	var err error
+	def.ForEach(func(k, v gjson.Result) bool {
+		key := k.String()
+		if v.Type == gjson.Null {
+			return true
+		}
+		str := func(dst *string) bool {
+			if v.Type != gjson.String {
+				err = fail("%s must be a string", key)
+				return false
+			}
+			*dst = v.String()
+			return true
+		}
+		switch key {
+		case "disable":
+		case "name":
+			return str(&a.Name)
+		case "description":
+			return str(&a.Description)
+		case "prompt":
+			return str(&a.System)
+		case "color":
+			return str(&a.Color)
+		case "mode":
+			var m string
+			if !str(&m) {
+				return false
+			}
+			if !agentModes[m] {
+				err = fail("mode must be primary, subagent or all, not %q", m)
+				return false
+			}
+			a.Mode = m
+		case "model":
+			m, perr := parseModel(v)
+			if perr != nil {
+				err = fail("%v", perr)
+				return false
+			}
+			a.Model = m
+		case "variant":
+			var vr string
+			if !str(&vr) {
+				return false
+			}
+			if a.Model == nil && def.Get("model").Type != gjson.String && !def.Get("model").IsObject() {
+				err = fail("variant needs a model")
+				return false
+			}
+			if a.Model != nil {
+				a.Model.Variant = vr
+			} // else the model comes later in this definition: see below
+		case "steps", "maxSteps":
+			n, ok := positiveInt(v)
+			if !ok {
+				err = fail("%s must be a whole number greater than 0, not %s", key, strings.TrimSpace(v.Raw))
+				return false
+			}
+			a.Steps = n
+		case "hidden":
+			if !isBool(v) {
+				err = fail("hidden must be true or false")
+				return false
+			}
+			a.Hidden = v.Bool()
+		case "headers":
+			if !v.IsObject() {
+				err = fail("headers must be an object of strings")
+				return false
+			}
+			v.ForEach(func(hk, hv gjson.Result) bool {
+				if hv.Type != gjson.String {
+					err = fail("header %q must be a string", hk.String())
+					return false
+				}
+				a.Request.Headers[hk.String()] = hv.String()
+				return true
+			})
+			return err == nil
+		case "options":
+			if !v.IsObject() {
+				err = fail("options must be an object")
+				return false
+			}
+			v.ForEach(func(ok, ov gjson.Result) bool {
+				if ov.Type != gjson.Null {
+					a.Request.Settings[ok.String()] = jsonValue(ov)
+				}
+				return true
+			})
+		case "permission":
+			rules, perr := parsePermission(v)
+			if perr != nil {
+				err = fail("%v", perr)
+				return false
+			}
+			a.Permissions = mergeRules(a.Permissions, rules)
+		default:
+			a.Request.Settings[key] = jsonValue(v)
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	// "variant" wins over a "#variant" of the model in the same definition,
+	// whatever their order.
+	if vr := def.Get("variant"); vr.Type == gjson.String && a.Model != nil {
+		a.Model.Variant = vr.String()
+	}
+	s.byID[id] = a
+	return nil
+}
+
+// cloneAgent copies an agent (so that a failed definition changes
+// nothing), or makes a new one with the defaults.
+func cloneAgent(a *AgentInfo, id string) *AgentInfo {
+	if a == nil {
+		return &AgentInfo{ID: id, Name: id, Mode: "all", Permissions: []PermissionRule{},
+			Request: AgentRequest{Settings: map[string]any{}, Headers: map[string]string{}, Body: map[string]any{}}}
+	}
+	c := *a
+	if a.Model != nil {
+		m := *a.Model
+		c.Model = &m
+	}
+	c.Request = AgentRequest{Settings: map[string]any{}, Headers: map[string]string{}, Body: map[string]any{}}
+	for k, v := range a.Request.Settings {
+		c.Request.Settings[k] = v
+	}
+	for k, v := range a.Request.Headers {
+		c.Request.Headers[k] = v
+	}
+	for k, v := range a.Request.Body {
+		c.Request.Body[k] = v
+	}
+	c.Permissions = append([]PermissionRule{}, a.Permissions...)
+	return &c
+}
+
+func isBool(v gjson.Result) bool { return v.Type == gjson.True || v.Type == gjson.False }
+
+func positiveInt(v gjson.Result) (int, bool) {
+	if v.Type != gjson.Number {
+		return 0, false
+	}
+	f := v.Float()
+	if f < 1 || f != math.Trunc(f) || f > math.MaxInt32 {
+		return 0, false
+	}
+	return int(f), true
+}
+
+func jsonValue(v gjson.Result) any {
+	var out any
+	if err := json.Unmarshal([]byte(v.Raw), &out); err != nil {
+		return v.Value()
+	}
+	return out
+}
+
+// ParseModelRef parses "providerID/modelID" with an optional "#variant";
+// the model id may itself contain slashes.
+func ParseModelRef(s string) (*ModelRef, error) {
+	ref, variant, hasVariant := strings.Cut(s, "#")
+	provider, id, ok := strings.Cut(ref, "/")
+	if !ok || strings.TrimSpace(provider) == "" || strings.TrimSpace(id) == "" || (hasVariant && variant == "") {
+		return nil, fmt.Errorf("model must be \"providerID/modelID\" (optionally \"#variant\"), not %q", s)
+	}
+	return &ModelRef{ProviderID: provider, ID: id, Variant: variant}, nil
+}
+
+func parseModel(v gjson.Result) (*ModelRef, error) {
+	switch {
+	case v.Type == gjson.String:
+		return ParseModelRef(v.String())
+	case v.IsObject():
+		var m ModelRef
+		dec := json.NewDecoder(strings.NewReader(v.Raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&m); err != nil || m.ID == "" || m.ProviderID == "" {
+			return nil, errors.New("model must be \"providerID/modelID\" or an object {providerID, id, variant?}")
+		}
+		return &m, nil
+	}
+	return nil, errors.New("model must be \"providerID/modelID\" or an object {providerID, id, variant?}")
+}
+
+var permissionEffects = map[string]bool{"allow": true, "deny": true, "ask": true}
+
+func effect(v gjson.Result, where string) (string, error) {
+	if v.Type != gjson.String || !permissionEffects[v.String()] {
+		return "", fmt.Errorf("permission %s must be allow, deny or ask, not %s", where, strings.TrimSpace(v.Raw))
+	}
+	return v.String(), nil
+}
+
+// parsePermission converts the opencode permission forms to a ruleset.
+func parsePermission(v gjson.Result) ([]PermissionRule, error) {
+	if v.Type == gjson.String {
+		e, err := effect(v, "(for everything)")
+		if err != nil {
+			return nil, err
+		}
+		return []PermissionRule{{Action: "*", Resource: "*", Effect: e}}, nil
+	}
+	if !v.IsObject() {
+		return nil, errors.New("permission must be an effect or an object by action")
+	}
+	type group struct {
+		action string
+		rules  []PermissionRule
+	}
+	var groups []group
+	var err error
+	v.ForEach(func(k, av gjson.Result) bool {
+		action := k.String()
+		switch {
+		case av.Type == gjson.Null:
+		case av.Type == gjson.String:
+			var e string
+			if e, err = effect(av, "of "+strconv.Quote(action)); err != nil {
+				return false
+			}
+			groups = append(groups, group{action, []PermissionRule{{Action: action, Resource: "*", Effect: e}}})
+		case av.IsObject():
+			g := group{action: action}
+			av.ForEach(func(pk, pv gjson.Result) bool {
+				if pv.Type == gjson.Null {
+					return true
+				}
+				var e string
+				if e, err = effect(pv, "of "+strconv.Quote(action)+" "+strconv.Quote(pk.String())); err != nil {
+					return false
+				}
+				g.rules = append(g.rules, PermissionRule{Action: action, Resource: pk.String(), Effect: e})
+				return true
+			})
+			if err != nil {
+				return false
+			}
+			sort.SliceStable(g.rules, func(i, j int) bool {
+				return specificity(g.rules[i].Resource) < specificity(g.rules[j].Resource)
+			})
+			groups = append(groups, g)
+		default:
+			err = fmt.Errorf("permission of %q must be an effect or an object by pattern", action)
+			return false
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(groups, func(i, j int) bool { return specificity(groups[i].action) < specificity(groups[j].action) })
+	out := []PermissionRule{}
+	for _, g := range groups {
+		out = append(out, g.rules...)
+	}
+	return out, nil
+}
+
+// specificity is the number of characters of a pattern other than the
+// wildcards * and ?.
+func specificity(pattern string) int {
+	return len(pattern) - strings.Count(pattern, "*") - strings.Count(pattern, "?")
+}
+
+// mergeRules appends rules, dropping earlier rules for the same action and
+// resource.
+func mergeRules(old, add []PermissionRule) []PermissionRule {
+	out := make([]PermissionRule, 0, len(old)+len(add))
+	for _, r := range old {
+		replaced := false
+		for _, n := range add {
+			if n.Action == r.Action && n.Resource == r.Resource {
+				replaced = true
+				break
+			}
+		}
+		if !replaced {
+			out = append(out, r)
+		}
+	}
+	return append(out, add...)
+}
+
+func checkJSON(b []byte) error {
+	var v any
+	return json.Unmarshal(b, &v)
+}
+
+// describeJSONError adds the line and column of a syntax error.
+func describeJSONError(b []byte, err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		off := int(se.Offset)
+		if off > len(b) {
+			off = len(b)
+		}
+		line := 1 + bytes.Count(b[:off], []byte("\n"))
+		col := off - bytes.LastIndexByte(b[:off], '\n')
+		return fmt.Sprintf("line %d, column %d: %v", line, col, err)
+	}
+	return err.Error()
+}
+
+// StripJSONC turns JSONC into JSON: // and /* */ comments outside strings
+// become spaces (line breaks are kept, so that error offsets still point
+// into the original text), and so does a comma that is followed only by
+// white space or comments before a closing } or ].
+func StripJSONC(in []byte) ([]byte, error) {
+	out := bytes.Clone(in)
+	blank := func(from, to int) {
+		for i := from; i < to; i++ {
+			if out[i] != '\n' && out[i] != '\r' {
+				out[i] = ' '
+			}
+		}
+	}
+	lastComma := -1 // position of a comma that may turn out trailing
+	for i := 0; i < len(out); i++ {
+		c := out[i]
+		switch {
+		case c == '"':
+			lastComma = -1
+			j := i + 1
+			for ; j < len(out); j++ {
+				if out[j] == '\\' {
+					j++
+					continue
+				}
+				if out[j] == '"' {
+					break
+				}
+			}
+			i = j
+		case c == '/' && i+1 < len(out) && out[i+1] == '/':
+			j := i
+			for j < len(out) && out[j] != '\n' {
+				j++
+			}
+			blank(i, j)
+			i = j - 1
+		case c == '/' && i+1 < len(out) && out[i+1] == '*':
+			end := bytes.Index(out[i+2:], []byte("*/"))
+			if end < 0 {
+				line := 1 + bytes.Count(in[:i], []byte("\n"))
+				return nil, fmt.Errorf("line %d: unterminated /* comment", line)
+			}
+			j := i + 2 + end + 2
+			blank(i, j)
+			i = j - 1
+		case c == ',':
+			lastComma = i
+		case c == '}' || c == ']':
+			if lastComma >= 0 {
+				out[lastComma] = ' '
+			}
+			lastComma = -1
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		default:
+			lastComma = -1
+		}
+	}
+	return out, nil
+}
+
+// ParseAgentMarkdown turns an agent markdown file into a JSON definition:
+// the front matter's keys, and the body as "prompt" when it is not empty.
+func ParseAgentMarkdown(data []byte) ([]byte, error) {
+	text := strings.TrimPrefix(string(data), "\ufeff")
+	text = strings.ReplaceAll(text, "\r\n", "\n")
+	var fm []string
+	body := text
+	lines := strings.Split(text, "\n")
+	if len(lines) > 0 && strings.TrimRight(lines[0], " \t") == "---" {
+		end := -1
+		for i := 1; i < len(lines); i++ {
+			if strings.TrimRight(lines[i], " \t") == "---" {
+				end = i
+				break
+			}
+		}
+		if end < 0 {
+			return nil, errors.New("the front matter has no closing --- line")
+		}
+		fm = lines[1:end]
+		body = strings.Join(lines[end+1:], "\n")
+	}
+	p := &yamlParser{lines: fm}
+	m, err := p.parseMap(0)
+	if err != nil {
+		return nil, err
+	}
+	if p.i < len(p.lines) {
+		return nil, fmt.Errorf("front matter line %d: unexpected indentation", p.i+2)
+	}
+	if b := strings.TrimSpace(body); b != "" {
+		m = m.set("prompt", mustJSON(b))
+	}
+	return m.json(), nil
+}
+
+// orderedMap is a JSON object that keeps its key order.
+type orderedMap []struct {
+	key   string
+	value json.RawMessage
+}
+
+func (m orderedMap) set(k string, v json.RawMessage) orderedMap {
+	for i := range m {
+		if m[i].key == k {
+			m[i].value = v
+			return m
+		}
+	}
+	return append(m, struct {
+		key   string
+		value json.RawMessage
+	}{k, v})
+}
+
+func (m orderedMap) has(k string) bool {
+	for _, e := range m {
+		if e.key == k {
+			return true
+		}
+	}
+	return false
+}
+
+func (m orderedMap) json() []byte {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, e := range m {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(mustJSON(e.key))
+		b.WriteByte(':')
+		b.Write(e.value)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// yamlParser reads the small YAML subset of agent front matter.
+type yamlParser struct {
+	lines []string
+	i     int
+}
+
+func indentOf(line string) int { return len(line) - len(strings.TrimLeft(line, " ")) }
+
+func isBlankOrComment(line string) bool {
+	t := strings.TrimSpace(line)
+	return t == "" || strings.HasPrefix(t, "#")
+}
+
+// skip moves past blank and comment lines.
+func (p *yamlParser) skip() {
+	for p.i < len(p.lines) && isBlankOrComment(p.lines[p.i]) {
+		p.i++
+	}
+}
+
+// parseMap reads the "key: value" lines indented exactly by indent.
+func (p *yamlParser) parseMap(indent int) (orderedMap, error) {
+	m := orderedMap{}
+	for {
+		p.skip()
+		if p.i >= len(p.lines) {
+			return m, nil
+		}
+		line := p.lines[p.i]
+		n := p.i + 2 // line number in the file (after the opening ---)
+		if strings.HasPrefix(strings.TrimLeft(line, " "), "\t") {
+			return nil, fmt.Errorf("front matter line %d: indent with spaces, not tabs", n)
+		}
+		ind := indentOf(line)
+		if ind < indent {
+			return m, nil
+		}
+		if ind > indent {
+			return nil, fmt.Errorf("front matter line %d: unexpected indentation", n)
+		}
+		key, rest, err := splitKey(strings.TrimSpace(line))
+		if err != nil {
+			return nil, fmt.Errorf("front matter line %d: %v", n, err)
+		}
+		if m.has(key) {
+			return nil, fmt.Errorf("front matter line %d: %q is set twice", n, key)
+		}
+		p.i++
+		var value json.RawMessage
+		switch {
+		case rest == "":
+			p.skip()
+			if p.i < len(p.lines) && indentOf(p.lines[p.i]) > indent {
+				if strings.HasPrefix(strings.TrimSpace(p.lines[p.i]), "- ") || strings.TrimSpace(p.lines[p.i]) == "-" {
+					return nil, fmt.Errorf("front matter line %d: lists are not supported", p.i+2)
+				}
+				sub, err := p.parseMap(indentOf(p.lines[p.i]))
+				if err != nil {
+					return nil, err
+				}
+				value = sub.json()
+			} else {
+				value = json.RawMessage("null")
+			}
+		case rest == "|" || rest == ">" || rest == "|-" || rest == ">-":
+			value = mustJSON(p.blockScalar(indent, rest))
+		default:
+			value, err = scalar(rest)
+			if err != nil {
+				return nil, fmt.Errorf("front matter line %d: %v", n, err)
+			}
+		}
+		m = m.set(key, value)
+	}
+}
+
+// blockScalar reads the lines of a | (literal) or > (folded) value.
+func (p *yamlParser) blockScalar(indent int, style string) string {
+	var parts []string
+	base := -1
+	for p.i < len(p.lines) {
+		line := p.lines[p.i]
+		if strings.TrimSpace(line) == "" {
+			parts = append(parts, "")
+			p.i++
+			continue
+		}
+		ind := indentOf(line)
+		if ind <= indent {
+			break
+		}
+		if base < 0 {
+			base = ind
+		}
+		parts = append(parts, line[min(base, ind):])
+		p.i++
+	}
+	for len(parts) > 0 && parts[len(parts)-1] == "" {
+		parts = parts[:len(parts)-1]
+	}
+	sep := "\n"
+	if strings.HasPrefix(style, ">") {
+		sep = " "
+	}
+	s := strings.Join(parts, sep)
+	if !strings.HasSuffix(style, "-") && s != "" {
+		s += "\n"
+	}
+	return s
+}
+
+// splitKey splits "key: value" (the key plain or quoted).
+func splitKey(line string) (string, string, error) {
+	if strings.HasPrefix(line, "- ") || line == "-" {
+		return "", "", errors.New("lists are not supported")
+	}
+	if line[0] == '"' || line[0] == '\'' {
+		key, rest, err := quoted(line)
+		if err != nil {
+			return "", "", err
+		}
+		rest = strings.TrimLeft(rest, " ")
+		if !strings.HasPrefix(rest, ":") {
+			return "", "", errors.New("expected : after the key")
+		}
+		return key, strings.TrimSpace(rest[1:]), nil
+	}
+	for i := 0; i < len(line); i++ {
+		if line[i] == ':' && (i+1 == len(line) || line[i+1] == ' ' || line[i+1] == '\t') {
+			key := strings.TrimSpace(line[:i])
+			if key == "" {
+				return "", "", errors.New("empty key")
+			}
+			return key, strings.TrimSpace(line[i+1:]), nil
+		}
+	}
+	return "", "", fmt.Errorf("expected \"key: value\", got %q", line)
+}
+
+// quoted reads a leading "…" or '…' string; it returns the value and what
+// follows the closing quote.
+func quoted(s string) (string, string, error) {
+	q := s[0]
+	if q == '\'' {
+		var b strings.Builder
+		for i := 1; i < len(s); i++ {
+			if s[i] == '\'' {
+				if i+1 < len(s) && s[i+1] == '\'' {
+					b.WriteByte('\'')
+					i++
+					continue
+				}
+				return b.String(), s[i+1:], nil
+			}
+			b.WriteByte(s[i])
+		}
+		return "", "", errors.New("unterminated quoted string")
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] == '\\' {
+			i++
+			continue
+		}
+		if s[i] == '"' {
+			v, err := strconv.Unquote(s[:i+1])
+			if err != nil {
+				return "", "", fmt.Errorf("bad quoted string %s", s[:i+1])
+			}
+			return v, s[i+1:], nil
+		}
+	}
+	return "", "", errors.New("unterminated quoted string")
+}
+
+var yamlNumber = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+
+// scalar converts a value to JSON: quoted strings, booleans, null,
+// numbers, JSON flow values ({…} or […]), else a plain string (a " #"
+// starts a comment).
+func scalar(s string) (json.RawMessage, error) {
+	if s[0] == '"' || s[0] == '\'' {
+		v, rest, err := quoted(s)
+		if err != nil {
+			return nil, err
+		}
+		if rest = strings.TrimSpace(rest); rest != "" && !strings.HasPrefix(rest, "#") {
+			return nil, fmt.Errorf("unexpected %q after the quoted string", rest)
+		}
+		return mustJSON(v), nil
+	}
+	if i := strings.Index(s, " #"); i >= 0 {
+		s = strings.TrimSpace(s[:i])
+	}
+	if (s[0] == '{' || s[0] == '[') && json.Valid([]byte(s)) {
+		return json.RawMessage(s), nil
+	}
+	switch strings.ToLower(s) {
+	case "true":
+		return json.RawMessage("true"), nil
+	case "false":
+		return json.RawMessage("false"), nil
+	case "null", "~":
+		return json.RawMessage("null"), nil
+	}
+	if yamlNumber.MatchString(s) {
+		return json.RawMessage(s), nil
+	}
+	return mustJSON(s), nil
+}

@@ -1,0 +1,477 @@
+package instanceapi
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+func putFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func agentIDs(agents []AgentInfo) []string {
+	ids := make([]string, len(agents))
+	for i, a := range agents {
+		ids[i] = a.ID
+	}
+	return ids
+}
+
+func findAgent(t *testing.T, agents []AgentInfo, id string) AgentInfo {
+	t.Helper()
+	for _, a := range agents {
+		if a.ID == id {
+			return a
+		}
+	}
+	t.Fatalf("agent %q not in %v", id, agentIDs(agents))
+	return AgentInfo{}
+}
+
+func mustLoad(t *testing.T, project, dir string, configured map[string]json.RawMessage) []AgentInfo {
+	t.Helper()
+	agents, err := LoadAgents(project, dir, configured)
+	if err != nil {
+		t.Fatalf("LoadAgents: %v", err)
+	}
+	return agents
+}
+
+func TestLoadAgentsBuiltinsOnly(t *testing.T) {
+	dir := t.TempDir()
+	got := mustLoad(t, dir, dir, nil)
+	if !reflect.DeepEqual(got, BuiltinAgents()) {
+		t.Fatalf("got %+v, want the built-ins", got)
+	}
+	// The JSON shape: the required members are there even when empty.
+	b, _ := json.Marshal(got[0])
+	for _, want := range []string{`"id":"build"`, `"name":"build"`, `"mode":"primary"`, `"hidden":false`,
+		`"request":{"settings":{},"headers":{},"body":{}}`, `"permissions":[]`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %s", b, want)
+		}
+	}
+	if strings.Contains(string(b), `"model"`) || strings.Contains(string(b), `"steps"`) {
+		t.Errorf("%s has unset optional members", b)
+	}
+}
+
+func TestLoadAgentsEverySourceAndOrder(t *testing.T) {
+	project := t.TempDir()
+	sub := filepath.Join(project, "pkg", "api")
+	configured := map[string]json.RawMessage{
+		"zeta":   json.RawMessage(`{"description":"from server config"}`),
+		"shared": json.RawMessage(`{"description":"server","mode":"subagent","color":"red","steps":3}`),
+		"plan":   json.RawMessage(`{"description":"server plan"}`),
+	}
+	putFile(t, filepath.Join(project, "opencode.jsonc"), `{
+		// project JSONC
+		"agent": {
+			"shared": {"description": "project jsonc", "hidden": true},
+			"jsonc-only": {"prompt": "jsonc"},
+		},
+	}`)
+	putFile(t, filepath.Join(project, "opencode.json"), `{"agent": {"shared": {"description": "project json"}, "alpha": {}}}`)
+	putFile(t, filepath.Join(project, ".opencode", "agent", "shared.md"), "---\ncolor: blue\n---\nproject md prompt\n")
+	putFile(t, filepath.Join(project, ".opencode", "agents", "beta.md"), "beta prompt")
+	putFile(t, filepath.Join(sub, "opencode.json"), `{"agent": {"shared": {"steps": 9}}}`)
+	putFile(t, filepath.Join(sub, ".opencode", "agent", "shared.md"), "---\nmode: primary\n---\n")
+
+	got := mustLoad(t, project, sub, configured)
+	if want := []string{"build", "plan", "general", "alpha", "beta", "jsonc-only", "shared", "zeta"}; !reflect.DeepEqual(agentIDs(got), want) {
+		t.Fatalf("ids %v, want %v (built-ins first, then by id)", agentIDs(got), want)
+	}
+	s := findAgent(t, got, "shared")
+	want := AgentInfo{ID: "shared", Name: "shared", Description: "project json", Mode: "primary", Hidden: true,
+		Color: "blue", Steps: 9, System: "project md prompt", Permissions: []PermissionRule{},
+		Request: AgentRequest{Settings: map[string]any{}, Headers: map[string]string{}, Body: map[string]any{}}}
+	if !reflect.DeepEqual(s, want) {
+		t.Fatalf("shared =\n%+v\nwant\n%+v", s, want)
+	}
+	if p := findAgent(t, got, "plan"); p.Description != "server plan" || p.Mode != "primary" || len(p.Permissions) != 2 {
+		t.Fatalf("plan override lost the built-in fields: %+v", p)
+	}
+	if a := findAgent(t, got, "alpha"); a.Mode != "all" || a.Name != "alpha" || a.Permissions == nil || a.Request.Settings == nil {
+		t.Fatalf("alpha defaults: %+v", a)
+	}
+	if b := findAgent(t, got, "beta"); b.System != "beta prompt" {
+		t.Fatalf("beta (no front matter) system = %q", b.System)
+	}
+	if j := findAgent(t, got, "jsonc-only"); j.System != "jsonc" {
+		t.Fatalf("jsonc-only system = %q", j.System)
+	}
+
+	// Only the project: the location's files are not read.
+	got = mustLoad(t, project, project, configured)
+	if s := findAgent(t, got, "shared"); s.Steps != 3 || s.Mode != "subagent" {
+		t.Fatalf("project-only shared = %+v", s)
+	}
+	// No files at all: only built-ins and the server config.
+	got = mustLoad(t, "", "", configured)
+	if want := []string{"build", "plan", "general", "shared", "zeta"}; !reflect.DeepEqual(agentIDs(got), want) {
+		t.Fatalf("ids %v, want %v", agentIDs(got), want)
+	}
+}
+
+func TestLoadAgentsAllFields(t *testing.T) {
+	dir := t.TempDir()
+	putFile(t, filepath.Join(dir, "opencode.json"), `{
+  "$schema": "https://opencode.ai/config.json",
+  "model": "ignored/top-level",
+  "agent": {
+    "review": {
+      "name": "Reviewer",
+      "description": "Reviews code",
+      "mode": "subagent",
+      "model": "anthropic/claude-sonnet-4#high",
+      "prompt": "You review.",
+      "color": "#ff0000",
+      "steps": 12,
+      "hidden": true,
+      "temperature": 0.2,
+      "top_p": 0.9,
+      "reasoningEffort": "high",
+      "options": {"store": false},
+      "headers": {"X-Team": "core"},
+      "permission": {"edit": "deny", "bash": {"git *": "allow", "*": "ask"}, "webfetch": "allow"},
+      "unset": null
+    }
+  }
+}`)
+	got := findAgent(t, mustLoad(t, dir, dir, nil), "review")
+	want := AgentInfo{
+		ID: "review", Name: "Reviewer", Description: "Reviews code", Mode: "subagent",
+		Model:  &ModelRef{ProviderID: "anthropic", ID: "claude-sonnet-4", Variant: "high"},
+		System: "You review.", Color: "#ff0000", Steps: 12, Hidden: true,
+		Request: AgentRequest{
+			Settings: map[string]any{"temperature": 0.2, "top_p": 0.9, "reasoningEffort": "high", "store": false},
+			Headers:  map[string]string{"X-Team": "core"},
+			Body:     map[string]any{},
+		},
+		Permissions: []PermissionRule{
+			{Action: "edit", Resource: "*", Effect: "deny"},
+			{Action: "bash", Resource: "*", Effect: "ask"},
+			{Action: "bash", Resource: "git *", Effect: "allow"},
+			{Action: "webfetch", Resource: "*", Effect: "allow"},
+		},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestLoadAgentsMergeAndDisable(t *testing.T) {
+	dir := t.TempDir()
+	configured := map[string]json.RawMessage{
+		"helper": json.RawMessage(`{"description":"d","model":"openai/gpt-5","temperature":0.5,"headers":{"A":"1"},
+			"permission":{"edit":"deny","bash":"ask"}}`),
+		"general": json.RawMessage(`{"disable": true}`),
+		"gone":    json.RawMessage(`{"description":"x"}`),
+	}
+	putFile(t, filepath.Join(dir, "opencode.json"), `{"agent": {
+		"helper": {"top_p": 1, "headers": {"B": "2"}, "permission": {"edit": "allow"}, "variant": "low"},
+		"gone": {"disable": true, "mode": "not-even-checked"},
+		"plan": {"disable": false, "color": "green"}
+	}}`)
+	// Re-added after its removal by a later source.
+	putFile(t, filepath.Join(dir, ".opencode", "agent", "general.md"), "---\nmode: subagent\n---\nback")
+	got := mustLoad(t, dir, dir, configured)
+	if want := []string{"build", "plan", "general", "helper"}; !reflect.DeepEqual(agentIDs(got), want) {
+		t.Fatalf("ids %v, want %v", agentIDs(got), want)
+	}
+	h := findAgent(t, got, "helper")
+	if h.Description != "d" || !reflect.DeepEqual(h.Model, &ModelRef{ProviderID: "openai", ID: "gpt-5", Variant: "low"}) {
+		t.Fatalf("helper kept fields: %+v model %+v", h, h.Model)
+	}
+	if !reflect.DeepEqual(h.Request.Settings, map[string]any{"temperature": 0.5, "top_p": 1.0}) {
+		t.Fatalf("settings not merged: %v", h.Request.Settings)
+	}
+	if !reflect.DeepEqual(h.Request.Headers, map[string]string{"A": "1", "B": "2"}) {
+		t.Fatalf("headers not merged: %v", h.Request.Headers)
+	}
+	wantRules := []PermissionRule{{Action: "bash", Resource: "*", Effect: "ask"}, {Action: "edit", Resource: "*", Effect: "allow"}}
+	if !reflect.DeepEqual(h.Permissions, wantRules) {
+		t.Fatalf("rules %+v, want %+v", h.Permissions, wantRules)
+	}
+	if p := findAgent(t, got, "plan"); p.Color != "green" {
+		t.Fatalf("disable:false removed or ignored plan: %+v", p)
+	}
+	if g := findAgent(t, got, "general"); g.System != "back" || g.Description != "" {
+		t.Fatalf("re-added general should start afresh: %+v", g)
+	}
+	// The built-in slice is not shared with the result.
+	if BuiltinAgents()[1].Color != "" {
+		t.Fatal("an override changed the built-ins")
+	}
+}
+
+func TestLoadAgentsJSONC(t *testing.T) {
+	dir := t.TempDir()
+	putFile(t, filepath.Join(dir, "opencode.jsonc"), `// leading comment
+{
+  /* block
+     comment, with a comma, */
+  "agent": {
+    "c": {
+      "description": "has // slashes and /* stars */ and ,} inside", // trailing
+      "prompt": "url: http://example.com/a,b", /* after */
+      "color": "\"quoted, // \\",
+      "steps": 2, // trailing comma below
+    },
+    "d": {"permission": {"bash": {"*": "ask", /* c */ }, }, },
+  },
+}
+`)
+	got := mustLoad(t, dir, dir, nil)
+	c := findAgent(t, got, "c")
+	if c.Description != "has // slashes and /* stars */ and ,} inside" || c.System != "url: http://example.com/a,b" ||
+		c.Color != `"quoted, // \` || c.Steps != 2 {
+		t.Fatalf("c = %+v", c)
+	}
+	if d := findAgent(t, got, "d"); !reflect.DeepEqual(d.Permissions, []PermissionRule{{Action: "bash", Resource: "*", Effect: "ask"}}) {
+		t.Fatalf("d = %+v", d.Permissions)
+	}
+}
+
+func TestStripJSONC(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"a":1,}`, `{"a":1 }`},
+		{`[1,2,]`, `[1,2 ]`},
+		{"[1, // c\n]", "[1      \n]"},
+		{`[1 /* , */ ]`, `[1         ]`},
+		{`["a,]", "b//c", "d/*e*/"]`, `["a,]", "b//c", "d/*e*/"]`},
+		{`["\"", 1,]`, `["\"", 1 ]`},
+		{`["\\", 1,]`, `["\\", 1 ]`},
+		{`{"a":[1,],"b":2}`, `{"a":[1 ],"b":2}`},
+		{`{"a":1,"b":2}`, `{"a":1,"b":2}`},
+	} {
+		got, err := StripJSONC([]byte(tc.in))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("StripJSONC(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+		if len(got) != len(tc.in) {
+			t.Errorf("StripJSONC(%q) changed the length", tc.in)
+		}
+	}
+	if _, err := StripJSONC([]byte("{ /* open")); err == nil || !strings.Contains(err.Error(), "unterminated") {
+		t.Fatalf("unterminated comment: %v", err)
+	}
+}
+
+func TestParseModelRef(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want *ModelRef
+	}{
+		{"openai/gpt-5", &ModelRef{ProviderID: "openai", ID: "gpt-5"}},
+		{"openrouter/anthropic/claude-3.5#fast", &ModelRef{ProviderID: "openrouter", ID: "anthropic/claude-3.5", Variant: "fast"}},
+		{"gpt-5", nil},
+		{"/gpt-5", nil},
+		{"openai/", nil},
+		{"openai/gpt-5#", nil},
+		{"", nil},
+	} {
+		got, err := ParseModelRef(tc.in)
+		if tc.want == nil {
+			if err == nil {
+				t.Errorf("ParseModelRef(%q) = %+v, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("ParseModelRef(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+	// The object form is accepted too.
+	dir := t.TempDir()
+	putFile(t, filepath.Join(dir, "opencode.json"), `{"agent":{"o":{"model":{"providerID":"p","id":"m","variant":"v"}}}}`)
+	if o := findAgent(t, mustLoad(t, dir, dir, nil), "o"); !reflect.DeepEqual(o.Model, &ModelRef{ProviderID: "p", ID: "m", Variant: "v"}) {
+		t.Fatalf("object model = %+v", o.Model)
+	}
+}
+
+func TestPermissionForms(t *testing.T) {
+	for _, tc := range []struct {
+		name, perm string
+		want       []PermissionRule
+	}{
+		{"one effect for everything", `"ask"`, []PermissionRule{{"*", "*", "ask"}}},
+		{"by action", `{"edit": "deny", "read": "allow"}`, []PermissionRule{{"edit", "*", "deny"}, {"read", "*", "allow"}}},
+		{"patterns, specific first in the file", `{"bash": {"git status": "allow", "git *": "ask", "*": "deny"}}`,
+			[]PermissionRule{{"bash", "*", "deny"}, {"bash", "git *", "ask"}, {"bash", "git status", "allow"}}},
+		{"patterns, documented order kept", `{"bash": {"*": "ask", "git *": "allow", "git push *": "deny"}}`,
+			[]PermissionRule{{"bash", "*", "ask"}, {"bash", "git *", "allow"}, {"bash", "git push *", "deny"}}},
+		{"equal specificity keeps the file order", `{"bash": {"ls *": "deny", "cd *": "allow"}}`,
+			[]PermissionRule{{"bash", "ls *", "deny"}, {"bash", "cd *", "allow"}}},
+		{"catch-all action first", `{"edit": "allow", "*": "deny"}`, []PermissionRule{{"*", "*", "deny"}, {"edit", "*", "allow"}}},
+		{"null skipped", `{"edit": null, "bash": {"*": null, "ls": "allow"}}`, []PermissionRule{{"bash", "ls", "allow"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			putFile(t, filepath.Join(dir, "opencode.json"), `{"agent":{"p":{"permission":`+tc.perm+`}}}`)
+			if got := findAgent(t, mustLoad(t, dir, dir, nil), "p").Permissions; !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	// Front matter gives the same rules as the JSON form.
+	dir := t.TempDir()
+	putFile(t, filepath.Join(dir, ".opencode", "agent", "p.md"), `---
+permission:
+  edit: deny
+  bash:
+    "git *": allow
+    '*': ask
+  webfetch: allow
+---
+`)
+	want := []PermissionRule{{"edit", "*", "deny"}, {"bash", "*", "ask"}, {"bash", "git *", "allow"}, {"webfetch", "*", "allow"}}
+	if got := findAgent(t, mustLoad(t, dir, dir, nil), "p").Permissions; !reflect.DeepEqual(got, want) {
+		t.Fatalf("front matter rules %+v, want %+v", got, want)
+	}
+}
+
+func TestFrontMatter(t *testing.T) {
+	dir := t.TempDir()
+	putFile(t, filepath.Join(dir, ".opencode", "agent", "docs-writer.md"), "\ufeff---\r\n"+
+		"# a comment\r\n"+
+		"description: \"Writes docs: clearly\" # trailing comment\r\n"+
+		"mode: subagent\r\n"+
+		"model: anthropic/claude-haiku-4-5\r\n"+
+		"temperature: 0.3\r\n"+
+		"max_tokens: 4096\r\n"+
+		"hidden: TRUE\r\n"+
+		"color: 'it''s #blue'\r\n"+
+		"steps: 5\r\n"+
+		"stop: [\"END\"]\r\n"+
+		"note: plain text: with colon\r\n"+
+		"empty:\r\n"+
+		"prompt: ignored because the body wins\r\n"+
+		"permission:\r\n"+
+		"  edit: ask\r\n"+
+		"\r\n"+
+		"  bash: deny\r\n"+
+		"---\r\n"+
+		"\r\n"+
+		"You write documentation.\r\n"+
+		"---\r\n"+
+		"Keep it short.\r\n")
+	got := findAgent(t, mustLoad(t, dir, dir, nil), "docs-writer")
+	want := AgentInfo{ID: "docs-writer", Name: "docs-writer", Description: "Writes docs: clearly", Mode: "subagent",
+		Model: &ModelRef{ProviderID: "anthropic", ID: "claude-haiku-4-5"}, Hidden: true, Color: "it's #blue", Steps: 5,
+		System: "You write documentation.\n---\nKeep it short.",
+		Request: AgentRequest{Settings: map[string]any{"temperature": 0.3, "max_tokens": 4096.0, "stop": []any{"END"},
+			"note": "plain text: with colon"}, Headers: map[string]string{}, Body: map[string]any{}},
+		Permissions: []PermissionRule{{"edit", "*", "ask"}, {"bash", "*", "deny"}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got\n%+v\nwant\n%+v", got, want)
+	}
+
+	for _, tc := range []struct{ name, md, wantSystem, wantDesc string }{
+		{"prompt from front matter when the body is empty", "---\nprompt: \"Be brief.\"\n---\n\n", "Be brief.", ""},
+		{"literal block", "---\ndescription: |\n  line one\n  line two\nmode: all\n---\n", "", "line one\nline two\n"},
+		{"folded block", "---\ndescription: >-\n  one\n  two\n---\nbody", "body", "one two"},
+		{"no front matter", "Just a prompt.\n", "Just a prompt.", ""},
+		{"empty front matter", "---\n---\nP", "P", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			def, err := ParseAgentMarkdown([]byte(tc.md))
+			if err != nil {
+				t.Fatal(err)
+			}
+			set := newAgentSet()
+			if err := set.apply("test", "x", gjson.ParseBytes(def)); err != nil {
+				t.Fatal(err)
+			}
+			a := set.byID["x"]
+			if a.System != tc.wantSystem || a.Description != tc.wantDesc {
+				t.Fatalf("system %q description %q, want %q %q (def %s)", a.System, a.Description, tc.wantSystem, tc.wantDesc, def)
+			}
+		})
+	}
+}
+
+func TestLoadAgentsErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, content string
+		configured          map[string]json.RawMessage
+		want                string
+	}{
+		{name: "bad JSON", file: "opencode.json", content: "{\n  \"agent\": {\n    \"a\": {\"mode\": }\n  }\n}", want: "line 3"},
+		{name: "bad JSONC", file: "opencode.jsonc", content: `{"agent": {"a": {"mode": "all" "x": 1}}}`, want: "opencode.jsonc"},
+		{name: "unterminated comment", file: "opencode.jsonc", content: `{"agent": {} /* open`, want: "unterminated"},
+		{name: "not an object", file: "opencode.json", content: `[1]`, want: "must be a JSON object"},
+		{name: "agent not a map", file: "opencode.json", content: `{"agent": "build"}`, want: `"agent" must be an object`},
+		{name: "definition not an object", file: "opencode.json", content: `{"agent": {"a": true}}`, want: "must be an object"},
+		{name: "bad mode", file: "opencode.json", content: `{"agent": {"a": {"mode": "boss"}}}`, want: `mode must be primary, subagent or all, not "boss"`},
+		{name: "steps zero", file: "opencode.json", content: `{"agent": {"a": {"steps": 0}}}`, want: "steps must be a whole number greater than 0"},
+		{name: "steps negative", file: "opencode.json", content: `{"agent": {"a": {"steps": -2}}}`, want: "steps must be"},
+		{name: "steps fraction", file: "opencode.json", content: `{"agent": {"a": {"steps": 1.5}}}`, want: "steps must be"},
+		{name: "steps string", file: "opencode.json", content: `{"agent": {"a": {"steps": "3"}}}`, want: "steps must be"},
+		{name: "hidden string", file: "opencode.json", content: `{"agent": {"a": {"hidden": "yes"}}}`, want: "hidden must be true or false"},
+		{name: "description number", file: "opencode.json", content: `{"agent": {"a": {"description": 3}}}`, want: "description must be a string"},
+		{name: "bad model", file: "opencode.json", content: `{"agent": {"a": {"model": "gpt-5"}}}`, want: "providerID/modelID"},
+		{name: "variant without model", file: "opencode.json", content: `{"agent": {"a": {"variant": "high"}}}`, want: "variant needs a model"},
+		{name: "bad effect", file: "opencode.json", content: `{"agent": {"a": {"permission": {"edit": "maybe"}}}}`, want: "allow, deny or ask"},
+		{name: "bad pattern effect", file: "opencode.json", content: `{"agent": {"a": {"permission": {"bash": {"*": 1}}}}}`, want: "allow, deny or ask"},
+		{name: "bad permission type", file: "opencode.json", content: `{"agent": {"a": {"permission": [1]}}}`, want: "permission must be"},
+		{name: "bad header", file: "opencode.json", content: `{"agent": {"a": {"headers": {"X": 1}}}}`, want: `header "X" must be a string`},
+		{name: "bad disable", file: "opencode.json", content: `{"agent": {"a": {"disable": "yes"}}}`, want: "disable must be"},
+		{name: "front matter unclosed", file: ".opencode/agent/a.md", content: "---\nmode: all\n", want: "no closing ---"},
+		{name: "front matter bad mode", file: ".opencode/agents/a.md", content: "---\nmode: boss\n---\n", want: "mode must be"},
+		{name: "front matter steps zero", file: ".opencode/agent/a.md", content: "---\nsteps: 0\n---\n", want: "steps must be"},
+		{name: "front matter bad line", file: ".opencode/agent/a.md", content: "---\njust words\n---\n", want: "line 2"},
+		{name: "front matter bad indent", file: ".opencode/agent/a.md", content: "---\nmode: all\n  hidden: true\n---\n", want: "unexpected indentation"},
+		{name: "front matter tab", file: ".opencode/agent/a.md", content: "---\npermission:\n\tedit: deny\n---\n", want: "tabs"},
+		{name: "front matter list", file: ".opencode/agent/a.md", content: "---\ntools:\n  - read\n---\n", want: "lists are not supported"},
+		{name: "front matter twice", file: ".opencode/agent/a.md", content: "---\nmode: all\nmode: primary\n---\n", want: "set twice"},
+		{name: "front matter unterminated quote", file: ".opencode/agent/a.md", content: "---\ncolor: \"red\n---\n", want: "unterminated"},
+		{name: "server config bad JSON", configured: map[string]json.RawMessage{"s": json.RawMessage(`{"mode":`)}, want: `server config: agent "s"`},
+		{name: "server config bad mode", configured: map[string]json.RawMessage{"s": json.RawMessage(`{"mode":"x"}`)}, want: "mode must be"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.file != "" {
+				putFile(t, filepath.Join(dir, tc.file), tc.content)
+			}
+			agents, err := LoadAgents(dir, dir, tc.configured)
+			if err == nil {
+				t.Fatalf("no error; agents %v", agentIDs(agents))
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+			if tc.file != "" && !strings.Contains(err.Error(), filepath.Join(dir, tc.file)) {
+				t.Fatalf("error %q does not name the file", err)
+			}
+		})
+	}
+}
+
+func TestLoadAgentsOddDirectories(t *testing.T) {
+	// Glob metacharacters in the project path are not patterns.
+	dir := filepath.Join(t.TempDir(), "proj[1]*")
+	putFile(t, filepath.Join(dir, ".opencode", "agent", "odd.md"), "odd prompt")
+	putFile(t, filepath.Join(dir, ".opencode", "agent", "notes.txt"), "not an agent")
+	putFile(t, filepath.Join(dir, ".opencode", "agent", "sub.md", "x.md"), "a directory named like an agent")
+	putFile(t, filepath.Join(dir, ".opencode", "agents"), "a file where a directory may be")
+	got := mustLoad(t, dir, dir, nil)
+	if want := []string{"build", "plan", "general", "odd"}; !reflect.DeepEqual(agentIDs(got), want) {
+		t.Fatalf("ids %v, want %v", agentIDs(got), want)
+	}
+	if odd := findAgent(t, got, "odd"); odd.System != "odd prompt" {
+		t.Fatalf("odd = %+v", odd)
+	}
+}

@@ -1,0 +1,54 @@
+package instanceapi
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"time"
+)
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	for i := range b {
+		b[i] = base62[int(b[i])%62]
+	}
+	return string(b)
+}
+
+// idGen makes ids of instance-api.md §3: prefix_ + 14 hex digits of
+// (ms×4096 + counter) + 12 base62 characters; descending ids complement the
+// time value so that newer ids sort first.
+type idGen struct {
+	mu      sync.Mutex
+	lastMS  int64
+	counter int64
+}
+
+var ids idGen
+
+func (g *idGen) next(prefix string, descending bool, now time.Time) string {
+	g.mu.Lock()
+	ms := now.UnixMilli()
+	if ms == g.lastMS {
+		g.counter++
+	} else {
+		g.lastMS, g.counter = ms, 0
+	}
+	v := uint64(ms)*4096 + uint64(g.counter)
+	g.mu.Unlock()
+	if descending {
+		v = ^v
+	}
+	var b [8]byte
+	for i := 7; i >= 0; i-- {
+		b[i] = byte(v)
+		v >>= 8
+	}
+	return prefix + "_" + hex.EncodeToString(b[1:]) + randomID(12)
+}
+
+// NewEventID makes an ascending evt_ id.
+func NewEventID(now time.Time) string { return ids.next("evt", false, now) }

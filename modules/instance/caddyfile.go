@@ -1,0 +1,157 @@
+package instance
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+func init() {
+	httpcaddyfile.RegisterHandlerDirective("agent_instance", parseCaddyfile)
+	// Before reverse_proxy, like llm_gateway: it answers /api/… and
+	// /auth/connect/… and passes other paths on.
+	httpcaddyfile.RegisterDirectiveOrder("agent_instance", httpcaddyfile.Before, "reverse_proxy")
+}
+
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	in := new(Instance)
+	err := in.UnmarshalCaddyfile(h.Dispenser)
+	return in, err
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens:
+//
+//	agent_instance {
+//		name <instance name>
+//		password <password or placeholder>
+//		username <basic username>
+//		directory <default location>
+//		allow_root <directories...>
+//		plugin <name@version...>
+//		registry <npm registry url>
+//		heartbeat <duration>
+//		agent <id> {
+//			description <text>
+//			mode primary|subagent|all
+//			model <provider/model>
+//			prompt <system prompt>
+//			color <color>
+//			steps <n>
+//			hidden
+//		}
+//	}
+func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // consume directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "name":
+			if !d.AllArgs(&in.Name) {
+				return d.ArgErr()
+			}
+		case "password":
+			if !d.AllArgs(&in.Password) {
+				return d.ArgErr()
+			}
+		case "username":
+			if !d.AllArgs(&in.Username) {
+				return d.ArgErr()
+			}
+		case "directory":
+			if !d.AllArgs(&in.Directory) {
+				return d.ArgErr()
+			}
+		case "allow_root":
+			roots := d.RemainingArgs()
+			if len(roots) == 0 {
+				return d.ArgErr()
+			}
+			in.AllowedRoots = append(in.AllowedRoots, roots...)
+		case "plugin":
+			ps := d.RemainingArgs()
+			if len(ps) == 0 {
+				return d.ArgErr()
+			}
+			in.Plugins = append(in.Plugins, ps...)
+		case "registry":
+			if !d.AllArgs(&in.Registry) {
+				return d.ArgErr()
+			}
+		case "heartbeat":
+			var s string
+			if !d.AllArgs(&s) {
+				return d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(s)
+			if err != nil {
+				return d.Errf("heartbeat: %v", err)
+			}
+			in.Heartbeat = caddy.Duration(dur)
+		case "agent":
+			id, def, err := parseAgent(d)
+			if err != nil {
+				return err
+			}
+			if in.Agents == nil {
+				in.Agents = map[string]json.RawMessage{}
+			}
+			if _, dup := in.Agents[id]; dup {
+				return d.Errf("agent '%s' is declared twice", id)
+			}
+			in.Agents[id] = def
+		default:
+			return d.Errf("unrecognized subdirective '%s'", d.Val())
+		}
+	}
+	return nil
+}
+
+func parseAgent(d *caddyfile.Dispenser) (string, json.RawMessage, error) {
+	var id string
+	if !d.AllArgs(&id) {
+		return "", nil, d.ArgErr()
+	}
+	def := map[string]any{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		key := d.Val()
+		switch key {
+		case "description", "mode", "model", "prompt", "color":
+			var v string
+			if !d.AllArgs(&v) {
+				return "", nil, d.ArgErr()
+			}
+			if key == "mode" && v != "primary" && v != "subagent" && v != "all" {
+				return "", nil, d.Errf("agent mode must be primary, subagent or all, not '%s'", v)
+			}
+			def[key] = v
+		case "steps":
+			var v string
+			if !d.AllArgs(&v) {
+				return "", nil, d.ArgErr()
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return "", nil, d.Errf("agent steps must be a positive whole number, not '%s'", v)
+			}
+			def["steps"] = n
+		case "hidden":
+			if d.NextArg() {
+				return "", nil, d.ArgErr()
+			}
+			def["hidden"] = true
+		default:
+			return "", nil, d.Errf("unrecognized agent subdirective '%s'", key)
+		}
+	}
+	b, err := json.Marshal(def)
+	return id, b, err
+}
+
+// Interface guard
+var _ caddyfile.Unmarshaler = (*Instance)(nil)

@@ -1,0 +1,297 @@
+package instance
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// provisionCtx makes a config context holding the agentgate app (its data
+// in a temporary directory), as a loaded config would.
+func provisionCtx(t *testing.T) caddy.Context {
+	t.Helper()
+	appJSON, _ := json.Marshal(map[string]any{"storage": map[string]any{"path": t.TempDir()}})
+	ctx, err := caddy.ProvisionContext(&caddy.Config{
+		Admin:   &caddy.AdminConfig{Disabled: true},
+		AppsRaw: caddy.ModuleMap{"agentgate": appJSON},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx
+}
+
+// provision provisions and validates a handler, cleaning it up at the end
+// of the test (unless the test already did).
+func provision(t *testing.T, in *Instance) *Instance {
+	t.Helper()
+	if err := in.Provision(provisionCtx(t)); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	if err := in.Validate(); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	t.Cleanup(func() { in.Cleanup() })
+	return in
+}
+
+type result struct {
+	status   int
+	body     string
+	header   http.Header
+	nextUsed bool
+}
+
+func serve(t *testing.T, in *Instance, method, target string, headers ...string) result {
+	t.Helper()
+	req := httptest.NewRequest(method, target, nil)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	rec := httptest.NewRecorder()
+	var res result
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		res.nextUsed = true
+		w.WriteHeader(299)
+		return nil
+	})
+	if err := in.ServeHTTP(rec, req, next); err != nil {
+		t.Fatalf("ServeHTTP: %v", err)
+	}
+	res.status, res.body, res.header = rec.Code, rec.Body.String(), rec.Header()
+	return res
+}
+
+func basic(pw string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte("opencode:"+pw))
+}
+
+func pair(t *testing.T, in *Instance, pw string) string {
+	t.Helper()
+	r := serve(t, in, "POST", "/api/pair", "Authorization", basic(pw))
+	if r.status != 200 {
+		t.Fatalf("pair: %d %s", r.status, r.body)
+	}
+	var pc struct{ Code string }
+	json.Unmarshal([]byte(r.body), &pc)
+	return pc.Code
+}
+
+func connect(t *testing.T, in *Instance, code string) (int, string) {
+	t.Helper()
+	r := serve(t, in, "GET", "/auth/connect/"+code, "Accept", "application/json")
+	var ps struct{ Token string }
+	json.Unmarshal([]byte(r.body), &ps)
+	return r.status, ps.Token
+}
+
+func TestCaddyModule(t *testing.T) {
+	info := new(Instance).CaddyModule()
+	if info.ID != "http.handlers.agent_instance" {
+		t.Fatalf("ID %s", info.ID)
+	}
+	if _, ok := info.New().(*Instance); !ok {
+		t.Fatal("New does not make an *Instance")
+	}
+}
+
+// A config reload provisions the new handler before the old one is
+// cleaned up: codes issued by the old one are redeemable by the new one.
+func TestPairingSurvivesReload(t *testing.T) {
+	name := "reload-" + t.Name()
+	old := provision(t, &Instance{Name: name, Password: "pw"})
+	code := pair(t, old, "pw")
+	spare := pair(t, old, "pw")
+
+	fresh := provision(t, &Instance{Name: name, Password: "pw"})
+	if err := old.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	status, tok := connect(t, fresh, code)
+	if status != 200 || tok == "" {
+		t.Fatalf("redeeming an old code on the new handler: %d", status)
+	}
+	if r := serve(t, fresh, "GET", "/api/info", "Authorization", basic(tok)); r.status != 200 {
+		t.Fatalf("token on the new handler: %d", r.status)
+	}
+	if status, _ := connect(t, fresh, code); status != 401 {
+		t.Fatalf("code redeemed twice across the reload: %d", status)
+	}
+
+	// Another instance name has its own codes.
+	other := provision(t, &Instance{Name: "other-" + t.Name(), Password: "pw"})
+	if status, _ := connect(t, other, spare); status != 401 {
+		t.Fatalf("code of another instance accepted: %d", status)
+	}
+
+	// Once every config of the name is gone, its codes go too.
+	code2 := pair(t, fresh, "pw")
+	if err := fresh.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	later := provision(t, &Instance{Name: name, Password: "pw"})
+	if status, _ := connect(t, later, code2); status != 401 {
+		t.Fatalf("code outlived every config of its instance: %d", status)
+	}
+}
+
+func TestPasswordPlaceholder(t *testing.T) {
+	t.Setenv("AGENT_INSTANCE_TEST_PASSWORD", "from-env")
+	in := provision(t, &Instance{Name: t.Name(), Password: "{env.AGENT_INSTANCE_TEST_PASSWORD}"})
+	if r := serve(t, in, "GET", "/api/info", "Authorization", basic("from-env")); r.status != 200 {
+		t.Fatalf("resolved password: %d %s", r.status, r.body)
+	}
+	for _, pw := range []string{"{env.AGENT_INSTANCE_TEST_PASSWORD}", ""} {
+		r := serve(t, in, "GET", "/api/info", "Authorization", basic(pw))
+		if r.status != 401 || r.header.Get("WWW-Authenticate") != `Basic realm="Secure Area"` {
+			t.Fatalf("password %q: %d", pw, r.status)
+		}
+	}
+	if r := serve(t, in, "GET", "/api/info"); r.status != 401 {
+		t.Fatalf("no credentials: %d", r.status)
+	}
+
+	// A file placeholder works the same way.
+	f := filepath.Join(t.TempDir(), "pw")
+	os.WriteFile(f, []byte("from-file"), 0o600)
+	in = provision(t, &Instance{Name: t.Name() + "-file", Password: "{file." + f + "}", Username: "admin"})
+	r := serve(t, in, "GET", "/api/info", "Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("admin:from-file")))
+	if r.status != 200 {
+		t.Fatalf("file password with username admin: %d", r.status)
+	}
+	if r := serve(t, in, "GET", "/api/info", "Authorization", basic("from-file")); r.status != 401 {
+		t.Fatalf("the default username must not work when another is set: %d", r.status)
+	}
+}
+
+func TestProvisionErrors(t *testing.T) {
+	t.Setenv("AGENT_INSTANCE_TEST_EMPTY", "")
+	t.Setenv("AGENT_INSTANCE_TEST_RELATIVE", "relative/dir")
+	for _, tc := range []struct {
+		name string
+		in   Instance
+		want string
+	}{
+		{"empty password placeholder", Instance{Password: "{env.AGENT_INSTANCE_TEST_EMPTY}"}, "password is set but empty"},
+		{"missing password variable", Instance{Password: "{env.AGENT_INSTANCE_TEST_UNSET_XYZ}"}, "password is set but empty"},
+		{"relative allowed root", Instance{AllowedRoots: []string{"rel"}}, "must be an absolute path"},
+		{"directory placeholder resolving to a relative path", Instance{Directory: "{env.AGENT_INSTANCE_TEST_RELATIVE}"}, "absolute path"},
+		{"bad agent mode", Instance{Agents: map[string]json.RawMessage{"a": json.RawMessage(`{"mode":"boss"}`)}}, "mode must be"},
+		{"bad agent model", Instance{Agents: map[string]json.RawMessage{"a": json.RawMessage(`{"model":"nope"}`)}}, "providerID/modelID"},
+		{"bad plugin target", Instance{Plugins: []string{""}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			in.Name = "err-" + t.Name()
+			err := in.Provision(provisionCtx(t))
+			if err == nil {
+				in.Cleanup()
+				t.Fatal("provisioned")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+			if in.Cleanup() != nil {
+				t.Fatal("cleanup after a failed provision")
+			}
+			// Nothing of the name is left in the shared pool.
+			if _, loaded := shared.References(in.Name); loaded {
+				t.Fatal("a failed provision left shared state behind")
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		dir string
+		ok  bool
+	}{
+		{"", true},
+		{"/srv/project", true},
+		{"{env.PROJECT_DIR}", true},
+		{"relative/dir", false},
+		{"./dir", false},
+	} {
+		err := (&Instance{Directory: tc.dir}).Validate()
+		if (err == nil) != tc.ok {
+			t.Errorf("Validate(directory %q) = %v", tc.dir, err)
+		}
+	}
+}
+
+func TestServeHTTPRouting(t *testing.T) {
+	in := provision(t, &Instance{Name: t.Name()}) // no password: auth off
+	for _, p := range []string{"/", "/index.html", "/apix", "/auth/other", "/authconnect/x", "/v1/chat/completions"} {
+		if r := serve(t, in, "GET", p); !r.nextUsed || r.status != 299 {
+			t.Errorf("%s: next used %v, status %d", p, r.nextUsed, r.status)
+		}
+	}
+	for _, p := range []string{"/api/info", "/api", "/api/nope", "/auth/connect/abc"} {
+		if r := serve(t, in, "GET", p); r.nextUsed {
+			t.Errorf("%s went to the next handler", p)
+		}
+	}
+	if r := serve(t, in, "GET", "/api/info"); r.status != 200 {
+		t.Fatalf("auth off: %d %s", r.status, r.body)
+	}
+}
+
+func TestDirectoryAndAgents(t *testing.T) {
+	base, _ := filepath.EvalSymlinks(t.TempDir())
+	project := filepath.Join(base, "project")
+	outside := filepath.Join(base, "outside")
+	os.MkdirAll(filepath.Join(project, "sub"), 0o755)
+	os.MkdirAll(outside, 0o755)
+	in := provision(t, &Instance{Name: t.Name(), Directory: project,
+		Agents: map[string]json.RawMessage{"reviewer": json.RawMessage(`{"mode":"subagent","model":"openai/gpt-5"}`)}})
+
+	r := serve(t, in, "GET", "/api/location")
+	var li struct{ Directory string }
+	json.Unmarshal([]byte(r.body), &li)
+	if r.status != 200 || li.Directory != project {
+		t.Fatalf("default location: %d %s", r.status, r.body)
+	}
+	q := func(dir string) string { return "?" + url.Values{"location[directory]": {dir}}.Encode() }
+	if r := serve(t, in, "GET", "/api/location"+q(filepath.Join(project, "sub"))); r.status != 200 {
+		t.Fatalf("inside the default directory: %d %s", r.status, r.body)
+	}
+	// The default directory is the only allowed root when none is given.
+	if r := serve(t, in, "GET", "/api/location"+q(outside)); r.status != 403 || !strings.Contains(r.body, "LocationPermissionDeniedError") {
+		t.Fatalf("outside the default directory: %d %s", r.status, r.body)
+	}
+	r = serve(t, in, "GET", "/api/agent/reviewer")
+	if r.status != 200 || !strings.Contains(r.body, `"mode":"subagent"`) || !strings.Contains(r.body, `"providerID":"openai"`) {
+		t.Fatalf("configured agent: %d %s", r.status, r.body)
+	}
+
+	// Explicit roots replace the default.
+	in2 := provision(t, &Instance{Name: t.Name() + "-roots", Directory: project, AllowedRoots: []string{base}})
+	if r := serve(t, in2, "GET", "/api/location"+q(outside)); r.status != 200 {
+		t.Fatalf("inside an explicit root: %d %s", r.status, r.body)
+	}
+
+	// A default directory that does not exist still confines locations.
+	in3 := provision(t, &Instance{Name: t.Name() + "-missing", Directory: filepath.Join(base, "not-yet")})
+	if r := serve(t, in3, "GET", "/api/location"+q(outside)); r.status != 403 {
+		t.Fatalf("missing default directory lifted the restriction: %d %s", r.status, r.body)
+	}
+	if r := serve(t, in3, "GET", "/api/location"); r.status != 404 {
+		t.Fatalf("missing default directory: %d %s", r.status, r.body)
+	}
+
+	// No directory and no roots: any absolute directory.
+	in4 := provision(t, &Instance{Name: t.Name() + "-any"})
+	if r := serve(t, in4, "GET", "/api/location"+q(outside)); r.status != 200 {
+		t.Fatalf("unrestricted: %d %s", r.status, r.body)
+	}
+}
