@@ -132,6 +132,9 @@ type config struct {
 	MaxBody   string // workspace_console max_request_body; "" for the default
 	Debug     bool   // the debug global option
 	AccessLog bool   // an access log (to stderr) for the site
+	// DeviceClients are the workspace_console device_client ids; none for
+	// the default (agentgate-cli).
+	DeviceClients []string
 }
 
 // server is one caddy process, with its own ports, XDG directories and log.
@@ -192,8 +195,15 @@ func (s *server) caddyfile(c config) string {
 			"\t\t\trequest>headers>X-Goog-Api-Key delete\n\t\t\trequest>uri query {\n\t\t\t\tdelete key\n\t\t\t}\n\t\t}\n\t}\n")
 	}
 	b.WriteString("\tllm_gateway\n")
-	if c.MaxBody != "" {
-		fmt.Fprintf(&b, "\tworkspace_console {\n\t\tmax_request_body %s\n\t}\n", c.MaxBody)
+	if c.MaxBody != "" || len(c.DeviceClients) > 0 {
+		b.WriteString("\tworkspace_console {\n")
+		if c.MaxBody != "" {
+			fmt.Fprintf(&b, "\t\tmax_request_body %s\n", c.MaxBody)
+		}
+		if len(c.DeviceClients) > 0 {
+			fmt.Fprintf(&b, "\t\tdevice_client %s\n", strings.Join(c.DeviceClients, " "))
+		}
+		b.WriteString("\t}\n")
 	} else {
 		b.WriteString("\tworkspace_console\n")
 	}

@@ -42,7 +42,7 @@ func nodeReady(t *testing.T, ctx context.Context) string {
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Skip("node is not installed: the official SDK clients cannot run (.ci/run installs it)")
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); errors.Is(err, os.ErrNotExist) {
+	if !installed(dir, "openai", "@anthropic-ai/sdk", "@google/genai", "openid-client") {
 		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -50,6 +50,16 @@ func nodeReady(t *testing.T, ctx context.Context) string {
 		}
 	}
 	return dir
+}
+
+// installed reports whether every package is in dir's node_modules.
+func installed(dir string, pkgs ...string) bool {
+	for _, p := range pkgs {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", filepath.FromSlash(p), "package.json")); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // runClient runs one SDK program and decodes the JSON it prints.

@@ -1,10 +1,11 @@
 // Package console is the workspace Console handler
-// (http.handlers.workspace_console): the Console JSON API over the agentgate
-// app's shared store.
+// (http.handlers.workspace_console): the Console JSON API, the device-flow
+// endpoints and the web pages over the agentgate app's shared store.
 package console
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/agentgate/agentgate/modules/agentgate"
 	"github.com/agentgate/agentgate/modules/console/api"
 	"github.com/agentgate/agentgate/modules/console/oauth"
+	"github.com/agentgate/agentgate/modules/console/web"
 )
 
 func init() {
@@ -24,11 +26,14 @@ func init() {
 
 // Console serves the workspace Console: `GET /api/v2/config` and the
 // management API under `/api/v1/` (service accounts, keys, members,
-// connections, models and pricing). It authenticates service-account keys
+// connections, models and pricing), the device authorization endpoints, and
+// the server-rendered web pages (sign-in, device verification, workspace
+// pages) on every other path. The API authenticates service-account keys
 // and person access tokens sent as `Authorization: Bearer`, with `x-org-id`
 // for tokens not bound to a workspace, and enforces the permission matrix.
-// Unknown routes answer 404 and wrong methods 405, both as JSON `_tag`
-// errors. It is a terminal handler.
+// Unknown routes under /api/ answer 404 and wrong methods 405, both as JSON
+// `_tag` errors; other unknown paths get an HTML 404 page. It is a terminal
+// handler.
 type Console struct {
 	// InferenceURL is the public base URL of the gateway, used in the
 	// `settings.baseURL` of `/api/v2/config` as `<inference_url>/custom/<id>`.
@@ -50,6 +55,7 @@ type Console struct {
 
 	api    *api.API
 	oauth  *oauth.Handler
+	web    *web.Web
 	logger *zap.Logger
 }
 
@@ -74,7 +80,21 @@ func (c *Console) Provision(ctx caddy.Context) error {
 	for _, id := range clients {
 		c.oauth.Clients[id] = true
 	}
+	c.web = web.New(web.Options{Service: app.Service, InferenceURL: c.InferenceURL, Logger: c.logger, ClientIP: clientIP})
 	return nil
+}
+
+// clientIP is the client address Caddy determined (honouring the server's
+// trusted_proxies), for the web pages' per-IP rate limits.
+func clientIP(r *http.Request) string {
+	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && ip != "" {
+		return ip
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // Validate checks the configuration.
@@ -104,11 +124,14 @@ func (c *Console) Validate() error {
 
 // ServeHTTP serves the Console routes.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
-	if oauth.Handles(r.URL.Path) {
+	switch p := r.URL.Path; {
+	case oauth.Handles(p):
 		c.oauth.ServeHTTP(w, r)
-		return nil
+	case p == "/api" || strings.HasPrefix(p, "/api/"):
+		c.api.ServeHTTP(w, r)
+	default:
+		c.web.ServeHTTP(w, r)
 	}
-	c.api.ServeHTTP(w, r)
 	return nil
 }
 

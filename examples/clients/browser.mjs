@@ -1,0 +1,208 @@
+// Drives the agentgate Console's web pages in Debian's Chromium with npm
+// playwright-core (no bundled browser download), as a person would: it
+// fills the forms and clicks the buttons. The e2e browser tests run it:
+//
+//   AGENTGATE_CONSOLE_URL=http://127.0.0.1:8080 AGENTGATE_EMAIL=… AGENTGATE_PASSWORD=… \
+//     node browser.mjs <scenario>
+//
+// Scenarios:
+//   device  Open VERIFICATION_URI (a verification_uri_complete, relative to
+//           the Console), sign in when sent to the sign-in page, check that
+//           the page shows USER_CODE and the client, pick WORKSPACE and
+//           click Approve.
+//   keys    Sign in, create the service account SA_NAME and a key KEY_NAME
+//           ("Inference only") on WORKSPACE's page, and read the key value
+//           shown once.
+//   pages   Sign in and visit WORKSPACE's pages (service accounts,
+//           connections, members, budgets); set a budget on the budgets page.
+//
+// With SCREENSHOT_DIR set, each page is saved as <name>-desktop.png
+// (1280×800) and <name>-phone.png (390×844), full page. CHROMIUM overrides
+// /usr/bin/chromium.
+//
+// It prints one JSON object with what it saw ("console_errors" lists the
+// browser's console errors, CSP violations included) and exits 0; on a
+// failure it prints {"error": …} to standard error, saves error-*.png when
+// SCREENSHOT_DIR is set, and exits 1.
+import { chromium } from "playwright-core";
+import { mkdtemp, rm, mkdir } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const scenario = process.argv[2];
+const base = (process.env.AGENTGATE_CONSOLE_URL ?? "").replace(/\/+$/, "");
+const email = process.env.AGENTGATE_EMAIL ?? "";
+const password = process.env.AGENTGATE_PASSWORD ?? "";
+const workspace = process.env.WORKSPACE ?? "";
+const shots = process.env.SCREENSHOT_DIR ?? "";
+const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
+
+const sizes = [
+  { name: "desktop", width: 1280, height: 800 },
+  { name: "phone", width: 390, height: 844 },
+];
+
+function need(name, value) {
+  if (!value) throw new Error(`${name} is not set`);
+  return value;
+}
+
+// screenshot saves the page at both sizes and goes back to the first.
+async function screenshot(page, name) {
+  if (!shots) return;
+  for (const s of sizes) {
+    await page.setViewportSize({ width: s.width, height: s.height });
+    await page.waitForTimeout(50);
+    await page.screenshot({ path: join(shots, `${name}-${s.name}.png`), fullPage: true });
+  }
+  await page.setViewportSize({ width: sizes[0].width, height: sizes[0].height });
+}
+
+async function signIn(page) {
+  await page.getByLabel("Email").fill(need("AGENTGATE_EMAIL", email));
+  await page.getByLabel("Password").fill(need("AGENTGATE_PASSWORD", password));
+  await Promise.all([
+    page.waitForURL((u) => u.pathname !== "/signin"),
+    page.getByRole("button", { name: "Sign in" }).click(),
+  ]);
+}
+
+async function signInTo(page, path) {
+  await page.goto(`${base}/signin?next=${encodeURIComponent(path)}`);
+  await signIn(page);
+  if (new URL(page.url()).pathname !== path.split("?")[0]) {
+    throw new Error(`after sign-in the browser is at ${page.url()}, not ${path}`);
+  }
+}
+
+const scenarios = {
+  async device(page) {
+    const target = need("VERIFICATION_URI", process.env.VERIFICATION_URI);
+    const userCode = need("USER_CODE", process.env.USER_CODE);
+    await page.goto(new URL(target, base + "/").href);
+    const signinURL = page.url();
+    if (new URL(signinURL).pathname !== "/signin") {
+      throw new Error(`the verification page did not ask to sign in first: ${signinURL}`);
+    }
+    await screenshot(page, "signin");
+    await signIn(page);
+    const deviceURL = page.url();
+    const codeShown = (await page.locator("#user-code").textContent()).trim();
+    const clientShown = (await page.locator("#client-id").textContent()).trim();
+    if (codeShown !== userCode) throw new Error(`the page shows the code ${codeShown}, not ${userCode}`);
+    await screenshot(page, "device");
+    await page.locator(`input[name="workspace"][value="${need("WORKSPACE", workspace)}"]`).check();
+    await Promise.all([
+      page.waitForURL((u) => u.pathname === "/device"),
+      page.getByRole("button", { name: "Approve" }).click(),
+    ]);
+    await page.getByText("You can return to your terminal").waitFor();
+    const result = (await page.locator("main").innerText()).trim();
+    await screenshot(page, "device-approved");
+    return { signin_url: signinURL, device_url: deviceURL, code_shown: codeShown, client_shown: clientShown, result };
+  },
+
+  async keys(page, context) {
+    const saName = need("SA_NAME", process.env.SA_NAME);
+    const keyName = need("KEY_NAME", process.env.KEY_NAME);
+    const list = `/w/${encodeURIComponent(need("WORKSPACE", workspace))}/service-accounts`;
+    await signInTo(page, list);
+    await page.getByLabel("New service account").fill(saName);
+    await Promise.all([
+      page.waitForURL((u) => u.searchParams.get("done") === "sa-created"),
+      page.getByRole("button", { name: "Create service account" }).click(),
+    ]);
+    const section = page.locator("section.card").filter({ has: page.getByRole("heading", { name: saName, exact: true }) });
+    await section.getByLabel("Key name").fill(keyName);
+    await section.getByLabel("Permission").selectOption("inference");
+    await Promise.all([
+      page.waitForURL((u) => u.pathname.endsWith("/keys")),
+      section.getByRole("button", { name: "Create key" }).click(),
+    ]);
+    const input = page.locator("#key-value");
+    await input.waitFor();
+    const key = await input.inputValue();
+    const readOnly = await input.evaluate((el) => el.readOnly);
+    // The Copy button appears only with JavaScript, and copies the value.
+    const copy = page.getByRole("button", { name: "Copy" });
+    await copy.waitFor({ state: "visible" });
+    await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: base });
+    await copy.click();
+    await page.getByRole("button", { name: "Copied" }).waitFor();
+    const copied = await page.evaluate(() => navigator.clipboard.readText());
+    await screenshot(page, "key-created");
+    await page.getByRole("link", { name: "Done" }).click();
+    await page.waitForURL((u) => u.pathname === list);
+    const listing = await page.content();
+    await screenshot(page, "service-accounts");
+    return { key, read_only: readOnly, copied, listing_shows_key: listing.includes(key) };
+  },
+
+  async pages(page) {
+    const ws = `/w/${encodeURIComponent(need("WORKSPACE", workspace))}`;
+    await signInTo(page, `${ws}/service-accounts`);
+    const seen = {};
+    for (const name of ["service-accounts", "connections", "members", "budgets"]) {
+      await page.goto(`${base}${ws}/${name}`);
+      const current = await page.locator('nav.wsnav a[aria-current="page"]').textContent();
+      seen[name] = { title: await page.title(), nav: current.trim(), h1: (await page.locator("h1").first().textContent()).trim() };
+      if (name === "budgets") {
+        const first = page.locator("form").filter({ has: page.locator('input[name="limit_usd"]') }).first();
+        await first.locator('input[name="limit_usd"]').fill("25");
+        await first.locator('select[name="period"]').selectOption("monthly");
+        await Promise.all([
+          page.waitForURL((u) => u.searchParams.get("done") === "budget-set"),
+          first.getByRole("button", { name: /^Save/ }).click(),
+        ]);
+        seen[name].bars = await page.locator("svg.chart rect.bar").count();
+        seen[name].flash = (await page.locator(".flash").textContent()).trim();
+      }
+      await screenshot(page, name);
+    }
+    return { pages: seen };
+  },
+};
+
+let context;
+let page;
+const userDataDir = await mkdtemp(join(tmpdir(), "agentgate-chromium-"));
+const consoleErrors = [];
+try {
+  if (!scenarios[scenario]) throw new Error(`unknown scenario ${JSON.stringify(scenario)}; use device, keys or pages`);
+  need("AGENTGATE_CONSOLE_URL", base);
+  if (shots) await mkdir(shots, { recursive: true });
+  context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath,
+    headless: true,
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+    viewport: { width: sizes[0].width, height: sizes[0].height },
+    timeout: 60_000,
+  });
+  context.setDefaultTimeout(20_000);
+  page = context.pages()[0] ?? (await context.newPage());
+  page.on("console", (m) => {
+    if (m.type() === "error") consoleErrors.push(m.text());
+  });
+  page.on("pageerror", (e) => consoleErrors.push(String(e)));
+  const out = await scenarios[scenario](page, context);
+  process.stdout.write(JSON.stringify({ scenario, ...out, console_errors: consoleErrors }) + "\n");
+} catch (e) {
+  if (page && shots) {
+    await page.screenshot({ path: join(shots, `error-${scenario}.png`), fullPage: true }).catch(() => {});
+  }
+  const at = page ? page.url() : "";
+  process.stderr.write(JSON.stringify({ error: String(e?.stack ?? e), url: at, console_errors: consoleErrors }) + "\n");
+  process.exitCode = 1;
+} finally {
+  if (context) await context.close().catch(() => {});
+  await rm(userDataDir, { recursive: true, force: true }).catch(() => {});
+}
