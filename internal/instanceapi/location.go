@@ -3,6 +3,7 @@ package instanceapi
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -189,10 +190,20 @@ func (s *Server) ReloadAll() error {
 				return
 			}
 			s.locations[l.Canonical] = nl
+			if !sameAgents(l.Agents, nl.Agents) {
+				s.opts.Bus.Publish("agent.updated", nl.Ref(), nil)
+			}
 		}(i, l)
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// sameAgents reports whether two agent lists are the same definitions.
+func sameAgents(a, b []AgentInfo) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
 }
 
 func (s *Server) reloadLocations(w http.ResponseWriter, r *http.Request, _ router.Params) error {

@@ -677,7 +677,7 @@ func TestReload(t *testing.T) {
 		t.Fatalf("reload: %d %q", r.status, r.body)
 	}
 	h.srv.Bus().Publish("test.sentinel", nil, nil)
-	shutdowns := map[string]int{}
+	shutdowns, agentUpdates := map[string]int{}, map[string]int{}
 	for {
 		f := ev.next(t)
 		var e Event
@@ -686,6 +686,10 @@ func TestReload(t *testing.T) {
 		}
 		if e.Type == "test.sentinel" {
 			break
+		}
+		if e.Type == "agent.updated" && e.Location != nil {
+			agentUpdates[e.Location.Directory]++
+			continue
 		}
 		if e.Type != "location.shutdown" || e.Location == nil || !strings.HasPrefix(e.ID, "evt_") || e.Created != h.clk.Now().UnixMilli() {
 			t.Fatalf("unexpected frame %q", f)
@@ -697,6 +701,10 @@ func TestReload(t *testing.T) {
 	}
 	if len(shutdowns) != 2 || shutdowns[a] != 1 || shutdowns[b] != 1 {
 		t.Fatalf("location.shutdown per location: %v, want one each for %s and %s", shutdowns, a, b)
+	}
+	// Only the location whose agents changed announces it.
+	if len(agentUpdates) != 1 || agentUpdates[a] != 1 {
+		t.Fatalf("agent.updated: %v, want one for %s", agentUpdates, a)
 	}
 	if n := len(h.get("/api/agent" + locQuery(a)).json(t)["data"].([]any)); n != 4 {
 		t.Fatalf("%d agents after the reload, want 4", n)
