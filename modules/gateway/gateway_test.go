@@ -62,7 +62,7 @@ func TestAuthFailuresNeverReachUpstream(t *testing.T) {
 	}{
 		{"no key", nil, 401, "Unauthorized"},
 		{"malformed key", []string{"Authorization", "Bearer ag_sk_nope"}, 401, "Unauthorized"},
-		{"bad checksum", []string{"Authorization", "Bearer " + e.key[:len(e.key)-1] + "x"}, 401, "Unauthorized"},
+		{"bad checksum", []string{"Authorization", "Bearer " + flipLast(e.key)}, 401, "Unauthorized"},
 		{"other workspace's key", []string{"Authorization", "Bearer " + e.otherKey}, 404, "ConnectionNotFound"},
 		{"x-org-id of another workspace", []string{"Authorization", "Bearer " + e.key, "X-Org-Id", e.otherWS}, 403, "Forbidden"},
 	}
@@ -264,4 +264,13 @@ func TestPersonTokensOnTheGateway(t *testing.T) {
 	if rec := e.providers["openai"].Last(); rec.Header.Get("X-Org-Id") != "" {
 		t.Fatal("x-org-id went upstream")
 	}
+}
+
+// flipLast changes the last character of a key (never to itself).
+func flipLast(k string) string {
+	last := byte('x')
+	if k[len(k)-1] == last {
+		last = 'y'
+	}
+	return k[:len(k)-1] + string(last)
 }
