@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
+	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
 	"github.com/agentgate/agentgate/modules/store"
 )
@@ -241,7 +242,7 @@ func TestHTTPSUpstream(t *testing.T) {
 func TestPersonTokensOnTheGateway(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	p, err := e.svc.CreatePerson(ctx, service.NewPerson{Email: "dev@example.com", Name: "Dev", Password: "long enough pw", Workspace: e.ws, Role: store.RoleMember})
+	p, err := e.svc.CreatePerson(ctx, service.NewPerson{Email: "dev-" + secrets.RandomString(6) + "@example.com", Name: "Dev", Password: "long enough pw", Workspace: e.ws, Role: store.RoleMember})
 	if err != nil {
 		t.Fatal(err)
 	}
