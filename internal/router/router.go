@@ -75,17 +75,6 @@ func match(parts, segs []string) (Params, bool) {
 	return p, true
 }
 
-// Match reports whether some route matches the request's path, whatever the method.
-func (rt *Router) Match(r *http.Request) bool {
-	segs, _ := segments(r)
-	for _, r := range rt.routes {
-		if _, ok := match(r.parts, segs); ok {
-			return true
-		}
-	}
-	return false
-}
-
 // ServeHTTP dispatches the request.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	segs, ok := segments(r)

@@ -174,13 +174,3 @@ func TestMalformedEscape(t *testing.T) {
 		t.Fatalf("malformed RawPath: %d %v", w.Code, got)
 	}
 }
-
-func TestMatch(t *testing.T) {
-	var got hit
-	rt := newRouter(&got)
-	for target, want := range map[string]bool{"/a": true, "/a/x": true, "/a/x/m/y": true, "/a/x/m/y%2Fz": true, "/b/q": true, "/c": false, "/a/x/y": false} {
-		if m := rt.Match(httptest.NewRequest("GET", target, nil)); m != want {
-			t.Fatalf("Match(%s) = %v", target, m)
-		}
-	}
-}

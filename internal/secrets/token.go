@@ -110,12 +110,3 @@ func isBase62(s string) bool {
 	}
 	return true
 }
-
-// Redact returns the non-secret part of a credential for display: its prefix
-// and key id, e.g. "ag_sk_AbC123xyz789_…".
-func Redact(s string) string {
-	if t, ok := ParseToken(s); ok {
-		return t.Prefix + t.ID + "_…"
-	}
-	return "…"
-}

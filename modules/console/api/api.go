@@ -74,9 +74,6 @@ func New(opts Options) *API {
 // ServeHTTP implements http.Handler.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.ServeHTTP(w, r) }
 
-// Handles reports whether the API has a route for the request's path.
-func (a *API) Handles(r *http.Request) bool { return a.router.Match(r) }
-
 // auth resolves the request's credential: Authorization: Bearer, with x-org-id.
 func (a *API) auth(r *http.Request) (*service.Service, *service.Principal, error) {
 	svc, err := a.opts.Service(r.Context())

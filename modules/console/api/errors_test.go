@@ -149,15 +149,6 @@ func TestRouting(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("HEAD /api/v2/config: %d", res.StatusCode)
 	}
-
-	// Handles tells which paths are the API's.
-	a := api.New(api.Options{Service: func(context.Context) (*service.Service, error) { return e.svc, nil }})
-	for path, want := range map[string]bool{"/api/v2/config": true, "/api/v1/members/usr_x": true, "/api/v1/nope": false, "/device": false} {
-		hr, _ := http.NewRequest("GET", "http://x"+path, nil)
-		if got := a.Handles(hr); got != want {
-			t.Fatalf("Handles(%s) = %v", path, got)
-		}
-	}
 }
 
 func TestAuthErrors(t *testing.T) {
