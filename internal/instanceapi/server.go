@@ -16,6 +16,7 @@ import (
 	"github.com/agentgate/agentgate/internal/clock"
 	"github.com/agentgate/agentgate/internal/jsonio"
 	"github.com/agentgate/agentgate/internal/router"
+	"github.com/agentgate/agentgate/modules/store"
 )
 
 // Options configure a Server.
@@ -39,6 +40,13 @@ type Options struct {
 	Heartbeat time.Duration
 	Clock     clock.Clock
 	Logger    *zap.Logger
+	// Store returns the store that keeps sessions (the app's store).
+	Store func(ctx context.Context) (store.Store, error)
+	// Instance names this instance; sessions are scoped by it. Default "default".
+	Instance string
+	// Schedule, when set, is called after a prompt is admitted with resume
+	// not false, to wake the session's drain (the agent loop).
+	Schedule func(sessionID string)
 }
 
 // Server is the instance API.
@@ -48,6 +56,11 @@ type Server struct {
 
 	mu        sync.Mutex
 	locations map[string]*Location // canonical directory → loaded location
+
+	activeMu sync.Mutex
+	active   map[string]struct{} // sessions whose drain runs in this process
+
+	afterAdmit func() // test hook: runs after a prompt is committed, before the answer
 }
 
 // New builds a server.
@@ -68,7 +81,7 @@ func New(opts Options) *Server {
 		opts.Pairing = NewPairing(opts.Clock)
 	}
 	s := &Server{opts: opts, router: &router.Router{OnError: func(w http.ResponseWriter, _ *http.Request, err error) { writeError(w, err) }},
-		locations: map[string]*Location{}}
+		locations: map[string]*Location{}, active: map[string]struct{}{}}
 	rt := s.router
 	rt.Handle("GET", "/api/info", s.info)
 	rt.Handle("POST", "/api/pair", s.pair)
@@ -81,6 +94,7 @@ func New(opts Options) *Server {
 	rt.Handle("POST", "/api/plugin/check", s.checkPlugins)
 	rt.Handle("POST", "/api/plugin/update", s.updatePlugins)
 	rt.Handle("GET", "/api/event", s.events)
+	s.sessionRoutes(rt)
 	return s
 }
 

@@ -4,6 +4,7 @@
 package instance
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/agentgate/agentgate/internal/clock"
 	"github.com/agentgate/agentgate/internal/instanceapi"
 	"github.com/agentgate/agentgate/modules/agentgate"
+	"github.com/agentgate/agentgate/modules/store"
 )
 
 func init() {
@@ -159,6 +161,14 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		Auth:    &instanceapi.Auth{Username: in.Username, Password: password, Clock: clock.Real{}},
 		Pairing: st.pairing, Bus: st.bus, DefaultDirectory: dir, AllowedRoots: roots, Agents: in.Agents,
 		Plugins: plugins, Version: caddy.CustomVersion, Heartbeat: time.Duration(in.Heartbeat), Logger: in.logger,
+		Instance: in.Name,
+		Store: func(ctx context.Context) (store.Store, error) {
+			svc, err := app.Service(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return svc.Store, nil
+		},
 	})
 	return nil
 }

@@ -102,6 +102,27 @@ type Tx interface {
 	// after, in id (time) order, until fn returns false or an error.
 	Usage(workspace, after string, fn func(*UsageRecord) (bool, error)) error
 
+	// Instance sessions (instance_sessions.go), scoped per instance name.
+	InstanceSession(instance, id string) (*InstanceSession, error)
+	// PutInstanceSession writes a session and its list indexes; ErrExists
+	// when create is set and the id is taken.
+	PutInstanceSession(s *InstanceSession, create bool) error
+	// DeleteInstanceSessionTree deletes a session, its descendants and all
+	// their items; it returns the deleted ids, the session first.
+	DeleteInstanceSessionTree(instance, id string) ([]string, error)
+	// ListInstanceSessions calls fn for the sessions matching q in (updated,
+	// id) order (reversed when q.Desc), strictly after q.After when set,
+	// until fn returns false or an error.
+	ListInstanceSessions(instance string, q SessionScan, fn func(*InstanceSession) (bool, error)) error
+	// AppendSessionItem appends a message (kind ItemMessage) or inbox item
+	// (ItemInbox) to a session; ErrExists when its id is already used in
+	// the session by either kind.
+	AppendSessionItem(instance, sessionID string, kind byte, id string, raw []byte) error
+	// SessionItems calls fn for a session's items of one kind in append order.
+	SessionItems(instance, sessionID string, kind byte, fn func(raw []byte) (bool, error)) error
+	// SessionItemKind reports the kind of the item with that id, or ErrNotFound.
+	SessionItemKind(instance, sessionID, id string) (byte, error)
+
 	// Meta reads a small named value of the store itself (schema version,
 	// master-key fingerprint).
 	Meta(name string) ([]byte, error)
