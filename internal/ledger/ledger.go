@@ -42,11 +42,33 @@ type Ledger struct {
 	mu      sync.Mutex
 	members map[string]*member // workspace/member → state
 	pending sync.WaitGroup     // settlements in flight
-	// settling is held shared by settlements and exclusively by SetBudget,
-	// so that a budget's spend recomputed from the usage records never
-	// misses, nor counts twice, a settlement running at the same time.
+	// settling is held shared by the settlement writer and exclusively by
+	// SetBudget, so that a budget's spend recomputed from the usage records
+	// never misses, nor counts twice, a settlement written at the same time.
 	settling sync.RWMutex
+
+	// Settlements go through one writer that batches them: one transaction
+	// (and one sync to disk) for many requests, and no conflicts between
+	// settlements on a shared budget record.
+	queue     chan *settlement
+	sendMu    sync.RWMutex // held shared by senders, exclusively by Close
+	closed    bool
+	stop      chan struct{}
+	writerEnd chan struct{}
+	closeOnce sync.Once
 }
+
+type settlement struct {
+	r    *Reservation
+	rec  *store.UsageRecord
+	done func(error)
+}
+
+// maxBatch bounds how many settlements share one transaction.
+const maxBatch = 256
+
+// ErrClosed is returned by settlements after Close.
+var ErrClosed = errors.New("ledger is closed")
 
 type member struct {
 	budget   *store.Budget // nil: no budget (unlimited); a cached copy
@@ -58,7 +80,22 @@ func New(st store.Store, clk clock.Clock) *Ledger {
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	return &Ledger{store: st, clock: clk, members: map[string]*member{}}
+	l := &Ledger{store: st, clock: clk, members: map[string]*member{},
+		queue: make(chan *settlement, 4*maxBatch), stop: make(chan struct{}), writerEnd: make(chan struct{})}
+	go l.writer()
+	return l
+}
+
+// Close writes the settlements already queued and stops the writer. It is
+// safe to call more than once.
+func (l *Ledger) Close() {
+	l.closeOnce.Do(func() {
+		l.sendMu.Lock()
+		l.closed = true
+		l.sendMu.Unlock()
+		close(l.stop)
+		<-l.writerEnd
+	})
 }
 
 // Reservation is an admitted request's hold on its member's budget.
@@ -129,80 +166,156 @@ func (l *Ledger) Reserve(ctx context.Context, ws, memberID string, amount money.
 }
 
 // Settle records the request's usage durably, adds its cost to the
-// member's spend in the period of rec.Time, and releases the reservation.
-// Only the first Settle or Release of a reservation counts.
+// member's spend in the period of rec.Time, and releases the reservation;
+// it returns once that is on disk. Only the first Settle or Release of a
+// reservation counts.
 func (r *Reservation) Settle(ctx context.Context, rec *store.UsageRecord) error {
-	if !r.claim() {
+	res := make(chan error, 1)
+	if !r.enqueue(rec, func(err error) { res <- err }) {
 		return nil
 	}
-	defer r.l.pending.Done()
-	return r.settle(ctx, rec)
+	return <-res
 }
 
 // SettleAsync settles in the background, so that the response need not wait
 // for the durable write; done (if not nil) gets the result. Ledger.Wait
 // waits for it.
 func (r *Reservation) SettleAsync(rec *store.UsageRecord, done func(error)) {
-	if !r.claim() {
-		return
-	}
-	go func() {
-		defer r.l.pending.Done()
-		err := r.settle(context.Background(), rec)
-		if done != nil {
-			done(err)
-		}
-	}()
+	r.enqueue(rec, done)
 }
 
-// claim marks the reservation settled and counts a settlement in flight.
-func (r *Reservation) claim() bool {
+// enqueue hands the settlement to the writer; false when the reservation
+// was already settled or released.
+func (r *Reservation) enqueue(rec *store.UsageRecord, done func(error)) bool {
 	l := r.l
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if r.done {
+		l.mu.Unlock()
 		return false
 	}
 	r.done = true
 	l.pending.Add(1)
+	l.mu.Unlock()
+	s := &settlement{r: r, rec: rec, done: done}
+	l.sendMu.RLock()
+	if l.closed {
+		l.sendMu.RUnlock()
+		l.finish([]*settlement{s}, ErrClosed)
+		return true
+	}
+	l.queue <- s // the writer runs until Close, which waits for this send
+	l.sendMu.RUnlock()
 	return true
 }
 
-func (r *Reservation) settle(ctx context.Context, rec *store.UsageRecord) error {
-	l := r.l
+// writer takes queued settlements and writes them in batches until Close,
+// then writes what is still queued.
+func (l *Ledger) writer() {
+	defer close(l.writerEnd)
+	for {
+		var first *settlement
+		select {
+		case first = <-l.queue:
+		case <-l.stop:
+			for {
+				select {
+				case s := <-l.queue:
+					l.write([]*settlement{s})
+				default:
+					return
+				}
+			}
+		}
+		batch := []*settlement{first}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case s := <-l.queue:
+				batch = append(batch, s)
+			default:
+				break fill
+			}
+		}
+		l.write(batch)
+	}
+}
+
+// write stores a batch in one transaction: every usage record, and each
+// touched budget read once and written once. If the batch fails, each
+// settlement is retried on its own so that one bad record costs no other.
+func (l *Ledger) write(batch []*settlement) {
 	l.settling.RLock()
-	defer l.settling.RUnlock()
+	err := l.commit(batch)
+	l.settling.RUnlock()
+	if err != nil && len(batch) > 1 {
+		for _, s := range batch {
+			l.write([]*settlement{s})
+		}
+		return
+	}
+	l.finish(batch, err)
+}
 
-	err := l.store.Update(context.WithoutCancel(ctx), func(tx store.Tx) error {
-		if err := tx.PutUsage(rec); err != nil {
-			return err
+func (l *Ledger) commit(batch []*settlement) error {
+	return l.store.Update(context.Background(), func(tx store.Tx) error {
+		budgets := map[string]*store.Budget{}
+		for _, s := range batch {
+			if err := tx.PutUsage(s.rec); err != nil {
+				return err
+			}
+			k := key(s.r.Workspace, s.r.MemberID)
+			b, seen := budgets[k]
+			if !seen {
+				var err error
+				b, err = tx.Budget(s.r.Workspace, s.r.MemberID)
+				if errors.Is(err, store.ErrNotFound) {
+					b, err = nil, nil
+				}
+				if err != nil {
+					return err
+				}
+				budgets[k] = b
+			}
+			if b != nil {
+				roll(b, s.rec.Time)
+				if !s.rec.Time.Before(b.PeriodStart) {
+					b.Spent += s.rec.Cost
+				}
+			}
 		}
-		b, err := tx.Budget(r.Workspace, r.MemberID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
+		for _, b := range budgets {
+			if b != nil {
+				if err := tx.PutBudget(b); err != nil {
+					return err
+				}
+			}
 		}
-		if err != nil {
-			return err
-		}
-		roll(b, rec.Time)
-		if !rec.Time.Before(b.PeriodStart) {
-			b.Spent += rec.Cost
-		}
-		return tx.PutBudget(b)
+		return nil
 	})
+}
 
+// finish releases the reservations of a written (or failed) batch, adds the
+// costs to the cached budgets, and reports to the callers.
+func (l *Ledger) finish(batch []*settlement, err error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if m, ok := l.members[key(r.Workspace, r.MemberID)]; ok {
-		m.reserved -= r.Amount
-		if err == nil && m.budget != nil {
-			roll(m.budget, rec.Time)
-			if !rec.Time.Before(m.budget.PeriodStart) {
-				m.budget.Spent += rec.Cost
+	for _, s := range batch {
+		if m, ok := l.members[key(s.r.Workspace, s.r.MemberID)]; ok {
+			m.reserved -= s.r.Amount
+			if err == nil && m.budget != nil {
+				roll(m.budget, s.rec.Time)
+				if !s.rec.Time.Before(m.budget.PeriodStart) {
+					m.budget.Spent += s.rec.Cost
+				}
 			}
 		}
 	}
-	return err
+	l.mu.Unlock()
+	for _, s := range batch {
+		if s.done != nil {
+			s.done(err)
+		}
+		l.pending.Done()
+	}
 }
 
 // Record appends a usage record of a request that was never admitted (it

@@ -250,3 +250,53 @@ func TestSetBudgetRecomputesSpend(t *testing.T) {
 		t.Fatal("budget still there")
 	}
 }
+
+// Many settlements for one budgeted member at once: every usage record and
+// every cent is written (a single batching writer, no conflicts to run out
+// of retries on), and Close writes what is still queued.
+func TestConcurrentSettlementsLoseNothing(t *testing.T) {
+	st := open(t, t.TempDir())
+	defer st.Close()
+	clk := clock.NewFake(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	l := New(st, clk)
+	l.SetBudget(ctx, "w", "m", store.MemberServiceAccount, usd("100000"), store.PeriodMonthly)
+	const n = 3000
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := 0; i < n; i++ {
+		r, err := l.Reserve(ctx, "w", "m", usd("0.01"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		r.SettleAsync(record(clk, "w", "m", money.Pico(1000+i)), func(err error) {
+			if err != nil {
+				failed.Add(1)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	l.Close()
+	if failed.Load() != 0 {
+		t.Fatalf("%d settlements failed", failed.Load())
+	}
+	var want money.Pico
+	for i := 0; i < n; i++ {
+		want += money.Pico(1000 + i)
+	}
+	var stored *store.Budget
+	records := 0
+	st.View(ctx, func(tx store.Tx) error {
+		stored, _ = tx.Budget("w", "m")
+		return tx.Usage("w", "", func(*store.UsageRecord) (bool, error) { records++; return true, nil })
+	})
+	if records != n || stored.Spent != want {
+		t.Fatalf("%d records, spent %s; want %d and %s", records, stored.Spent, n, want)
+	}
+	// After Close a settlement fails cleanly instead of hanging.
+	r, _ := l.Reserve(ctx, "w", "m", 0)
+	if err := r.Settle(ctx, record(clk, "w", "m", 1)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("settle after close: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -68,6 +69,9 @@ func parseDecimal(s string, decimals, intDigits int) (int64, error) {
 	}
 	frac += strings.Repeat("0", decimals-len(frac))
 	f, _ := strconv.ParseInt(frac, 10, 64)
+	if whole > (math.MaxInt64-f)/scale {
+		return 0, fmt.Errorf("%q is too large", orig)
+	}
 	v := whole*scale + f
 	if neg {
 		v = -v

@@ -332,3 +332,19 @@ func TestPico(t *testing.T) {
 		t.Fatalf("sum %s", sum)
 	}
 }
+
+// The largest budget (one million dollars) and spend above it round-trip
+// through JSON; amounts that do not fit an int64 are refused, not wrapped.
+func TestPicoLargeAmounts(t *testing.T) {
+	for _, p := range []Pico{MaxSpend, MaxSpend + 1, 9_000_000 * 1_000_000_000_000} {
+		b, _ := p.MarshalJSON()
+		var back Pico
+		if err := back.UnmarshalJSON(b); err != nil || back != p {
+			t.Fatalf("%s: %v %v", b, back, err)
+		}
+	}
+	var p Pico
+	if err := p.UnmarshalJSON([]byte("9300000")); err == nil {
+		t.Fatal("an amount past int64 was accepted")
+	}
+}

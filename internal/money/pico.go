@@ -52,7 +52,7 @@ func (p *Pico) UnmarshalJSON(b []byte) error {
 	if s == "null" || (len(s) > 0 && s[0] == '"') {
 		return errors.New("an amount must be a JSON number")
 	}
-	v, err := parseDecimal(s, 12, 6)
+	v, err := parseDecimal(s, 12, 7)
 	if err != nil {
 		return err
 	}

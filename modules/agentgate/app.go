@@ -198,9 +198,9 @@ type pooledStore struct {
 	ledger *ledger.Ledger
 }
 
-// Destruct waits for settlements in flight, then closes the store.
+// Destruct writes the settlements still queued, then closes the store.
 func (p pooledStore) Destruct() error {
-	p.ledger.Wait()
+	p.ledger.Close()
 	return p.Close()
 }
 
@@ -248,6 +248,7 @@ func (a *App) start() error {
 		return err
 	}
 	svc := service.New(st, keys, a.Clock, a.logger)
+	svc.Ledger.Close() // the pooled ledger, shared across reloads, replaces the default one
 	svc.Ledger = pooled.ledger
 	for _, dc := range a.Connections {
 		changed, err := svc.Reconcile(context.Background(), dc.Workspace, dc.input())
