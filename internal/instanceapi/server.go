@@ -47,6 +47,9 @@ type Options struct {
 	// Schedule, when set, is called after a prompt is admitted with resume
 	// not false, to wake the session's drain (the agent loop).
 	Schedule func(sessionID string)
+	// Runner, when set, runs the session drains (provider turns); it may
+	// outlive this Server (configuration reloads) and uses the newest one.
+	Runner *Runner
 }
 
 // Server is the instance API.
@@ -95,6 +98,9 @@ func New(opts Options) *Server {
 	rt.Handle("POST", "/api/plugin/update", s.updatePlugins)
 	rt.Handle("GET", "/api/event", s.events)
 	s.sessionRoutes(rt)
+	if opts.Runner != nil {
+		opts.Runner.attach(s)
+	}
 	return s
 }
 

@@ -31,6 +31,7 @@ func (s *Server) sessionRoutes(rt *router.Router) {
 	rt.Handle("POST", "/api/session/{sessionID}/agent", s.switchAgent)
 	rt.Handle("POST", "/api/session/{sessionID}/model", s.switchModel)
 	rt.Handle("POST", "/api/session/{sessionID}/move", s.moveSession)
+	rt.Handle("POST", "/api/session/{sessionID}/interrupt", s.interruptSession)
 	rt.Handle("POST", "/api/experimental/session/import", s.importSession)
 	rt.Handle("GET", "/api/experimental/session/stats", s.sessionStats)
 	rt.Handle("GET", "/api/experimental/session/{sessionID}/export", s.exportSession)
@@ -271,6 +272,9 @@ func (s *Server) removeSession(w http.ResponseWriter, r *http.Request, p router.
 	}
 	for _, rid := range removed {
 		s.SetActive(rid, false)
+		if s.opts.Runner != nil {
+			s.opts.Runner.Interrupt(rid) // its drain ends: the session is gone
+		}
 		s.opts.Bus.Publish("session.deleted", &info.Location, map[string]any{"sessionID": rid})
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -284,6 +288,11 @@ func (s *Server) activeSessions(w http.ResponseWriter, r *http.Request, _ router
 		data[id] = map[string]string{"type": "running"}
 	}
 	s.activeMu.Unlock()
+	if s.opts.Runner != nil {
+		for _, id := range s.opts.Runner.Active() {
+			data[id] = map[string]string{"type": "running"}
+		}
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": data})
 	return nil
 }

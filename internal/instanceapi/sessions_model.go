@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/router"
 	"github.com/agentgate/agentgate/modules/store"
 )
 
@@ -270,5 +272,26 @@ func (s *Server) IsActive(sessionID string) bool {
 	s.activeMu.Lock()
 	defer s.activeMu.Unlock()
 	_, ok := s.active[sessionID]
-	return ok
+	return ok || (s.opts.Runner != nil && s.opts.Runner.isActive(sessionID))
+}
+
+// interruptSession stops the session's running turn (outcome
+// "interrupted"); inputs admitted but not yet taken stay admitted and are
+// processed afterwards. 204 whether or not a turn was running.
+func (s *Server) interruptSession(w http.ResponseWriter, r *http.Request, p router.Params) error {
+	sid, err := pathSession(p)
+	if err != nil {
+		return err
+	}
+	if err := s.view(r.Context(), func(tx store.Tx) error {
+		_, err := s.getInfo(tx, sid)
+		return err
+	}); err != nil {
+		return err
+	}
+	if s.opts.Runner != nil {
+		s.opts.Runner.Interrupt(sid)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

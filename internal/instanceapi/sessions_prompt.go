@@ -258,8 +258,13 @@ func (s *Server) promptSession(w http.ResponseWriter, r *http.Request, p router.
 	}
 	s.publishSession("session.input.admitted", info, map[string]any{"input": item})
 	s.publishSession("session.updated", info, map[string]any{"info": info})
-	if (in.Resume == nil || *in.Resume) && s.opts.Schedule != nil {
-		s.opts.Schedule(sid)
+	if in.Resume == nil || *in.Resume {
+		if s.opts.Schedule != nil {
+			s.opts.Schedule(sid)
+		}
+		if s.opts.Runner != nil {
+			s.opts.Runner.Schedule(sid)
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": item})
 	return nil

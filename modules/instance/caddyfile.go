@@ -8,6 +8,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/agentgate/agentgate/internal/instanceapi"
 )
 
 func init() {
@@ -93,6 +95,42 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("heartbeat: %v", err)
 			}
 			in.Heartbeat = caddy.Duration(dur)
+		case "provider":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			if in.Provider != nil {
+				return d.Err("provider is declared twice")
+			}
+			in.Provider = &Provider{}
+			for n := d.Nesting(); d.NextBlock(n); {
+				key := d.Val()
+				var v string
+				if !d.AllArgs(&v) {
+					return d.ArgErr()
+				}
+				switch key {
+				case "base_url":
+					in.Provider.BaseURL = v
+				case "connection":
+					in.Provider.Connection = v
+				case "api_key":
+					in.Provider.APIKey = v
+				case "format":
+					if !instanceapi.KnownProviderFormat(v) {
+						return d.Errf("provider format must be chat, responses, anthropic or google, not '%s'", v)
+					}
+					in.Provider.Format = v
+				case "model":
+					in.Provider.Model = v
+				case "input_price":
+					in.Provider.InputPrice = v
+				case "output_price":
+					in.Provider.OutputPrice = v
+				default:
+					return d.Errf("unrecognized provider subdirective '%s'", key)
+				}
+			}
 		case "agent":
 			id, def, err := parseAgent(d)
 			if err != nil {

@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/clock"
 	"github.com/agentgate/agentgate/internal/instanceapi"
+	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/modules/agentgate"
 	"github.com/agentgate/agentgate/modules/store"
 )
@@ -34,9 +37,79 @@ var shared = caddy.NewUsagePool()
 type sharedState struct {
 	pairing *instanceapi.Pairing
 	bus     *instanceapi.Bus
+	runner  *instanceapi.Runner // session drains: they survive config reloads
 }
 
-func (sharedState) Destruct() error { return nil }
+func (s sharedState) Destruct() error {
+	s.runner.Close()
+	return nil
+}
+
+// Provider configures where session turns go (the Caddyfile "provider"
+// block).
+type Provider struct {
+	// BaseURL of the endpoint, as the format's official SDK takes it:
+	// chat posts to <base_url>/chat/completions, responses to
+	// <base_url>/responses, anthropic to <base_url>/v1/messages, google to
+	// <base_url>/v1beta/models/<model>:streamGenerateContent. Placeholders
+	// are replaced.
+	BaseURL string `json:"base_url,omitempty"`
+	// Connection, when BaseURL is empty, is a gateway connection id of this
+	// same server: the base URL is http://<this server's address>/custom/<id>.
+	Connection string `json:"connection,omitempty"`
+	// APIKey is the workspace key (a placeholder such as
+	// {env.AGENTGATE_API_KEY}); it is never logged.
+	APIKey string `json:"api_key,omitempty"`
+	// Format of the endpoint: chat (default), responses, anthropic, google.
+	Format string `json:"format,omitempty"`
+	// Model is the model id used when the session and its agent name none.
+	Model string `json:"model,omitempty"`
+	// InputPrice and OutputPrice, USD per million tokens (decimal strings),
+	// price the session's cost; without them a turn costs 0.
+	InputPrice  string `json:"input_price,omitempty"`
+	OutputPrice string `json:"output_price,omitempty"`
+}
+
+func (p *Provider) config(repl *caddy.Replacer) (instanceapi.ProviderConfig, error) {
+	c := instanceapi.ProviderConfig{BaseURL: repl.ReplaceAll(p.BaseURL, ""), Connection: repl.ReplaceAll(p.Connection, ""),
+		APIKey: repl.ReplaceAll(p.APIKey, ""), Format: p.Format, Model: repl.ReplaceAll(p.Model, "")}
+	if c.Format == "" {
+		c.Format = "chat"
+	}
+	if !instanceapi.KnownProviderFormat(c.Format) {
+		return c, fmt.Errorf("provider format %q is not one of chat, responses, anthropic, google", c.Format)
+	}
+	if c.BaseURL == "" && c.Connection == "" {
+		return c, errors.New("provider needs base_url or connection")
+	}
+	if c.BaseURL != "" {
+		u, err := url.Parse(c.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return c, fmt.Errorf("provider base_url must be an http(s) URL, got %q", c.BaseURL)
+		}
+	}
+	if p.APIKey != "" && c.APIKey == "" {
+		return c, errors.New("provider api_key is set but empty (is its environment variable there?)")
+	}
+	for _, pr := range []struct {
+		name string
+		in   string
+		out  *money.Micros
+	}{{"input_price", p.InputPrice, &c.InputPrice}, {"output_price", p.OutputPrice, &c.OutputPrice}} {
+		if pr.in == "" {
+			continue
+		}
+		v, err := money.Parse(pr.in)
+		if err == nil {
+			err = money.ValidatePrice(pr.name, v)
+		}
+		if err != nil {
+			return c, fmt.Errorf("provider %s: %v", pr.name, err)
+		}
+		*pr.out = v
+	}
+	return c, nil
+}
 
 // Instance serves the instance API: `/api/…` and `/auth/connect/{code}`.
 // Requests for other paths go to the next handler.
@@ -80,7 +153,12 @@ type Instance struct {
 	// Heartbeat is the event-stream heartbeat interval. Default: 15s.
 	Heartbeat caddy.Duration `json:"heartbeat,omitempty"`
 
+	// Provider, when set, makes the instance answer prompts: admitted
+	// inputs become provider turns.
+	Provider *Provider `json:"provider,omitempty"`
+
 	server *instanceapi.Server
+	runner *instanceapi.Runner
 	logger *zap.Logger
 	key    string
 }
@@ -142,12 +220,24 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 	}
 	in.key = in.Name
 	val, _, err := shared.LoadOrNew(in.key, func() (caddy.Destructor, error) {
-		return sharedState{pairing: instanceapi.NewPairing(clock.Real{}), bus: instanceapi.NewBus(0, clock.Real{})}, nil
+		return sharedState{pairing: instanceapi.NewPairing(clock.Real{}), bus: instanceapi.NewBus(0, clock.Real{}), runner: instanceapi.NewRunner()}, nil
 	})
 	if err != nil {
 		return err
 	}
 	st := val.(sharedState)
+	var runner *instanceapi.Runner
+	if in.Provider != nil {
+		pc, err := in.Provider.config(repl)
+		if err != nil {
+			shared.Delete(in.key)
+			in.key = ""
+			return err
+		}
+		runner = st.runner
+		runner.SetProvider(pc)
+		in.runner = runner
+	}
 	plugins, err := instanceapi.NewPluginManager(instanceapi.PluginOptions{
 		Targets: in.Plugins, Registry: repl.ReplaceAll(in.Registry, ""),
 		Dir: filepath.Join(app.DataDir(), "plugins", in.Name), Logger: in.logger.Named("plugins"),
@@ -161,7 +251,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		Auth:    &instanceapi.Auth{Username: in.Username, Password: password, Clock: clock.Real{}},
 		Pairing: st.pairing, Bus: st.bus, DefaultDirectory: dir, AllowedRoots: roots, Agents: in.Agents,
 		Plugins: plugins, Version: caddy.CustomVersion, Heartbeat: time.Duration(in.Heartbeat), Logger: in.logger,
-		Instance: in.Name,
+		Instance: in.Name, Runner: runner,
 		Store: func(ctx context.Context) (store.Store, error) {
 			svc, err := app.Service(ctx)
 			if err != nil {
@@ -185,6 +275,11 @@ func (in *Instance) Validate() error {
 func (in *Instance) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	if !instanceapi.Handles(r.URL.Path) {
 		return next.ServeHTTP(w, r)
+	}
+	if in.runner != nil {
+		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			in.runner.LearnAddr(a.String())
+		}
 	}
 	in.server.ServeHTTP(w, r)
 	return nil

@@ -1,8 +1,10 @@
 package instance
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -12,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
@@ -293,5 +296,61 @@ func TestDirectoryAndAgents(t *testing.T) {
 	in4 := provision(t, &Instance{Name: t.Name() + "-any"})
 	if r := serve(t, in4, "GET", "/api/location"+q(outside)); r.status != 200 {
 		t.Fatalf("unrestricted: %d %s", r.status, r.body)
+	}
+}
+
+func TestProviderCaddyfile(t *testing.T) {
+	d := caddyfile.NewTestDispenser(`agent_instance {
+		provider {
+			connection conn_1
+			api_key {env.AGENTGATE_API_KEY}
+			format chat
+			model gpt-test
+			input_price 2.5
+			output_price 10
+		}
+	}`)
+	var in Instance
+	if err := in.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	want := Provider{Connection: "conn_1", APIKey: "{env.AGENTGATE_API_KEY}", Format: "chat", Model: "gpt-test", InputPrice: "2.5", OutputPrice: "10"}
+	if in.Provider == nil || *in.Provider != want {
+		t.Fatalf("provider %+v", in.Provider)
+	}
+	for _, bad := range []string{
+		"agent_instance {\n provider {\n format bogus\n }\n}",
+		"agent_instance {\n provider {\n nope x\n }\n}",
+		"agent_instance {\n provider {\n }\n provider {\n }\n}",
+	} {
+		var in Instance
+		if err := in.UnmarshalCaddyfile(caddyfile.NewTestDispenser(bad)); err == nil {
+			t.Fatalf("accepted %q", bad)
+		}
+	}
+	t.Setenv("AGENT_INSTANCE_TEST_KEY", "sk-test")
+	t.Setenv("AGENT_INSTANCE_TEST_EMPTY", "")
+	repl := caddy.NewReplacer()
+	pc, err := (&Provider{BaseURL: "http://127.0.0.1:1/custom/c", APIKey: "{env.AGENT_INSTANCE_TEST_KEY}", InputPrice: "2.5"}).config(repl)
+	if err != nil || pc.APIKey != "sk-test" || pc.InputPrice != 2_500_000 || pc.Format != "chat" {
+		t.Fatalf("config %+v %v", pc, err)
+	}
+	for _, p := range []Provider{{}, {BaseURL: "ftp://x"}, {BaseURL: "http://x", APIKey: "{env.AGENT_INSTANCE_TEST_EMPTY}"},
+		{BaseURL: "http://x", InputPrice: "-1"}, {BaseURL: "http://x", Format: "gemini"}} {
+		if _, err := p.config(repl); err == nil {
+			t.Fatalf("accepted %+v", p)
+		}
+	}
+	// A provisioned instance with a provider drains through a runner that
+	// learns its own address from the requests it serves.
+	in2 := provision(t, &Instance{Name: t.Name(), Provider: &Provider{Connection: "conn_1"}})
+	if in2.runner == nil {
+		t.Fatal("no runner")
+	}
+	req := httptest.NewRequest("GET", "/api/session/active", nil)
+	req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4zero, Port: 8123}))
+	in2.ServeHTTP(httptest.NewRecorder(), req, caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil }))
+	if got := in2.runner.ProviderBaseURL(); got != "http://127.0.0.1:8123/custom/conn_1" {
+		t.Fatalf("base URL %q", got)
 	}
 }

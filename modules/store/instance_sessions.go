@@ -326,3 +326,25 @@ func (t *btx) SessionItemKind(inst, sid, id string) (byte, error) {
 	}
 	return v[0], nil
 }
+
+func (t *btx) MoveSessionItem(inst, sid, id string, kind byte, raw []byte) error {
+	idKey := instKey(pInstItemID, inst, sid, id)
+	item, err := t.txn.Get([]byte(idKey))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	pos, err := item.ValueCopy(nil)
+	if err != nil {
+		return err
+	}
+	if err := t.del(instKey(pInstItem, inst, sid, string(pos))); err != nil {
+		return err
+	}
+	if err := t.del(idKey); err != nil {
+		return err
+	}
+	return t.AppendSessionItem(inst, sid, kind, id, raw)
+}

@@ -122,6 +122,10 @@ type Tx interface {
 	SessionItems(instance, sessionID string, kind byte, fn func(raw []byte) (bool, error)) error
 	// SessionItemKind reports the kind of the item with that id, or ErrNotFound.
 	SessionItemKind(instance, sessionID, id string) (byte, error)
+	// MoveSessionItem replaces an existing item (either kind) by a new
+	// value of the given kind, placed at the end of the append order; it
+	// keeps the id reserved. ErrNotFound when there is no such item.
+	MoveSessionItem(instance, sessionID, id string, kind byte, raw []byte) error
 
 	// Meta reads a small named value of the store itself (schema version,
 	// master-key fingerprint).

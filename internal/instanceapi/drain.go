@@ -1,0 +1,533 @@
+package instanceapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/modules/store"
+)
+
+// ProviderConfig is where the session drain sends provider turns.
+type ProviderConfig struct {
+	// BaseURL is the OpenAI-style base URL; a Chat Completions turn posts
+	// to BaseURL + "/chat/completions" (for the workspace gateway:
+	// http://host:port/custom/<connection>).
+	BaseURL string
+	// Connection, when BaseURL is empty, names a gateway connection of the
+	// same process: the base URL becomes http://<local address>/custom/<id>
+	// once the server has learnt its own address (LearnAddr).
+	Connection string
+	// APIKey is sent as "Authorization: Bearer <key>". Never logged.
+	APIKey string
+	// Format is the wire format; only "chat" (Chat Completions) is made.
+	Format string
+	// Model is the model id used when neither the session nor its agent
+	// names one.
+	Model string
+	// InputPrice and OutputPrice are USD per million tokens; a turn's cost
+	// is 0 when they are 0.
+	InputPrice, OutputPrice money.Micros
+	// Client sends the requests (default: no overall timeout).
+	Client *http.Client
+}
+
+// Runner owns the session drains of one instance in this process: at most
+// one drain per session. It outlives configuration reloads: Attach hands
+// it the current Server, and each step reads fresh services from it.
+type Runner struct {
+	mu      sync.Mutex
+	srv     *Server
+	prov    ProviderConfig
+	drains  map[string]*drain
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	wg      sync.WaitGroup
+	resumed bool
+	closed  bool
+	addr    string // learnt local address, for Connection
+}
+
+type drain struct {
+	pending     bool               // a wake arrived since the drain last looked
+	cancelTurn  context.CancelFunc // cancels the running turn
+	interrupted bool
+}
+
+// NewRunner returns a runner with no server yet.
+func NewRunner() *Runner {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Runner{drains: map[string]*drain{}, ctx: ctx, cancel: cancel}
+}
+
+// SetProvider replaces the provider configuration; turns that start later
+// use it.
+func (r *Runner) SetProvider(p ProviderConfig) {
+	r.mu.Lock()
+	r.prov = p
+	r.mu.Unlock()
+}
+
+func (r *Runner) provider() ProviderConfig {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.prov
+	if p.BaseURL == "" && p.Connection != "" && r.addr != "" {
+		p.BaseURL = "http://" + r.addr + "/custom/" + url.PathEscape(p.Connection)
+	}
+	return p
+}
+
+// ProviderBaseURL is the base URL turns go to now ("" when not known yet).
+func (r *Runner) ProviderBaseURL() string { return r.provider().BaseURL }
+
+// LearnAddr records the local address (host:port) the instance is served
+// on; a provider given by connection id needs it. The first call with
+// a loopback-reachable address wins.
+func (r *Runner) LearnAddr(addr string) {
+	r.mu.Lock()
+	if r.addr != "" || addr == "" {
+		r.mu.Unlock()
+		return
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		r.mu.Unlock()
+		return
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	r.addr = net.JoinHostPort(host, port)
+	r.mu.Unlock()
+	r.tryResume()
+}
+
+// ready reports whether turns have an endpoint.
+func (r *Runner) readyLocked() bool {
+	return r.srv != nil && (r.prov.BaseURL != "" || r.prov.Connection == "" || r.addr != "")
+}
+
+// attach makes s the server whose services the drains use; the first
+// attach with a usable endpoint resumes admitted but unprocessed inputs.
+func (r *Runner) attach(s *Server) {
+	r.mu.Lock()
+	r.srv = s
+	r.mu.Unlock()
+	r.tryResume()
+}
+
+func (r *Runner) tryResume() {
+	r.mu.Lock()
+	if r.resumed || r.closed || !r.readyLocked() {
+		r.mu.Unlock()
+		return
+	}
+	r.resumed = true
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.wg.Done()
+		r.resume()
+	}()
+}
+
+func (r *Runner) server() *Server {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.srv
+}
+
+// Close stops every drain (running turns end as interrupted, without
+// being stored) and waits for them.
+func (r *Runner) Close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.cancel(errShutdown)
+	r.wg.Wait()
+}
+
+// resume schedules every session that has pending inbox items or an
+// unanswered user message.
+func (r *Runner) resume() {
+	s := r.server()
+	var todo []string
+	for attempt := 0; attempt < 50; attempt++ {
+		todo = todo[:0]
+		err := s.view(r.ctx, func(tx store.Tx) error {
+			todo = todo[:0]
+			return tx.ListInstanceSessions(s.instanceName(), store.SessionScan{}, func(rec *store.InstanceSession) (bool, error) {
+				w, err := s.nextWork(tx, rec.ID, true)
+				if err != nil {
+					s.opts.Logger.Warn("drain: cannot read session", zap.String("session", rec.ID), zap.Error(err))
+					return true, nil
+				}
+				if w != nil {
+					todo = append(todo, rec.ID)
+				}
+				return true, nil
+			})
+		})
+		if err == nil {
+			break
+		}
+		if r.ctx.Err() != nil {
+			return
+		}
+		select { // the store may not be open yet
+		case <-time.After(100 * time.Millisecond):
+		case <-r.ctx.Done():
+			return
+		}
+	}
+	for _, id := range todo {
+		r.Schedule(id)
+	}
+}
+
+// Schedule wakes the drain of a session, starting it when none runs.
+func (r *Runner) Schedule(sid string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || r.srv == nil {
+		return
+	}
+	if d, ok := r.drains[sid]; ok {
+		d.pending = true
+		return
+	}
+	d := &drain{pending: true}
+	r.drains[sid] = d
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.loop(sid, d)
+	}()
+}
+
+// Interrupt stops the running turn of a session, if any; it reports
+// whether one was running.
+func (r *Runner) Interrupt(sid string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, ok := r.drains[sid]
+	if !ok || d.cancelTurn == nil {
+		return false
+	}
+	d.interrupted = true
+	d.cancelTurn()
+	return true
+}
+
+// Active lists the sessions whose drain runs.
+func (r *Runner) Active() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.drains))
+	for id := range r.drains {
+		out = append(out, id)
+	}
+	return out
+}
+
+func (r *Runner) isActive(sid string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.drains[sid]
+	return ok
+}
+
+func (r *Runner) loop(sid string, d *drain) {
+	s := r.server()
+	defer func() {
+		if v := recover(); v != nil {
+			s.opts.Logger.Error("drain panicked", zap.String("session", sid), zap.Any("panic", v))
+			r.mu.Lock()
+			delete(r.drains, sid)
+			r.mu.Unlock()
+		}
+	}()
+	s.publishStatus(sid, "running")
+	for {
+		r.mu.Lock()
+		d.pending = false
+		r.mu.Unlock()
+		ran, err := r.run(sid, d)
+		if err != nil && r.ctx.Err() == nil {
+			s.opts.Logger.Warn("drain stopped", zap.String("session", sid), zap.Error(err))
+		}
+		r.mu.Lock()
+		if r.ctx.Err() != nil || err != nil || (!ran && !d.pending) {
+			delete(r.drains, sid)
+			r.mu.Unlock()
+			r.server().publishStatus(sid, "idle")
+			return
+		}
+		r.mu.Unlock()
+	}
+}
+
+// work is the next thing a drain does.
+type work struct {
+	kind  string // "user", "move" or "turn" (a delivered input awaiting its answer)
+	id    string
+	raw   json.RawMessage
+	steer bool
+}
+
+// A "turn" inbox item marks a provider step in progress: it is written
+// with the user message it answers and replaced by the assistant message
+// (same id) when the step settles, so a restart re-runs exactly the steps
+// that never settled.
+
+// nextWork finds the next work item: a step in progress first; then, when
+// idle, the oldest inbox item; in a running turn (idle false), the oldest
+// steer item only.
+func (s *Server) nextWork(tx store.Tx, sid string, idle bool) (*work, error) {
+	var next, turn *work
+	err := tx.SessionItems(s.instanceName(), sid, store.ItemInbox, func(raw []byte) (bool, error) {
+		var h struct {
+			ID       string `json:"id"`
+			Type     string `json:"type"`
+			Delivery string `json:"delivery"`
+		}
+		if err := json.Unmarshal(raw, &h); err != nil {
+			return true, nil // unreadable: skip
+		}
+		steer := h.Delivery != "queue"
+		switch {
+		case h.Type == "turn":
+			turn = &work{kind: "turn", id: h.ID, raw: raw}
+			return false, nil
+		case h.Type != "user" && h.Type != "move":
+		case next == nil && (idle || steer):
+			next = &work{kind: h.Type, id: h.ID, raw: raw, steer: steer}
+		}
+		return true, nil
+	})
+	if turn != nil {
+		return turn, err
+	}
+	return next, err
+}
+
+// run performs one run: an idle-time input and the steer inputs taken at
+// its step boundaries. It reports whether there was anything to do.
+func (r *Runner) run(sid string, d *drain) (bool, error) {
+	ctx := r.ctx
+	outcome := ""
+	steps := 0
+	for {
+		s := r.server() // fresh services at every step boundary
+		var w *work
+		if err := s.view(ctx, func(tx store.Tx) (err error) {
+			if _, err = s.getInfo(tx, sid); err != nil {
+				return err
+			}
+			w, err = s.nextWork(tx, sid, outcome == "")
+			return err
+		}); isSessionGone(err) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+		if w == nil {
+			break
+		}
+		if outcome == "" {
+			outcome = "succeeded"
+		}
+		stepID := w.id
+		switch w.kind {
+		case "move":
+			if err := s.applyMove(ctx, sid, w); isSessionGone(err) {
+				return true, nil
+			} else if err != nil {
+				return true, err
+			}
+			continue
+		case "user":
+			var err error
+			if stepID, err = s.deliverUser(ctx, sid, w); isSessionGone(err) {
+				return true, nil
+			} else if err != nil {
+				return true, err
+			}
+		}
+		turnCtx, cancel := context.WithCancel(ctx)
+		r.mu.Lock()
+		d.cancelTurn, d.interrupted = cancel, false
+		r.mu.Unlock()
+		res, err := s.turn(turnCtx, r.provider(), sid, stepID)
+		r.mu.Lock()
+		interrupted := d.interrupted
+		d.cancelTurn = nil
+		r.mu.Unlock()
+		cancel()
+		if isSessionGone(err) {
+			return true, nil
+		}
+		if err != nil {
+			return true, err
+		}
+		steps++
+		if interrupted && r.ctx.Err() == nil {
+			outcome = "interrupted"
+			break
+		}
+		if r.ctx.Err() != nil {
+			return true, nil // shutting down: the next start resumes
+		}
+		if res == "failed" {
+			outcome = "failed"
+			break
+		}
+	}
+	if outcome == "" {
+		return false, nil
+	}
+	return true, r.server().settleRun(ctx, sid, outcome)
+}
+
+func (s *Server) publishStatus(sid, status string) {
+	s.opts.Bus.Publish("session.status", nil, map[string]any{"sessionID": sid, "status": map[string]any{"type": status}})
+}
+
+// deliverUser turns an admitted user input into a user message (same id)
+// and marks the step that answers it; it returns the step's message id.
+func (s *Server) deliverUser(ctx context.Context, sid string, w *work) (string, error) {
+	var item InboxUser
+	if err := json.Unmarshal(w.raw, &item); err != nil {
+		return "", err
+	}
+	now := s.nowMS()
+	msg := map[string]any{"id": item.ID, "type": "user", "text": item.Payload.Text,
+		"time": map[string]any{"created": now}}
+	if len(item.Payload.Files) > 0 {
+		msg["files"] = item.Payload.Files
+	}
+	if len(item.Payload.Agents) > 0 {
+		msg["agents"] = item.Payload.Agents
+	}
+	if len(item.Payload.Metadata) > 0 {
+		msg["metadata"] = item.Payload.Metadata
+	}
+	raw, err := json.Marshal(msg)
+	if err != nil {
+		return "", err
+	}
+	stepID := ids.next("msg", false, s.opts.Clock.Now())
+	marker, err := json.Marshal(map[string]any{"id": stepID, "sessionID": sid, "type": "turn", "time": map[string]any{"created": now}})
+	if err != nil {
+		return "", err
+	}
+	var info *SessionInfo
+	err = s.update(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.getInfo(tx, sid); err != nil {
+			return err
+		}
+		if err := tx.MoveSessionItem(s.instanceName(), sid, item.ID, store.ItemMessage, raw); err != nil {
+			return err
+		}
+		if err := tx.AppendSessionItem(s.instanceName(), sid, store.ItemInbox, stepID, marker); err != nil {
+			return err
+		}
+		info.Time.Updated = max(now, info.Time.Updated)
+		return s.putInfo(tx, info, false)
+	})
+	if err != nil {
+		return "", err
+	}
+	s.publishSession("session.message.created", info, map[string]any{"message": json.RawMessage(raw)})
+	return stepID, nil
+}
+
+// applyMove applies an inbox move at its boundary.
+func (s *Server) applyMove(ctx context.Context, sid string, w *work) error {
+	var mv struct {
+		ID        string      `json:"id"`
+		Location  LocationRef `json:"location"`
+		ProjectID string      `json:"projectID"`
+		Subpath   string      `json:"subpath"`
+	}
+	if err := json.Unmarshal(w.raw, &mv); err != nil {
+		return err
+	}
+	now := s.nowMS()
+	var info *SessionInfo
+	err := s.update(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.getInfo(tx, sid); err != nil {
+			return err
+		}
+		msg := map[string]any{"id": mv.ID, "type": "location-switched", "time": map[string]any{"created": now},
+			"location": mv.Location, "projectID": mv.ProjectID}
+		if mv.Subpath != "" {
+			msg["subpath"] = mv.Subpath
+		}
+		prev := map[string]any{"location": info.Location, "projectID": info.ProjectID}
+		if info.Subpath != "" {
+			prev["subpath"] = info.Subpath
+		}
+		msg["previous"] = prev
+		raw, err := json.Marshal(msg)
+		if err != nil {
+			return err
+		}
+		if err := tx.MoveSessionItem(s.instanceName(), sid, mv.ID, store.ItemMessage, raw); err != nil {
+			return err
+		}
+		info.Location, info.ProjectID, info.Subpath = mv.Location, mv.ProjectID, mv.Subpath
+		info.Time.Updated = max(now, info.Time.Updated)
+		return s.putInfo(tx, info, false)
+	})
+	if err != nil {
+		return err
+	}
+	s.publishSession("session.updated", info, map[string]any{"info": info})
+	return nil
+}
+
+// settleRun records the end of a run: an idle marker, the session's
+// outcome and time.idle.
+func (s *Server) settleRun(ctx context.Context, sid, outcome string) error {
+	now := s.nowMS()
+	var info *SessionInfo
+	err := s.update(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.getInfo(tx, sid); err != nil {
+			return err
+		}
+		msg := s.newMessage("idle", now)
+		msg["outcome"] = outcome
+		if err := s.appendMessage(tx, sid, msg); err != nil {
+			return err
+		}
+		info.Outcome = outcome
+		info.Time.Idle = &now
+		info.Time.Updated = max(now, info.Time.Updated)
+		return s.putInfo(tx, info, false)
+	})
+	if isSessionGone(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.publishSession("session.idle", info, map[string]any{"outcome": outcome})
+	s.publishSession("session.updated", info, map[string]any{"info": info})
+	return nil
+}
+
+// isSessionGone reports an error that means the session was removed.
+func isSessionGone(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == 404 && e.Tag == "SessionNotFoundError"
+}
