@@ -59,7 +59,7 @@ func freePort(t testing.TB) int {
 }
 
 // setup starts the shared environment once per test binary.
-func setup(t *testing.T) *env {
+func setup(t testing.TB) *env {
 	t.Helper()
 	if theEnv != nil {
 		for _, p := range theEnv.providers {

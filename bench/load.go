@@ -1,0 +1,258 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// chatBody is a Chat Completions request of about size bytes.
+func chatBody(size int, stream bool) []byte {
+	head := `{"model":"` + model + `","max_tokens":64,`
+	if stream {
+		head += `"stream":true,"stream_options":{"include_usage":true},`
+	}
+	head += `"messages":[{"role":"user","content":"`
+	tailStr := `"}]}`
+	n := size - len(head) - len(tailStr)
+	if n < 1 {
+		n = 1
+	}
+	var b bytes.Buffer
+	b.Grow(size)
+	b.WriteString(head)
+	const words = "lorem ipsum dolor sit amet consectetur adipiscing elit "
+	for b.Len()-len(head) < n {
+		b.WriteString(words[:min(len(words), n-(b.Len()-len(head)))])
+	}
+	b.WriteString(tailStr)
+	return b.Bytes()
+}
+
+// do sends one non-streaming request and reads the answer to the end.
+func do(ctx context.Context, l *lane, slow int, body []byte) error {
+	resp, err := l.client.Do(l.request(ctx, slow, body))
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	want := l.want
+	if want == 0 {
+		want = 200
+	}
+	if resp.StatusCode != want {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// closedResult is a fixed-concurrency run.
+type closedResult struct {
+	ok, errs int64
+	rps      float64
+	firstErr string
+}
+
+// closed runs conc workers sending back to back for dur (or until each has
+// sent max requests, when max > 0).
+func closed(ctx context.Context, l *lane, slow int, body []byte, conc int, dur time.Duration, max int) closedResult {
+	var ok, errs atomic.Int64
+	var firstErr atomic.Value
+	deadline := time.Now().Add(dur)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; (max == 0 || i < max) && time.Now().Before(deadline); i++ {
+				if err := do(ctx, l, slow, body); err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	res := closedResult{ok: ok.Load(), errs: errs.Load(), rps: float64(ok.Load()) / el.Seconds()}
+	if v, _ := firstErr.Load().(string); v != "" {
+		res.firstErr = v
+	}
+	return res
+}
+
+// open sends at a fixed rate for dur (open loop: each request starts at
+// its scheduled time whatever the others do) and returns latencies
+// measured from the scheduled start, so queueing is not hidden.
+func open(ctx context.Context, l *lane, slow int, body []byte, rate int, dur time.Duration) (lat []time.Duration, errs int) {
+	n := int(float64(rate) * dur.Seconds())
+	interval := time.Second / time.Duration(rate)
+	lat = make([]time.Duration, n)
+	failed := make([]bool, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		at := start.Add(time.Duration(i) * interval)
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := do(ctx, l, slow, body)
+			lat[i] = time.Since(at)
+			failed[i] = err != nil
+		}()
+	}
+	wg.Wait()
+	out := lat[:0]
+	for i, d := range lat {
+		if failed[i] {
+			errs++
+			continue
+		}
+		out = append(out, d)
+	}
+	return out, errs
+}
+
+// streamResult is a set of concurrent streams against the paced provider.
+type streamResult struct {
+	ttfe, gaps   []time.Duration
+	streams      int
+	complete     int // streams that delivered every event
+	lostEvents   int // events missing from incomplete streams
+	stalls       int // gaps over 10× the pace
+	errs         int
+	firstErr     string
+	maxGap       time.Duration
+	totalElapsed time.Duration
+}
+
+// streams opens n concurrent streams at once and reads each to the end.
+func streams(ctx context.Context, l *lane, n int) streamResult {
+	body := chatBody(1024, true)
+	type one struct {
+		ttfe   time.Duration
+		gaps   []time.Duration
+		events int
+		err    error
+	}
+	res := make([]one, n)
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			o := &res[i]
+			o.gaps = make([]time.Duration, 0, streamEvents)
+			t0 := time.Now()
+			resp, err := l.client.Do(l.request(ctx, 1, body))
+			if err != nil {
+				o.err = err
+				return
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b, _ := io.ReadAll(resp.Body)
+				o.err = fmt.Errorf("status %d: %.200s", resp.StatusCode, b)
+				return
+			}
+			br := bufio.NewReaderSize(resp.Body, 16<<10)
+			last := t0
+			for {
+				line, err := br.ReadSlice('\n')
+				if len(line) > 0 && bytes.HasPrefix(line, []byte("data:")) {
+					now := time.Now()
+					if o.events == 0 {
+						o.ttfe = now.Sub(t0)
+					} else {
+						o.gaps = append(o.gaps, now.Sub(last))
+					}
+					last = now
+					o.events++
+				}
+				if err != nil {
+					if err != io.EOF {
+						o.err = err
+					}
+					return
+				}
+			}
+		}()
+	}
+	close(gate)
+	wg.Wait()
+	out := streamResult{streams: n, totalElapsed: time.Since(start)}
+	for _, o := range res {
+		if o.err != nil {
+			out.errs++
+			if out.firstErr == "" {
+				out.firstErr = o.err.Error()
+			}
+		}
+		if o.events == streamEvents {
+			out.complete++
+		} else {
+			out.lostEvents += streamEvents - o.events
+		}
+		if o.events > 0 {
+			out.ttfe = append(out.ttfe, o.ttfe)
+		}
+		for _, g := range o.gaps {
+			if g > 10*pace {
+				out.stalls++
+			}
+			out.maxGap = max(out.maxGap, g)
+		}
+		out.gaps = append(out.gaps, o.gaps...)
+	}
+	return out
+}
+
+// pct is the p-th percentile (0..100) of ds, which it sorts.
+func pct(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	if !slices.IsSorted(ds) {
+		slices.Sort(ds)
+	}
+	i := int(p / 100 * float64(len(ds)-1))
+	return ds[i]
+}
+
+// ping checks that a lane answers a chat request; used before measuring.
+func ping(ctx context.Context, l *lane) error {
+	if err := do(ctx, l, 0, chatBody(1024, false)); err != nil {
+		return fmt.Errorf("lane (%s) %s: %v", l.id, l.name, err)
+	}
+	return nil
+}
+
+// sizeName is 1 KB, 100 KB, 1 MB, 10 MB.
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%d MB", n>>20)
+	default:
+		return fmt.Sprintf("%d KB", n>>10)
+	}
+}

@@ -1,0 +1,278 @@
+// Command bench is agentgate's side-by-side benchmark harness (issue 9). It
+// builds the caddy binary, starts the fake provider (no delay, and 20 ms
+// delay with 64-delta streams at a 20 ms pace), starts the binary with a
+// plain reverse_proxy site and an llm_gateway site, bootstraps a workspace,
+// a keyed service account with a budget and two connections through the
+// admin API, and measures, interleaved lane by lane:
+//
+//	(a) direct to the fake provider
+//	(b) Caddy's plain reverse_proxy (same binary)
+//	(c) agentgate's llm_gateway: auth, budget reservation, usage tee, metrics
+//	(d) Portkey's open-source gateway on Node (optional; skipped with a message)
+//
+// Run it from the repository root:
+//
+//	go run ./bench -quick   # about a minute, one repetition
+//	go run ./bench          # the full run, three repetitions (a few minutes)
+//
+// It writes bench/results/<date>.md and bench/results/<date>-latency.svg.
+// With taskset available and two or more CPUs, the servers (caddy, Node)
+// run on core 1 and the load generator and the fake provider on core 0.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// options sizes a run; a zero or empty field skips its figure.
+type options struct {
+	quick       bool
+	reps        int
+	conc        []int         // throughput concurrencies against the 0 ms provider
+	slowConc    int           // throughput concurrency against the 20 ms provider
+	thrDur      time.Duration // per lane, per concurrency, per repetition
+	latRate     int           // open-loop requests per second
+	latDur      time.Duration
+	streamConc  int // concurrent streams for time-to-first-event and gaps
+	bigStreams  int // the stall-free concurrent-streams figure
+	bodySizes   []int
+	bodyDur     time.Duration
+	floodDur    time.Duration
+	floodConc   int
+	pin         bool
+	bin         string // a prebuilt binary; "" builds ./cmd/caddy
+	portkey     bool
+	out         string // results directory; "" writes nothing
+	stamp       string // file name stem
+	progressOut *os.File
+}
+
+func quickOptions() options {
+	return options{quick: true, reps: 1, conc: []int{1, 32, 256}, slowConc: 256, thrDur: time.Second,
+		latRate: 200, latDur: 2 * time.Second, streamConc: 16, bigStreams: 1000,
+		bodySizes: []int{1 << 10, 100 << 10, 1 << 20, 10 << 20}, bodyDur: time.Second,
+		floodDur: time.Second, floodConc: 32, pin: true, portkey: true}
+}
+
+func fullOptions() options {
+	return options{reps: 3, conc: []int{1, 32, 256}, slowConc: 256, thrDur: 2 * time.Second,
+		latRate: 500, latDur: 4 * time.Second, streamConc: 32, bigStreams: 1000,
+		bodySizes: []int{1 << 10, 100 << 10, 1 << 20, 10 << 20}, bodyDur: 2 * time.Second,
+		floodDur: 2 * time.Second, floodConc: 32, pin: true, portkey: true}
+}
+
+func main() {
+	quick := flag.Bool("quick", false, "a short run: one repetition, shorter phases")
+	portkey := flag.Bool("portkey", true, "run lane (d), Portkey's gateway on Node, when Node is available")
+	pin := flag.Bool("pin", true, "pin the servers to core 1 and the load to core 0 with taskset")
+	bin := flag.String("bin", "", "use this caddy binary instead of building ./cmd/caddy")
+	out := flag.String("out", "", "results directory (default: bench/results in the module)")
+	flag.Parse()
+
+	o := fullOptions()
+	if *quick {
+		o = quickOptions()
+	}
+	o.portkey, o.pin, o.bin = *portkey, *pin, *bin
+	o.progressOut = os.Stderr
+
+	// Pin this process (load generator and fake provider) to core 0 by
+	// running it again under taskset.
+	if o.pin && tasksetAvailable() && os.Getenv("AGENTGATE_BENCH_PINNED") == "" {
+		self, err := os.Executable()
+		if err == nil {
+			args := append([]string{"taskset", "-c", "0", self}, os.Args[1:]...)
+			ts, _ := exec.LookPath("taskset")
+			err = syscall.Exec(ts, args, append(os.Environ(), "AGENTGATE_BENCH_PINNED=1"))
+		}
+		fmt.Fprintf(os.Stderr, "bench: cannot re-run under taskset (%v); running unpinned\n", err)
+	}
+
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	o.out = *out
+	if o.out == "" {
+		o.out = filepath.Join(root, "bench", "results")
+	}
+	o.stamp = time.Now().Format("2006-01-02")
+	if o.quick {
+		o.stamp += "-quick"
+	}
+	ctx := context.Background()
+	res, err := run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	md, svg, err := res.write(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "bench: wrote %s and %s\n", md, svg)
+	fmt.Println(res.summary())
+}
+
+// run starts the rig and measures every figure that o asks for.
+func run(ctx context.Context, o options) (*results, error) {
+	logf := func(format string, a ...any) {
+		if o.progressOut != nil {
+			fmt.Fprintf(o.progressOut, "bench: "+format+"\n", a...)
+		}
+	}
+	started := time.Now()
+	r, err := startRig(ctx, o, logf)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	res := newResults(r, o)
+	for _, l := range r.lanes {
+		if err := ping(ctx, l); err != nil {
+			return nil, err
+		}
+	}
+	time.Sleep(time.Second)
+	res.rssIdle = rssKB(r.caddy.Process.Pid)
+	if r.portkey != nil {
+		res.rssIdlePeer = rssKB(r.portkey.Process.Pid)
+	}
+
+	// Warm up every lane (connections, JIT for Node, the key cache).
+	for _, l := range r.lanes {
+		closed(ctx, l, 0, chatBody(1024, false), 8, 500*time.Millisecond, 0)
+	}
+	r.resetProviders()
+
+	body1k := chatBody(1024, false)
+	type cond struct {
+		name       string
+		slow, conc int
+	}
+	var conds []cond
+	for _, c := range o.conc {
+		conds = append(conds, cond{fmt.Sprintf("1 KB, 0 ms provider, c=%d", c), 0, c})
+	}
+	if o.slowConc > 0 {
+		conds = append(conds, cond{fmt.Sprintf("1 KB, 20 ms provider, c=%d", o.slowConc), 1, o.slowConc})
+	}
+	for _, c := range conds {
+		logf("throughput %s", c.name)
+		for range o.reps {
+			for _, l := range r.lanes {
+				cr := closed(ctx, l, c.slow, body1k, c.conc, o.thrDur, 0)
+				res.addThroughput(c.name, l.id, cr)
+			}
+			r.resetProviders()
+		}
+	}
+
+	if o.latRate > 0 {
+		logf("open-loop latency at %d req/s", o.latRate)
+		for range o.reps {
+			for _, l := range r.lanes {
+				lat, errs := open(ctx, l, 0, body1k, o.latRate, o.latDur)
+				res.addLatency(l.id, lat, errs)
+			}
+			r.resetProviders()
+		}
+	}
+
+	if o.streamConc > 0 {
+		logf("streams: %d concurrent, %d events at %v", o.streamConc, streamEvents, pace)
+		for range o.reps {
+			for _, l := range r.lanes {
+				res.addStreams(l.id, streams(ctx, l, o.streamConc))
+			}
+			r.resetProviders()
+		}
+	}
+
+	if o.bigStreams > 0 {
+		logf("streams: %d concurrent", o.bigStreams)
+		for _, l := range r.lanes {
+			stop := rssPeak(l.pid())
+			sr := streams(ctx, l, o.bigStreams)
+			res.addBigStreams(l.id, sr, stop())
+			r.resetProviders()
+		}
+	}
+
+	for _, size := range o.bodySizes {
+		logf("request body %s", sizeName(size))
+		body := chatBody(size, false)
+		for _, l := range r.lanes {
+			pid := l.pid()
+			before := rssKB(pid)
+			stop := rssPeak(pid)
+			cr := closed(ctx, l, 0, body, 1, o.bodyDur, 0)
+			res.addBody(size, l.id, cr, before, stop())
+			r.resetProviders()
+		}
+	}
+
+	if o.floodDur > 0 {
+		logf("invalid-key flood")
+		gw := r.lanes[2]
+		bad := &lane{id: "c-invalid", name: "agentgate, invalid key", client: newClient(), url: gw.url,
+			want: 401,
+			hdr:  [2]http.Header{{"Authorization": {"Bearer " + r.key[:len(r.key)-4] + "AAAA"}}, {}}}
+		for range o.reps {
+			r.resetProviders()
+			valid := closed(ctx, gw, 0, body1k, o.floodConc, o.floodDur, 0)
+			r.resetProviders()
+			invalid := floodRun(ctx, bad, body1k, o.floodConc, o.floodDur)
+			hits := r.resetProviders()
+			res.addFlood(valid.rps, invalid, hits)
+		}
+	}
+
+	time.Sleep(2 * time.Second)
+	res.rssAfter = rssKB(r.caddy.Process.Pid)
+	if r.portkey != nil {
+		res.rssAfterPeer = rssKB(r.portkey.Process.Pid)
+	}
+
+	// Usage exactness: the provider's answers to lane (c) × the price must
+	// equal the service account's settled spend.
+	r.resetProviders()
+	res.usageCount = r.laneCAnswered
+	res.usageWant = costPerAnswer * moneyN(r.laneCAnswered)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		spent, reserved, err := r.spend(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.usageSpent, res.usageReserved = spent, reserved
+		if (spent == res.usageWant && reserved == 0) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	res.elapsed = time.Since(started)
+	return res, nil
+}
+
+// floodRun sends requests with an invalid key; answers other than 401 count
+// as errors.
+func floodRun(ctx context.Context, l *lane, body []byte, conc int, dur time.Duration) floodResult {
+	cr := closed(ctx, l, 0, body, conc, dur, 0)
+	return floodResult{rps: cr.rps, wrong: cr.errs}
+}
+
+type floodResult struct {
+	rps   float64
+	wrong int64 // answers other than 401
+}

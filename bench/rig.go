@@ -1,0 +1,527 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentgate/agentgate/internal/fakeprovider"
+	"github.com/agentgate/agentgate/internal/money"
+)
+
+const (
+	providerSecret = "sk-bench-provider-SECRET"
+	model          = "gpt-4o-mini"
+	pace           = 20 * time.Millisecond // the slow provider's delay and stream pace
+	chunks         = 64                    // content deltas per stream
+	// streamEvents is what a chat stream carries with include_usage: the
+	// role chunk, 64 deltas, the finish chunk, the usage chunk and [DONE].
+	streamEvents = chunks + 4
+	// Prices of the bench model, USD per million tokens, and the cost of one
+	// fake answer (21 prompt tokens, 12 completion tokens): with no cache or
+	// reasoning prices set, cache reads and writes cost the input price and
+	// reasoning the output price, so every split of the fake's usage costs
+	// 21×1 + 12×2 = 45 µUSD.
+	priceIn, priceOut = 1, 2
+	costPerAnswer     = money.Pico((fakeprovider.InputTokens*priceIn + fakeprovider.OutputTokens*priceOut) * 1_000_000)
+	laneHeader        = "X-Bench-Lane" // set by the gateway's connection, so the provider can count lane (c)
+)
+
+// lane is one way of reaching the fake provider.
+type lane struct {
+	id, name string
+	// url and hdr per provider (0: no delay, 1: 20 ms delay).
+	url    [2]string
+	hdr    [2]http.Header
+	client *http.Client
+	want   int        // the status expected (0: 200)
+	pid    func() int // the process to read RSS from (0: none)
+}
+
+func newClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 4096,
+		IdleConnTimeout:     60 * time.Second,
+		DisableCompression:  true,
+	}, Timeout: 60 * time.Second}
+}
+
+func (l *lane) request(ctx context.Context, slow int, body []byte) *http.Request {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.url[slow], bytes.NewReader(body))
+	for k, v := range l.hdr[slow] {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return req
+}
+
+// rig is the fake providers, the caddy binary and the optional peer.
+type rig struct {
+	root, work string
+	bin        string
+	pin        bool // taskset the servers onto core 1
+	providers  [2]*fakeprovider.Provider
+	caddy      *exec.Cmd
+	caddyLog   *os.File
+	adminAddr  string
+	ws, sa     string
+	key        string
+	conns      [2]string
+	portkey    *exec.Cmd
+	portkeyMsg string
+	lanes      []*lane
+
+	mu            sync.Mutex
+	laneCAnswered int // lane (c) requests the provider answered (all phases)
+	caddyVersion  string
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// moduleRoot is the directory of go.mod.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %v", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("not inside the agentgate module")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+func tasksetAvailable() bool {
+	_, err := exec.LookPath("taskset")
+	return err == nil && cpuCount() >= 2
+}
+
+// serverCommand runs name pinned to core 1 when pinning is on.
+func (r *rig) serverCommand(name string, args ...string) *exec.Cmd {
+	if r.pin {
+		return exec.Command("taskset", append([]string{"-c", "1", name}, args...)...)
+	}
+	return exec.Command(name, args...)
+}
+
+func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	work, err := os.MkdirTemp("", "agentgate-bench-")
+	if err != nil {
+		return nil, err
+	}
+	r := &rig{root: root, work: work, pin: o.pin && tasksetAvailable()}
+	ok := false
+	defer func() {
+		if !ok {
+			r.close()
+		}
+	}()
+
+	if r.bin = o.bin; r.bin == "" {
+		logf("building ./cmd/caddy …")
+		r.bin = filepath.Join(work, "caddy")
+		build := exec.CommandContext(ctx, "go", "build", "-o", r.bin, "./cmd/caddy")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go build ./cmd/caddy: %v\n%s", err, out)
+		}
+	}
+	if out, err := exec.Command(r.bin, "version").Output(); err == nil {
+		r.caddyVersion = strings.TrimSpace(string(out))
+	}
+
+	for i := range r.providers {
+		p, err := fakeprovider.Start(providerSecret)
+		if err != nil {
+			return nil, err
+		}
+		r.providers[i] = p
+	}
+	r.resetProviders()
+
+	// The Caddyfile: lane (b) is one plain reverse_proxy site per
+	// provider, lane (c) one llm_gateway site. No access logs on either.
+	r.adminAddr = freeAddr()
+	siteB := [2]string{freeAddr(), freeAddr()}
+	siteC := freeAddr()
+	var cf strings.Builder
+	debug := ""
+	if os.Getenv("AGENTGATE_BENCH_DEBUG") != "" {
+		debug = "\tdebug\n"
+	}
+	fmt.Fprintf(&cf, "{\n%s\tadmin %s\n\tagentgate {\n\t\tstorage badger %q\n\t}\n}\n\n", debug, r.adminAddr, filepath.Join(work, "data"))
+	for i, a := range siteB {
+		fmt.Fprintf(&cf, "http://%s {\n\tbind 127.0.0.1\n\treverse_proxy %s\n}\n\n", a, strings.TrimPrefix(r.providers[i].URL, "http://"))
+	}
+	fmt.Fprintf(&cf, "http://%s {\n\tbind 127.0.0.1\n\tllm_gateway\n}\n", siteC)
+	cfPath := filepath.Join(work, "Caddyfile")
+	if err := os.WriteFile(cfPath, []byte(cf.String()), 0o600); err != nil {
+		return nil, err
+	}
+	if r.caddyLog, err = os.Create(filepath.Join(work, "caddy.log")); err != nil {
+		return nil, err
+	}
+	r.caddy = r.serverCommand(r.bin, "run", "--config", cfPath, "--adapter", "caddyfile")
+	r.caddy.Env = append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(work, "xdg-data"), "XDG_CONFIG_HOME="+filepath.Join(work, "xdg-config"))
+	r.caddy.Stdout, r.caddy.Stderr = r.caddyLog, r.caddyLog
+	if err := r.caddy.Start(); err != nil {
+		return nil, err
+	}
+	if err := r.waitAdmin(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.bootstrap(ctx); err != nil {
+		return nil, err
+	}
+
+	caddyPID := func() int { return r.caddy.Process.Pid }
+	direct := &lane{id: "a", name: "direct", client: newClient(), pid: func() int { return 0 }}
+	plain := &lane{id: "b", name: "caddy reverse_proxy", client: newClient(), pid: caddyPID}
+	gw := &lane{id: "c", name: "agentgate llm_gateway", client: newClient(), pid: caddyPID}
+	for i, p := range r.providers {
+		direct.url[i] = p.URL + "/v1/chat/completions"
+		direct.hdr[i] = http.Header{"Authorization": {"Bearer " + providerSecret}}
+		plain.url[i] = "http://" + siteB[i] + "/v1/chat/completions"
+		plain.hdr[i] = direct.hdr[i]
+		gw.url[i] = "http://" + siteC + "/custom/" + r.conns[i] + "/chat/completions"
+		gw.hdr[i] = http.Header{"Authorization": {"Bearer " + r.key}}
+	}
+	r.lanes = []*lane{direct, plain, gw}
+	if o.portkey {
+		if pk, err := r.startPortkey(ctx, logf); err != nil {
+			r.portkeyMsg = "lane (d) Portkey skipped: " + err.Error()
+			logf("%s", r.portkeyMsg)
+		} else {
+			r.lanes = append(r.lanes, pk)
+		}
+	} else {
+		r.portkeyMsg = "lane (d) Portkey skipped: not requested (-portkey=false)"
+	}
+	ok = true
+	return r, nil
+}
+
+func (r *rig) waitAdmin(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if st, _, err := r.admin(ctx, "GET", "/agentgate/workspaces", nil); err == nil && st == 200 {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(r.caddyLog.Name())
+	return fmt.Errorf("caddy did not come up; log:\n%s", tail(string(b), 4000))
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func (r *rig) admin(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+r.adminAddr+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// adminData calls the admin API and decodes {"data": …} into out.
+func (r *rig) adminData(ctx context.Context, what string, want int, method, path string, body, out any) error {
+	st, b, err := r.admin(ctx, method, path, body)
+	if err != nil {
+		return fmt.Errorf("%s: %v", what, err)
+	}
+	if st != want {
+		return fmt.Errorf("%s: status %d: %s", what, st, b)
+	}
+	if out == nil {
+		return nil
+	}
+	var env struct{ Data json.RawMessage }
+	if err := json.Unmarshal(b, &env); err != nil {
+		return fmt.Errorf("%s: %v", what, err)
+	}
+	return json.Unmarshal(env.Data, out)
+}
+
+// bootstrap creates, through the admin API, a workspace, a service account
+// with an inference key and a budget (so every request is reserved and
+// settled), and one connection per fake provider.
+func (r *rig) bootstrap(ctx context.Context) error {
+	var ws, sa struct{ ID string }
+	if err := r.adminData(ctx, "create workspace", 201, "POST", "/agentgate/workspaces", map[string]any{"name": "bench"}, &ws); err != nil {
+		return err
+	}
+	r.ws = ws.ID
+	base := "/agentgate/workspaces/" + ws.ID
+	if err := r.adminData(ctx, "create service account", 201, "POST", base+"/service-accounts", map[string]any{"name": "bench"}, &sa); err != nil {
+		return err
+	}
+	r.sa = sa.ID
+	var key struct{ Key string }
+	if err := r.adminData(ctx, "create key", 201, "POST", base+"/service-accounts/"+sa.ID+"/keys",
+		map[string]any{"name": "bench", "permission": "inference"}, &key); err != nil {
+		return err
+	}
+	r.key = key.Key
+	for i, p := range r.providers {
+		var c struct{ ID string }
+		if err := r.adminData(ctx, "create connection", 201, "POST", base+"/connections", map[string]any{
+			"name": "fake" + strconv.Itoa(i), "kind": "openai", "base_url": p.URL + "/v1", "credential": providerSecret,
+			"headers": map[string]string{laneHeader: "c"},
+			"models":  map[string]any{model: map[string]any{"pricing": map[string]any{"input": priceIn, "output": priceOut}}},
+		}, &c); err != nil {
+			return err
+		}
+		r.conns[i] = c.ID
+	}
+	return r.adminData(ctx, "set budget", 200, "PUT", base+"/budgets/"+sa.ID,
+		// Not the maximum (1,000,000): a budget at exactly MaxSpend is
+		// accepted but cannot be read back when settling (issue reported).
+		map[string]any{"limit_usd": 100_000, "period": "monthly"}, nil)
+}
+
+// resetProviders forgets what the providers received (after counting lane
+// (c)'s answered requests) and sets their behaviour again.
+func (r *rig) resetProviders() (received int) {
+	for i, p := range r.providers {
+		for _, rec := range p.Received() {
+			received++
+			if rec.Header.Get(laneHeader) == "c" && !rec.Canceled {
+				r.mu.Lock()
+				r.laneCAnswered++
+				r.mu.Unlock()
+			}
+		}
+		p.Reset()
+		b := fakeprovider.Behavior{Chunks: chunks}
+		if i == 1 {
+			b.Delay = pace
+		}
+		p.SetBehavior(b)
+	}
+	return received
+}
+
+// spend reads the service account's spend and reservations from the admin API.
+func (r *rig) spend(ctx context.Context) (spent, reserved money.Pico, err error) {
+	var bs []struct {
+		MemberID    string     `json:"member_id"`
+		SpentUSD    money.Pico `json:"spent_usd"`
+		ReservedUSD money.Pico `json:"reserved_usd"`
+	}
+	if err := r.adminData(ctx, "list budgets", 200, "GET", "/agentgate/workspaces/"+r.ws+"/budgets", nil, &bs); err != nil {
+		return 0, 0, err
+	}
+	for _, b := range bs {
+		if b.MemberID == r.sa {
+			return b.SpentUSD, b.ReservedUSD, nil
+		}
+	}
+	return 0, 0, errors.New("the service account has no budget row")
+}
+
+// startPortkey runs Portkey's open-source gateway (npm @portkey-ai/gateway)
+// with Node on loopback, installing it under the user cache directory when
+// it is missing; it is used as a pass-through to the fake provider.
+func (r *rig) startPortkey(ctx context.Context, logf func(string, ...any)) (*lane, error) {
+	if _, err := exec.LookPath("node"); err != nil {
+		return nil, errors.New("node is not installed")
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(cache, "agentgate-bench", "portkey")
+	script := filepath.Join(dir, "node_modules", "@portkey-ai", "gateway", "build", "start-server.js")
+	if _, err := os.Stat(script); err != nil {
+		if _, err := exec.LookPath("npm"); err != nil {
+			return nil, errors.New("npm is not installed")
+		}
+		logf("installing @portkey-ai/gateway into %s …", dir)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		ictx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		in := exec.CommandContext(ictx, "npm", "install", "--no-audit", "--no-fund", "@portkey-ai/gateway")
+		in.Dir = dir
+		if out, err := in.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("npm install @portkey-ai/gateway: %v: %s", err, tail(string(out), 500))
+		}
+	}
+	addr := freeAddr()
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := r.serverCommand("node", script, "--port="+port, "--headless")
+	cmd.Env = append(os.Environ(), "NODE_ENV=production")
+	logFile, err := os.Create(filepath.Join(r.work, "portkey.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	r.portkey = cmd
+	l := &lane{id: "d", name: "Portkey gateway (Node)", client: newClient(), pid: func() int { return cmd.Process.Pid }}
+	for i, p := range r.providers {
+		l.url[i] = "http://" + addr + "/v1/chat/completions"
+		l.hdr[i] = http.Header{"Authorization": {"Bearer " + providerSecret}, "X-Portkey-Provider": {"openai"},
+			"X-Portkey-Custom-Host": {p.URL + "/v1"}}
+	}
+	// Wait until it answers a request end to end.
+	body := chatBody(1024, false)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := l.client.Do(l.request(ctx, 0, body))
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+			err = fmt.Errorf("status %d: %s", resp.StatusCode, tail(string(b), 300))
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("it did not serve a pass-through request: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return l, nil
+}
+
+func (r *rig) close() {
+	for _, c := range []*exec.Cmd{r.caddy, r.portkey} {
+		if c != nil && c.Process != nil {
+			c.Process.Signal(os.Interrupt)
+			done := make(chan struct{})
+			go func() { c.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				c.Process.Kill()
+				<-done
+			}
+		}
+	}
+	for _, p := range r.providers {
+		if p != nil {
+			p.Close()
+		}
+	}
+	if r.caddyLog != nil {
+		r.caddyLog.Close()
+	}
+	os.RemoveAll(r.work)
+}
+
+// rssKB is VmRSS of a process, from /proc/<pid>/status.
+func rssKB(pid int) int64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// rssPeak samples a process's RSS every 20 ms until stop is called.
+func rssPeak(pid int) (stop func() int64) {
+	var peak int64
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if v := rssKB(pid); v > peak {
+				peak = v
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() int64 { close(done); <-finished; return peak }
+}
+
+// cpuCount is the number of processors in /proc/cpuinfo.
+func cpuCount() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 1
+	}
+	return strings.Count(string(b), "\nprocessor") + boolInt(strings.HasPrefix(string(b), "processor"))
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func cpuModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
