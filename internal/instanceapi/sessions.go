@@ -143,6 +143,11 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, _ router.
 	if err != nil {
 		return err
 	}
+	return s.created(w, info)
+}
+
+// created announces a new session (create, fork, import) and answers it.
+func (s *Server) created(w http.ResponseWriter, info *SessionInfo) error {
 	s.publishSession("session.created", info, map[string]any{"info": info})
 	writeJSON(w, http.StatusOK, map[string]any{"data": info})
 	return nil

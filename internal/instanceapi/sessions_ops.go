@@ -171,9 +171,7 @@ func (s *Server) forkSession(w http.ResponseWriter, r *http.Request, p router.Pa
 	if err != nil {
 		return err
 	}
-	s.publishSession("session.created", child, map[string]any{"info": child})
-	writeJSON(w, http.StatusOK, map[string]any{"data": child})
-	return nil
+	return s.created(w, child)
 }
 
 // ---- switch agent / model ----
@@ -427,9 +425,7 @@ func (s *Server) importSession(w http.ResponseWriter, r *http.Request, _ router.
 	if err != nil {
 		return err
 	}
-	s.publishSession("session.created", info, map[string]any{"info": info})
-	writeJSON(w, http.StatusOK, map[string]any{"data": info})
-	return nil
+	return s.created(w, info)
 }
 
 func (s *Server) exportSession(w http.ResponseWriter, r *http.Request, p router.Params) error {

@@ -51,13 +51,9 @@ func (h *Web) renderServiceAccounts(w http.ResponseWriter, r *http.Request, q *r
 	sd := saData{Now: now, MinDate: now.AddDate(0, 0, 1).Format(time.DateOnly)}
 	sas, err := q.svc.ServiceAccounts(r.Context(), q.p)
 	if err != nil {
-		if !h.refused(w, q, err, d) {
+		if !h.shown(w, q, err, d, &msg, &status) {
 			return
 		}
-		if msg == "" {
-			msg = d.Error
-		}
-		status = maxStatus(status, apierr.As(err).Status)
 		sas = nil
 	}
 	sort.Slice(sas, func(i, j int) bool { return sas[i].Created.Before(sas[j].Created) })
@@ -96,6 +92,20 @@ func (h *Web) refused(w http.ResponseWriter, q *req, err error, d *pageData) boo
 	}
 	h.fail(w, q, err)
 	return false
+}
+
+// shown puts a refused listing on the page being rendered: the page keeps
+// an earlier message and answers the higher status. It reports false when
+// an error page was written instead.
+func (h *Web) shown(w http.ResponseWriter, q *req, err error, d *pageData, msg *string, status *int) bool {
+	if !h.refused(w, q, err, d) {
+		return false
+	}
+	if *msg == "" {
+		*msg = d.Error
+	}
+	*status = maxStatus(*status, apierr.As(err).Status)
+	return true
 }
 
 func maxStatus(a, b int) int {
@@ -214,13 +224,9 @@ func (h *Web) renderConnections(w http.ResponseWriter, r *http.Request, q *req, 
 	var cd connData
 	cs, err := q.svc.Connections(r.Context(), q.p)
 	if err != nil {
-		if !h.refused(w, q, err, d) {
+		if !h.shown(w, q, err, d, &msg, &status) {
 			return
 		}
-		if msg == "" {
-			msg = d.Error
-		}
-		status = maxStatus(status, apierr.As(err).Status)
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name })
 	base := h.inferenceBase(r)
@@ -298,13 +304,9 @@ func (h *Web) renderMembers(w http.ResponseWriter, r *http.Request, q *req, stat
 	}
 	ms, err := q.svc.Members(r.Context(), q.p)
 	if err != nil {
-		if !h.refused(w, q, err, d) {
+		if !h.shown(w, q, err, d, &msg, &status) {
 			return
 		}
-		if msg == "" {
-			msg = d.Error
-		}
-		status = maxStatus(status, apierr.As(err).Status)
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Email < ms[j].Email })
 	md.Members = ms
@@ -370,13 +372,9 @@ func (h *Web) renderBudgets(w http.ResponseWriter, r *http.Request, q *req, stat
 		OwnOnly: service.Check(q.p, service.OpReadSpend) == service.OwnOnly}
 	bs, err := q.svc.Budgets(r.Context(), q.p)
 	if err != nil {
-		if !h.refused(w, q, err, d) {
+		if !h.shown(w, q, err, d, &msg, &status) {
 			return
 		}
-		if msg == "" {
-			msg = d.Error
-		}
-		status = maxStatus(status, apierr.As(err).Status)
 	}
 	sort.SliceStable(bs, func(i, j int) bool {
 		if bs[i].Kind != bs[j].Kind {
