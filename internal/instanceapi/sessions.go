@@ -153,6 +153,13 @@ func (s *Server) created(w http.ResponseWriter, info *SessionInfo) error {
 	return nil
 }
 
+// updated announces a changed session and answers 204.
+func (s *Server) updated(w http.ResponseWriter, info *SessionInfo) error {
+	s.publishSession("session.updated", info, map[string]any{"info": info})
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
 // ---- get / update / remove ----
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request, p router.Params) error {
@@ -213,9 +220,7 @@ func (s *Server) updateSession(w http.ResponseWriter, r *http.Request, p router.
 	if err != nil {
 		return err
 	}
-	s.publishSession("session.updated", info, map[string]any{"info": info})
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return s.updated(w, info)
 }
 
 // generateTitle makes a title from the first line of the session's first

@@ -245,9 +245,7 @@ func (s *Server) switchRecorded(w http.ResponseWriter, r *http.Request, sid stri
 	if err != nil {
 		return err
 	}
-	s.publishSession("session.updated", info, map[string]any{"info": info})
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return s.updated(w, info)
 }
 
 // ---- move ----
@@ -333,9 +331,7 @@ func (s *Server) moveSession(w http.ResponseWriter, r *http.Request, p router.Pa
 	if err != nil {
 		return err
 	}
-	s.publishSession("session.updated", info, map[string]any{"info": info})
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return s.updated(w, info)
 }
 
 // ---- import / export ----
