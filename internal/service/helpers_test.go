@@ -3,7 +3,6 @@ package service_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"hash/crc32"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/agentgate/agentgate/internal/clock"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/testenv"
 	"github.com/agentgate/agentgate/modules/store"
 )
 
@@ -38,22 +38,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: dir})
-	if err != nil {
-		t.Fatalf("OpenBadger: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	master := make([]byte, secrets.MasterKeySize)
-	if _, err := rand.Read(master); err != nil {
-		t.Fatal(err)
-	}
-	keys, err := secrets.NewKeys(master)
-	if err != nil {
-		t.Fatalf("NewKeys: %v", err)
-	}
-	clk := clock.NewFake(t0)
-	return &env{t: t, dir: dir, st: st, svc: service.New(st, keys, clk, nil), clk: clk}
+	te := testenv.New(t, t0)
+	return &env{t: t, dir: te.Dir, st: te.Store, svc: te.Service, clk: te.Clock}
 }
 
 func (e *env) workspace(name string) string {

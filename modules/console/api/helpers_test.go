@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"github.com/agentgate/agentgate/internal/clock"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/testenv"
 	"github.com/agentgate/agentgate/modules/console/api"
 	"github.com/agentgate/agentgate/modules/store"
 )
@@ -35,21 +35,9 @@ type env struct {
 
 func newEnv(t *testing.T, opts ...func(*api.Options)) *env {
 	t.Helper()
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("OpenBadger: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	master := make([]byte, secrets.MasterKeySize)
-	if _, err := rand.Read(master); err != nil {
-		t.Fatal(err)
-	}
-	keys, err := secrets.NewKeys(master)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := clock.NewFake(t0)
-	e := &env{t: t, st: st, clk: clk, svc: service.New(st, keys, clk, nil)}
+	te := testenv.New(t, t0)
+	clk := te.Clock
+	e := &env{t: t, st: te.Store, clk: clk, svc: te.Service}
 	o := api.Options{Service: func(context.Context) (*service.Service, error) { return e.svc, nil }, InferenceURL: "https://gw.example.com"}
 	for _, f := range opts {
 		f(&o)

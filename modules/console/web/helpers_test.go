@@ -2,7 +2,6 @@ package web_test
 
 import (
 	"context"
-	"crypto/rand"
 	"html"
 	"io"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"github.com/agentgate/agentgate/internal/clock"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/testenv"
 	"github.com/agentgate/agentgate/modules/console/web"
 	"github.com/agentgate/agentgate/modules/store"
 )
@@ -55,19 +55,9 @@ func newEnv(t *testing.T) *env {
 
 func newEnvTLS(t *testing.T, tls bool) *env {
 	t.Helper()
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("OpenBadger: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	master := make([]byte, secrets.MasterKeySize)
-	rand.Read(master)
-	keys, err := secrets.NewKeys(master)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := clock.NewFake(t0)
-	e := &env{t: t, st: st, clk: clk, svc: service.New(st, keys, clk, nil)}
+	te := testenv.New(t, t0)
+	clk := te.Clock
+	e := &env{t: t, st: te.Store, clk: clk, svc: te.Service}
 	h := web.New(web.Options{
 		Service:      func(context.Context) (*service.Service, error) { return e.svc, nil },
 		Clock:        clk,
