@@ -51,6 +51,7 @@ type options struct {
 	bin         string // a prebuilt binary; "" builds ./cmd/caddy
 	portkey     bool
 	out         string // results directory; "" writes nothing
+	profile     string // write a CPU profile of caddy during lane (c) at c=32 here
 	stamp       string // file name stem
 	progressOut *os.File
 }
@@ -75,13 +76,21 @@ func main() {
 	pin := flag.Bool("pin", true, "pin the servers to core 1 and the load to core 0 with taskset")
 	bin := flag.String("bin", "", "use this caddy binary instead of building ./cmd/caddy")
 	out := flag.String("out", "", "results directory (default: bench/results in the module)")
+	profile := flag.String("profile", "", "write a CPU profile of caddy, taken while lane (c) runs at c=32, to this file")
+	only := flag.String("only", "", "measure only this figure (throughput); for tuning, the report is not written")
 	flag.Parse()
 
 	o := fullOptions()
 	if *quick {
 		o = quickOptions()
 	}
-	o.portkey, o.pin, o.bin = *portkey, *pin, *bin
+	o.portkey, o.pin, o.bin, o.profile = *portkey, *pin, *bin, *profile
+	if *only == "throughput" {
+		o.latRate, o.streamConc, o.bigStreams, o.bodySizes, o.floodDur = 0, 0, 0, nil, 0
+	} else if *only != "" {
+		fmt.Fprintln(os.Stderr, "bench: -only takes throughput")
+		os.Exit(2)
+	}
 	o.progressOut = os.Stderr
 
 	// Pin this process (load generator and fake provider) to core 0 by
@@ -114,6 +123,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
+	}
+	if *only != "" {
+		fmt.Println(res.summary())
+		return
 	}
 	md, svg, err := res.write(o)
 	if err != nil {
@@ -171,7 +184,16 @@ func run(ctx context.Context, o options) (*results, error) {
 		logf("throughput %s", c.name)
 		for range o.reps {
 			for _, l := range r.lanes {
+				var prof chan error
+				if o.profile != "" && l.id == "c" && c.conc == 32 && c.slow == 0 {
+					prof = r.profile(ctx, o.thrDur, o.profile)
+				}
 				cr := closed(ctx, l, c.slow, body1k, c.conc, o.thrDur, 0)
+				if prof != nil {
+					if err := <-prof; err != nil {
+						logf("profile: %v", err)
+					}
+				}
 				res.addThroughput(c.name, l.id, cr)
 			}
 			r.resetProviders()

@@ -227,6 +227,27 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 	return r, nil
 }
 
+// profile takes a CPU profile of caddy for d through the admin endpoint's
+// pprof handler and writes it to file.
+func (r *rig) profile(ctx context.Context, d time.Duration, file string) chan error {
+	done := make(chan error, 1)
+	go func() {
+		secs := int(d / time.Second)
+		if secs < 1 {
+			secs = 1
+		}
+		st, b, err := r.admin(ctx, "GET", fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), nil)
+		if err == nil && st != 200 {
+			err = fmt.Errorf("pprof answered %d", st)
+		}
+		if err == nil {
+			err = os.WriteFile(file, b, 0o644)
+		}
+		done <- err
+	}()
+	return done
+}
+
 func (r *rig) waitAdmin(ctx context.Context) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {

@@ -221,10 +221,13 @@ func (a *App) Start() error {
 
 func (a *App) start() error {
 	val, loaded, err := storePool.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
-		st, err := store.OpenBadger(store.BadgerOptions{Dir: filepath.Join(a.dir, "badger"), Logger: a.logger.Named("badger")})
+		b, err := store.OpenBadger(store.BadgerOptions{Dir: filepath.Join(a.dir, "badger"), Logger: a.logger.Named("badger")})
 		if err != nil {
 			return nil, err
 		}
+		// One process owns a Badger directory, so the hot path may cache
+		// what it reads, invalidated by the tracked generation.
+		st := store.Track(b)
 		return pooledStore{Store: st, ledger: ledger.New(st, a.Clock)}, nil
 	})
 	if err != nil {
