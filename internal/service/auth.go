@@ -91,8 +91,9 @@ const lastUsedEvery = time.Minute
 // in one workspace. Errors: 401 Unauthorized (missing, malformed, unknown,
 // expired or revoked credential), 400 OrgRequired, 403 Forbidden (another
 // workspace, not a member), 404 WorkspaceNotFound. A malformed credential is
-// rejected without touching the store. Nothing is cached: revocation and
-// expiry take effect on the very next request.
+// rejected without touching the store. Revocation and expiry take effect on
+// the very next request: a verdict is cached only over a store that drops
+// it on every write to the records behind it (see hotCache).
 func (s *Service) Authenticate(ctx context.Context, credential, orgID string) (*Principal, error) {
 	tok, ok := secrets.ParseToken(credential)
 	if !ok {
@@ -110,8 +111,22 @@ func (s *Service) Authenticate(ctx context.Context, credential, orgID string) (*
 func (s *Service) authKey(ctx context.Context, tok secrets.Token, orgID string) (*Principal, error) {
 	mac := s.Secrets.MAC(tok.Secret)
 	now := s.Clock.Now()
+	if e := s.cachedCred(tok.ID); e != nil {
+		if !e.valid(mac, now) {
+			return nil, apierr.Unauthorized()
+		}
+		if orgID != "" && orgID != e.p.Workspace {
+			return nil, apierr.Forbidden("this key belongs to another workspace than x-org-id names")
+		}
+		if last := e.lastUsed.Load(); last == 0 || now.Sub(time.Unix(0, last)) >= lastUsedEvery {
+			s.touchKey(ctx, tok.ID, now, e)
+		}
+		p := e.p
+		return &p, nil
+	}
+	gen, cacheable := s.gen()
 	var p *Principal
-	var touch bool
+	var key *store.APIKey
 	err := s.Store.View(ctx, func(tx store.Tx) error {
 		k, err := tx.APIKey(tok.ID)
 		if errors.Is(err, store.ErrNotFound) {
@@ -135,43 +150,79 @@ func (s *Service) authKey(ctx context.Context, tok secrets.Token, orgID string) 
 		if _, err := workspace(tx, k.Workspace); err != nil {
 			return err
 		}
-		touch = k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) >= lastUsedEvery
+		key = k
 		p = &Principal{Kind: KindServiceKey, Workspace: k.Workspace, KeyID: k.ID, ServiceAccount: k.ServiceAccount, Permission: k.Permission}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if touch {
-		s.touchKey(ctx, tok.ID, now)
+	var e *credEntry
+	if cacheable {
+		e = &credEntry{gen: gen, mac: key.MAC, p: *p}
+		if key.ExpiresAt != nil {
+			e.notAfter = *key.ExpiresAt
+		}
+		if key.LastUsedAt != nil {
+			e.lastUsed.Store(key.LastUsedAt.UnixNano())
+		}
+		s.hot.creds.Store(tok.ID, e)
+	}
+	if key.LastUsedAt == nil || now.Sub(*key.LastUsedAt) >= lastUsedEvery {
+		s.touchKey(ctx, tok.ID, now, e)
 	}
 	return p, nil
 }
 
 // touchKey records when a key was last used. It is approximate by design
-// (at most once a minute per key) and never fails a request.
-func (s *Service) touchKey(ctx context.Context, id string, now time.Time) {
-	err := s.Store.Update(context.WithoutCancel(ctx), func(tx store.Tx) error {
+// (at most once a minute per key) and never fails a request. The write
+// bypasses the tracked generation (last_used_at decides nothing about
+// access), so it does not drop every cached verdict once a minute per key;
+// the key's own cached entry learns the new time instead.
+func (s *Service) touchKey(ctx context.Context, id string, now time.Time, e *credEntry) {
+	st := s.Store
+	if u, ok := st.(interface{ Unwrap() store.Store }); ok {
+		st = u.Unwrap()
+	}
+	var written time.Time
+	err := st.Update(context.WithoutCancel(ctx), func(tx store.Tx) error {
 		k, err := tx.APIKey(id)
 		if err != nil {
 			return err
 		}
 		if k.LastUsedAt != nil && now.Sub(*k.LastUsedAt) < lastUsedEvery {
+			written = *k.LastUsedAt
 			return nil
 		}
 		t := now.UTC().Truncate(time.Second)
 		k.LastUsedAt = &t
+		written = t
 		return tx.PutAPIKey(k, false)
 	})
 	if err != nil {
 		s.Logger.Debug("recording key use failed", zapKeyID(id), zapErr(err))
+		return
+	}
+	if e != nil {
+		e.lastUsed.Store(written.UnixNano())
 	}
 }
 
 func (s *Service) authAccessToken(ctx context.Context, tok secrets.Token, orgID string) (*Principal, error) {
 	mac := s.Secrets.MAC(tok.Secret)
 	now := s.Clock.Now()
+	cacheID := tok.ID + "\x00" + orgID
+	if e := s.cachedCred(cacheID); e != nil {
+		if !e.valid(mac, now) {
+			return nil, apierr.Unauthorized()
+		}
+		p := e.p
+		return &p, nil
+	}
+	gen, cacheable := s.gen()
 	var p *Principal
+	var notAfter time.Time
+	var tokenMAC []byte
 	err := s.Store.View(ctx, func(tx store.Tx) error {
 		t, err := tx.Token(tok.ID)
 		if errors.Is(err, store.ErrNotFound) {
@@ -210,10 +261,17 @@ func (s *Service) authAccessToken(ctx context.Context, tok secrets.Token, orgID 
 		if err != nil {
 			return err
 		}
+		tokenMAC, notAfter = t.MAC, minTime(t.ExpiresAt, f.ExpiresAt)
 		p = &Principal{Kind: KindPerson, Workspace: ws, PersonID: person.ID, FamilyID: f.ID, Role: m.Role}
 		return nil
 	})
-	return p, err
+	if err != nil {
+		return nil, err
+	}
+	if cacheable {
+		s.hot.creds.Store(cacheID, &credEntry{gen: gen, mac: tokenMAC, notAfter: notAfter, p: *p})
+	}
+	return p, nil
 }
 
 // IssuedToken is a newly issued access token, shown once.

@@ -245,11 +245,25 @@ func PrepareConnection(workspaceID string, in ConnectionInput, now time.Time) (*
 
 // Credential decrypts a connection's provider credential.
 func (s *Service) Credential(c *store.Connection) (string, error) {
+	var e *connEntry
+	if v, ok := s.hot.conns.Load(c.ID); ok {
+		if e = v.(*connEntry); e.conn == c {
+			if cred := e.cred.Load(); cred != nil {
+				return *cred, nil
+			}
+		} else {
+			e = nil
+		}
+	}
 	b, err := s.Secrets.Open(c.Credential, []byte(c.ID))
 	if err != nil {
 		return "", fmt.Errorf("connection %s: %w", c.ID, err)
 	}
-	return string(b), nil
+	cred := string(b)
+	if e != nil {
+		e.cred.Store(&cred)
+	}
+	return cred, nil
 }
 
 // CreateConnection adds a connection. Declaring models with it is managing
@@ -312,16 +326,24 @@ func connection(tx store.Tx, ws, id string) (*store.Connection, error) {
 }
 
 // LookupConnection returns a connection of the principal's workspace for the
-// gateway (any principal allowed to use inference).
+// gateway (any principal allowed to use inference). The connection may be
+// shared with other requests (hotCache): callers must not change it.
 func (s *Service) LookupConnection(ctx context.Context, p *Principal, id string) (*store.Connection, error) {
 	if err := Require(p, OpInference); err != nil {
 		return nil, err
 	}
+	if e := s.cachedConn(p.Workspace, id); e != nil {
+		return e.conn, nil
+	}
+	gen, cacheable := s.gen()
 	var c *store.Connection
 	err := s.Store.View(ctx, func(tx store.Tx) (err error) {
 		c, err = connection(tx, p.Workspace, id)
 		return err
 	})
+	if err == nil && cacheable {
+		s.hot.conns.Store(id, &connEntry{gen: gen, ws: p.Workspace, conn: c})
+	}
 	return c, err
 }
 

@@ -31,7 +31,7 @@ var (
 type env struct {
 	t   *testing.T
 	dir string
-	st  *store.Badger
+	st  store.Store
 	svc *service.Service
 	clk *clock.Fake
 }

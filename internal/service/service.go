@@ -33,6 +33,8 @@ type Service struct {
 
 	// AccessTokenTTL is the lifetime of access tokens (default 1 h).
 	AccessTokenTTL time.Duration
+
+	hot hotCache
 }
 
 // New returns a Service with defaults filled in.

@@ -16,8 +16,11 @@ import (
 
 // Env is a service, its store and its clock.
 type Env struct {
-	Dir     string
-	Store   *store.Badger
+	Dir string
+	// Store is the Badger store tracked as the app tracks it (store.Track),
+	// so that tests exercise the hot-path caches; write through it.
+	Store   *store.Tracked
+	Badger  *store.Badger
 	Service *service.Service
 	Clock   *clock.Fake
 }
@@ -41,7 +44,8 @@ func New(t testing.TB, start time.Time) *Env {
 		t.Fatalf("NewKeys: %v", err)
 	}
 	clk := clock.NewFake(start)
-	svc := service.New(st, keys, clk, nil)
+	tracked := store.Track(st)
+	svc := service.New(tracked, keys, clk, nil)
 	t.Cleanup(svc.Ledger.Close)
-	return &Env{Dir: dir, Store: st, Service: svc, Clock: clk}
+	return &Env{Dir: dir, Store: tracked, Badger: st, Service: svc, Clock: clk}
 }

@@ -28,7 +28,7 @@ var (
 type env struct {
 	t   *testing.T
 	svc *service.Service
-	st  *store.Badger
+	st  store.Store
 	clk *clock.Fake
 	srv *httptest.Server
 }

@@ -41,7 +41,7 @@ const (
 type env struct {
 	t   *testing.T
 	svc *service.Service
-	st  *store.Badger
+	st  store.Store
 	clk *clock.Fake
 	srv *httptest.Server
 	h   *oauth.Handler

@@ -43,7 +43,7 @@ var passwordHash = sync.OnceValue(func() string {
 type env struct {
 	t   *testing.T
 	svc *service.Service
-	st  *store.Badger
+	st  store.Store
 	clk *clock.Fake
 	srv *httptest.Server
 	ip  string // the client IP the limiters see (header X-Test-IP overrides)
