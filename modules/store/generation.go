@@ -56,10 +56,10 @@ type trackingTx struct {
 
 func (t trackingTx) mark(err error) error { t.dirty.Store(true); return err }
 
-func (t trackingTx) PutWorkspace(w *Workspace) error   { return t.mark(t.Tx.PutWorkspace(w)) }
-func (t trackingTx) PutPerson(p *Person) error         { return t.mark(t.Tx.PutPerson(p)) }
-func (t trackingTx) PutMember(m *Member) error         { return t.mark(t.Tx.PutMember(m)) }
-func (t trackingTx) DeleteMember(ws, p string) error   { return t.mark(t.Tx.DeleteMember(ws, p)) }
+func (t trackingTx) PutWorkspace(w *Workspace) error { return t.mark(t.Tx.PutWorkspace(w)) }
+func (t trackingTx) PutPerson(p *Person) error       { return t.mark(t.Tx.PutPerson(p)) }
+func (t trackingTx) PutMember(m *Member) error       { return t.mark(t.Tx.PutMember(m)) }
+func (t trackingTx) DeleteMember(ws, p string) error { return t.mark(t.Tx.DeleteMember(ws, p)) }
 func (t trackingTx) DeleteServiceAccount(id string) error {
 	return t.mark(t.Tx.DeleteServiceAccount(id))
 }
@@ -70,6 +70,8 @@ func (t trackingTx) PutAPIKey(k *APIKey, create bool) error { return t.mark(t.Tx
 func (t trackingTx) PutConnection(c *Connection, create bool) error {
 	return t.mark(t.Tx.PutConnection(c, create))
 }
-func (t trackingTx) DeleteConnection(id string) error        { return t.mark(t.Tx.DeleteConnection(id)) }
-func (t trackingTx) PutTokenFamily(f *TokenFamily) error     { return t.mark(t.Tx.PutTokenFamily(f)) }
-func (t trackingTx) PutToken(tok *Token, create bool) error  { return t.mark(t.Tx.PutToken(tok, create)) }
+func (t trackingTx) DeleteConnection(id string) error    { return t.mark(t.Tx.DeleteConnection(id)) }
+func (t trackingTx) PutTokenFamily(f *TokenFamily) error { return t.mark(t.Tx.PutTokenFamily(f)) }
+func (t trackingTx) PutToken(tok *Token, create bool) error {
+	return t.mark(t.Tx.PutToken(tok, create))
+}
