@@ -6,7 +6,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +64,7 @@ type closedResult struct {
 	ok, errs int64
 	rps      float64
 	firstErr string
+	cpuPerOp time.Duration // server CPU (user + system) per answered request; 0 for lane (a)
 }
 
 // closed runs conc workers sending back to back for dur (or until each has
@@ -69,6 +73,8 @@ func closed(ctx context.Context, l *lane, slow int, body []byte, conc int, dur t
 	var ok, errs atomic.Int64
 	var firstErr atomic.Value
 	deadline := time.Now().Add(dur)
+	pid := l.pid()
+	cpu0 := cpuTime(pid)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range conc {
@@ -89,6 +95,9 @@ func closed(ctx context.Context, l *lane, slow int, body []byte, conc int, dur t
 	wg.Wait()
 	el := time.Since(start)
 	res := closedResult{ok: ok.Load(), errs: errs.Load(), rps: float64(ok.Load()) / el.Seconds()}
+	if pid != 0 && res.ok > 0 {
+		res.cpuPerOp = (cpuTime(pid) - cpu0) / time.Duration(res.ok)
+	}
 	if v, _ := firstErr.Load().(string); v != "" {
 		res.firstErr = v
 	}
@@ -256,3 +265,31 @@ func sizeName(n int) string {
 		return fmt.Sprintf("%d KB", n>>10)
 	}
 }
+
+// cpuTime is the user + system CPU time a process has used so far, from
+// /proc/<pid>/stat (0 when unknown).
+func cpuTime(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces) start at ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
+const clockTicks = 100

@@ -51,7 +51,8 @@ type options struct {
 	bin         string // a prebuilt binary; "" builds ./cmd/caddy
 	portkey     bool
 	out         string // results directory; "" writes nothing
-	profile     string // write a CPU profile of caddy during lane (c) at c=32 here
+	profile     string // write a CPU profile of caddy during lane (c) at profileConc here
+	profileConc int
 	stamp       string // file name stem
 	progressOut *os.File
 }
@@ -76,7 +77,8 @@ func main() {
 	pin := flag.Bool("pin", true, "pin the servers to core 1 and the load to core 0 with taskset")
 	bin := flag.String("bin", "", "use this caddy binary instead of building ./cmd/caddy")
 	out := flag.String("out", "", "results directory (default: bench/results in the module)")
-	profile := flag.String("profile", "", "write a CPU profile of caddy, taken while lane (c) runs at c=32, to this file")
+	profile := flag.String("profile", "", "write a CPU profile of caddy, taken while lane (c) runs at -profile-conc, to this file")
+	profileConc := flag.Int("profile-conc", 32, "the concurrency at which -profile is taken")
 	only := flag.String("only", "", "measure only this figure (throughput); for tuning, the report is not written")
 	flag.Parse()
 
@@ -84,7 +86,7 @@ func main() {
 	if *quick {
 		o = quickOptions()
 	}
-	o.portkey, o.pin, o.bin, o.profile = *portkey, *pin, *bin, *profile
+	o.portkey, o.pin, o.bin, o.profile, o.profileConc = *portkey, *pin, *bin, *profile, *profileConc
 	if *only == "throughput" {
 		o.latRate, o.streamConc, o.bigStreams, o.bodySizes, o.floodDur = 0, 0, 0, nil, 0
 	} else if *only != "" {
@@ -125,6 +127,18 @@ func main() {
 		os.Exit(1)
 	}
 	if *only != "" {
+		for _, c := range res.conds {
+			fmt.Printf("%-32s", c)
+			for _, l := range []string{"a", "b", "c", "d"} {
+				if v := res.thr[c][l]; len(v) > 0 {
+					fmt.Printf("  (%s) %6.0f", l, median(v))
+					if u := res.thrCPU[c][l]; len(u) > 0 {
+						fmt.Printf(" %4.0fµs", median(u))
+					}
+				}
+			}
+			fmt.Println("  req/s, server CPU per request")
+		}
 		fmt.Println(res.summary())
 		return
 	}
@@ -185,7 +199,7 @@ func run(ctx context.Context, o options) (*results, error) {
 		for range o.reps {
 			for _, l := range r.lanes {
 				var prof chan error
-				if o.profile != "" && l.id == "c" && c.conc == 32 && c.slow == 0 {
+				if o.profile != "" && l.id == "c" && c.conc == o.profileConc && c.slow == 0 {
 					prof = r.profile(ctx, o.thrDur, o.profile)
 				}
 				cr := closed(ctx, l, c.slow, body1k, c.conc, o.thrDur, 0)

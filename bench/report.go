@@ -45,6 +45,7 @@ type results struct {
 	thr      map[string]map[string][]float64 // condition → lane → rps per repetition
 	thrErrs  map[string]map[string]int64
 	thrFirst map[string]map[string]string
+	thrCPU   map[string]map[string][]float64 // condition → lane → server CPU µs per request
 	lat      map[string][]latStats
 	latRaw   map[string][]time.Duration // every repetition's samples, for the chart
 	str      map[string][]streamStats
@@ -65,7 +66,7 @@ type results struct {
 func newResults(r *rig, o options) *results {
 	res := &results{o: o, r: r, names: map[string]string{}, thr: map[string]map[string][]float64{},
 		thrErrs: map[string]map[string]int64{}, thrFirst: map[string]map[string]string{},
-		lat: map[string][]latStats{}, latRaw: map[string][]time.Duration{}, str: map[string][]streamStats{},
+		thrCPU: map[string]map[string][]float64{}, lat: map[string][]latStats{}, latRaw: map[string][]time.Duration{}, str: map[string][]streamStats{},
 		big: map[string]streamStats{}, bigRSS: map[string]int64{}, bodies: map[int]map[string]bodyStats{}}
 	for _, l := range r.lanes {
 		res.laneIDs = append(res.laneIDs, l.id)
@@ -78,6 +79,10 @@ func (res *results) addThroughput(cond, lane string, cr closedResult) {
 	if res.thr[cond] == nil {
 		res.conds = append(res.conds, cond)
 		res.thr[cond], res.thrErrs[cond], res.thrFirst[cond] = map[string][]float64{}, map[string]int64{}, map[string]string{}
+		res.thrCPU[cond] = map[string][]float64{}
+	}
+	if cr.cpuPerOp > 0 {
+		res.thrCPU[cond][lane] = append(res.thrCPU[cond][lane], float64(cr.cpuPerOp)/float64(time.Microsecond))
 	}
 	res.thr[cond][lane] = append(res.thr[cond][lane], cr.rps)
 	res.thrErrs[cond][lane] += cr.errs
@@ -285,7 +290,7 @@ func (res *results) markdown(svgName string) string {
 	for _, id := range res.laneIDs {
 		w("- **(%s) %s**\n", id, res.names[id])
 	}
-	w("\nLane (c) runs with the workspace key checked on every request, a budget on the key's service account (so each request is reserved and settled in the ledger), the usage tee parsing every answer, and the gateway's Prometheus metrics. Lanes (b) and (c) are two sites of one caddy process; no access logs. ")
+	w("\nLane (c) runs with the workspace key checked on every request, a budget on the key's service account (so each request is reserved and settled in the ledger), the usage tee parsing every answer, and the gateway's Prometheus metrics. Lanes (b) and (c) are two processes of the same binary (so each lane's RSS is its own), pinned to the same core; no access logs. ")
 	if res.r.portkeyMsg != "" {
 		w("%s.", res.r.portkeyMsg)
 	}
@@ -302,7 +307,8 @@ func (res *results) markdown(svgName string) string {
 
 	if len(res.conds) > 0 {
 		w("\n## Throughput, non-streaming (req/s, closed loop, %s each, %s)\n\n", res.o.thrDur, reps)
-		w("| Condition | Lane | req/s | vs (a) | vs (b) | errors |\n|---|---|---|---|---|---|\n")
+		w("Server CPU per request is the proxy process's user + system time over the run divided by the answered requests (from /proc; less sensitive to a noisy machine than req/s).\n\n")
+		w("| Condition | Lane | req/s | vs (a) | vs (b) | server CPU per request | errors |\n|---|---|---|---|---|---|---|\n")
 		for _, c := range res.conds {
 			a, bb := median(res.thr[c]["a"]), median(res.thr[c]["b"])
 			for _, id := range res.laneIDs {
@@ -311,7 +317,11 @@ func (res *results) markdown(svgName string) string {
 				if f := res.thrFirst[c][id]; f != "" {
 					e += " (" + f + ")"
 				}
-				w("| %s | (%s) | %.0f | %s | %s | %s |\n", c, id, v, ratio(v, a), ratio(v, bb), e)
+				cpu := "–"
+				if u := res.thrCPU[c][id]; len(u) > 0 {
+					cpu = fmt.Sprintf("%.0f µs", median(u))
+				}
+				w("| %s | (%s) | %.0f | %s | %s | %s | %s |\n", c, id, v, ratio(v, a), ratio(v, bb), cpu, e)
 			}
 		}
 	}

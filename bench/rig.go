@@ -76,7 +76,8 @@ type rig struct {
 	bin        string
 	pin        bool // taskset the servers onto core 1
 	providers  [2]*fakeprovider.Provider
-	caddy      *exec.Cmd
+	caddy      *exec.Cmd // lane (c): the agentgate app and llm_gateway
+	plainCaddy *exec.Cmd // lane (b): plain reverse_proxy
 	caddyLog   *os.File
 	adminAddr  string
 	ws, sa     string
@@ -165,32 +166,27 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 	}
 	r.resetProviders()
 
-	// The Caddyfile: lane (b) is one plain reverse_proxy site per
-	// provider, lane (c) one llm_gateway site. No access logs on either.
+	// Two processes of the same binary, so that each lane's memory is its
+	// own: lane (b) is one plain reverse_proxy site per provider, lane (c)
+	// one llm_gateway site. No access logs on either.
 	r.adminAddr = freeAddr()
 	siteB := [2]string{freeAddr(), freeAddr()}
 	siteC := freeAddr()
-	var cf strings.Builder
 	debug := ""
 	if os.Getenv("AGENTGATE_BENCH_DEBUG") != "" {
 		debug = "\tdebug\n"
 	}
-	fmt.Fprintf(&cf, "{\n%s\tadmin %s\n\tagentgate {\n\t\tstorage badger %q\n\t}\n}\n\n", debug, r.adminAddr, filepath.Join(work, "data"))
+	var cfB, cfC strings.Builder
+	fmt.Fprintf(&cfB, "{\n%s\tadmin off\n}\n\n", debug)
 	for i, a := range siteB {
-		fmt.Fprintf(&cf, "http://%s {\n\tbind 127.0.0.1\n\treverse_proxy %s\n}\n\n", a, strings.TrimPrefix(r.providers[i].URL, "http://"))
+		fmt.Fprintf(&cfB, "http://%s {\n\tbind 127.0.0.1\n\treverse_proxy %s\n}\n\n", a, strings.TrimPrefix(r.providers[i].URL, "http://"))
 	}
-	fmt.Fprintf(&cf, "http://%s {\n\tbind 127.0.0.1\n\tllm_gateway\n}\n", siteC)
-	cfPath := filepath.Join(work, "Caddyfile")
-	if err := os.WriteFile(cfPath, []byte(cf.String()), 0o600); err != nil {
+	fmt.Fprintf(&cfC, "{\n%s\tadmin %s\n\tagentgate {\n\t\tstorage badger %q\n\t}\n}\n\n", debug, r.adminAddr, filepath.Join(work, "data"))
+	fmt.Fprintf(&cfC, "http://%s {\n\tbind 127.0.0.1\n\tllm_gateway\n}\n", siteC)
+	if r.plainCaddy, err = r.startCaddy("plain", cfB.String()); err != nil {
 		return nil, err
 	}
-	if r.caddyLog, err = os.Create(filepath.Join(work, "caddy.log")); err != nil {
-		return nil, err
-	}
-	r.caddy = r.serverCommand(r.bin, "run", "--config", cfPath, "--adapter", "caddyfile")
-	r.caddy.Env = append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(work, "xdg-data"), "XDG_CONFIG_HOME="+filepath.Join(work, "xdg-config"))
-	r.caddy.Stdout, r.caddy.Stderr = r.caddyLog, r.caddyLog
-	if err := r.caddy.Start(); err != nil {
+	if r.caddy, err = r.startCaddy("agentgate", cfC.String()); err != nil {
 		return nil, err
 	}
 	if err := r.waitAdmin(ctx); err != nil {
@@ -200,10 +196,9 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 		return nil, err
 	}
 
-	caddyPID := func() int { return r.caddy.Process.Pid }
 	direct := &lane{id: "a", name: "direct", client: newClient(), pid: func() int { return 0 }}
-	plain := &lane{id: "b", name: "caddy reverse_proxy", client: newClient(), pid: caddyPID}
-	gw := &lane{id: "c", name: "agentgate llm_gateway", client: newClient(), pid: caddyPID}
+	plain := &lane{id: "b", name: "caddy reverse_proxy", client: newClient(), pid: func() int { return r.plainCaddy.Process.Pid }}
+	gw := &lane{id: "c", name: "agentgate llm_gateway", client: newClient(), pid: func() int { return r.caddy.Process.Pid }}
 	for i, p := range r.providers {
 		direct.url[i] = p.URL + "/v1/chat/completions"
 		direct.hdr[i] = http.Header{"Authorization": {"Bearer " + providerSecret}}
@@ -246,6 +241,31 @@ func (r *rig) profile(ctx context.Context, d time.Duration, file string) chan er
 		done <- err
 	}()
 	return done
+}
+
+// startCaddy writes a Caddyfile and runs the binary on it (pinned when
+// pinning is on); both processes log to caddy.log.
+func (r *rig) startCaddy(name, caddyfile string) (*exec.Cmd, error) {
+	cfPath := filepath.Join(r.work, name+".Caddyfile")
+	if err := os.WriteFile(cfPath, []byte(caddyfile), 0o600); err != nil {
+		return nil, err
+	}
+	if r.caddyLog == nil {
+		var err error
+		if r.caddyLog, err = os.Create(filepath.Join(r.work, "caddy.log")); err != nil {
+			return nil, err
+		}
+	}
+	c := r.serverCommand(r.bin, "run", "--config", cfPath, "--adapter", "caddyfile")
+	c.Env = append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(r.work, "xdg-data-"+name), "XDG_CONFIG_HOME="+filepath.Join(r.work, "xdg-config-"+name))
+	if v := os.Getenv("AGENTGATE_BENCH_GOMAXPROCS"); v != "" {
+		c.Env = append(c.Env, "GOMAXPROCS="+v)
+	}
+	c.Stdout, c.Stderr = r.caddyLog, r.caddyLog
+	if err := c.Start(); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 func (r *rig) waitAdmin(ctx context.Context) error {
@@ -453,7 +473,7 @@ func (r *rig) startPortkey(ctx context.Context, logf func(string, ...any)) (*lan
 }
 
 func (r *rig) close() {
-	for _, c := range []*exec.Cmd{r.caddy, r.portkey} {
+	for _, c := range []*exec.Cmd{r.caddy, r.plainCaddy, r.portkey} {
 		if c != nil && c.Process != nil {
 			c.Process.Signal(os.Interrupt)
 			done := make(chan struct{})

@@ -62,6 +62,7 @@ type settlement struct {
 	r    *Reservation
 	rec  *store.UsageRecord
 	done func(error)
+	sync bool // a caller waits for it (Settle): written without lingering
 }
 
 // maxBatch bounds how many settlements share one transaction.
@@ -171,7 +172,7 @@ func (l *Ledger) Reserve(ctx context.Context, ws, memberID string, amount money.
 // reservation counts.
 func (r *Reservation) Settle(ctx context.Context, rec *store.UsageRecord) error {
 	res := make(chan error, 1)
-	if !r.enqueue(rec, func(err error) { res <- err }) {
+	if !r.enqueue(rec, func(err error) { res <- err }, true) {
 		return nil
 	}
 	return <-res
@@ -181,12 +182,12 @@ func (r *Reservation) Settle(ctx context.Context, rec *store.UsageRecord) error 
 // for the durable write; done (if not nil) gets the result. Ledger.Wait
 // waits for it.
 func (r *Reservation) SettleAsync(rec *store.UsageRecord, done func(error)) {
-	r.enqueue(rec, done)
+	r.enqueue(rec, done, false)
 }
 
 // enqueue hands the settlement to the writer; false when the reservation
 // was already settled or released.
-func (r *Reservation) enqueue(rec *store.UsageRecord, done func(error)) bool {
+func (r *Reservation) enqueue(rec *store.UsageRecord, done func(error), sync bool) bool {
 	l := r.l
 	l.mu.Lock()
 	if r.done {
@@ -196,7 +197,7 @@ func (r *Reservation) enqueue(rec *store.UsageRecord, done func(error)) bool {
 	r.done = true
 	l.pending.Add(1)
 	l.mu.Unlock()
-	s := &settlement{r: r, rec: rec, done: done}
+	s := &settlement{r: r, rec: rec, done: done, sync: sync}
 	l.sendMu.RLock()
 	if l.closed {
 		l.sendMu.RUnlock()
@@ -226,18 +227,51 @@ func (l *Ledger) writer() {
 				}
 			}
 		}
-		batch := []*settlement{first}
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case s := <-l.queue:
-				batch = append(batch, s)
-			default:
-				break fill
-			}
-		}
-		l.write(batch)
+		l.write(l.fill(first))
 	}
+}
+
+// linger is how long the writer waits for more settlements to share a
+// batch when the queue runs dry. Settlements are written after the
+// response, so the client never waits for it; at low concurrency it turns
+// one transaction and one fsync per request into one per few requests.
+// Settle (synchronous) skips it.
+const linger = 2 * time.Millisecond
+
+// fill gathers a batch: whatever is queued, then, unless a synchronous
+// settlement is waiting, what arrives within linger, up to maxBatch.
+func (l *Ledger) fill(first *settlement) []*settlement {
+	batch := []*settlement{first}
+	urgent := first.sync
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for len(batch) < maxBatch {
+		select {
+		case s := <-l.queue:
+			batch, urgent = append(batch, s), urgent || s.sync
+			continue
+		default:
+		}
+		if urgent {
+			return batch
+		}
+		if timer == nil {
+			timer = time.NewTimer(linger)
+		}
+		select {
+		case s := <-l.queue:
+			batch, urgent = append(batch, s), urgent || s.sync
+		case <-timer.C:
+			return batch
+		case <-l.stop:
+			return batch
+		}
+	}
+	return batch
 }
 
 // write stores a batch in one transaction: every usage record, and each

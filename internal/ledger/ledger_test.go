@@ -300,3 +300,53 @@ func TestConcurrentSettlementsLoseNothing(t *testing.T) {
 		t.Fatalf("settle after close: %v", err)
 	}
 }
+
+// countingStore counts write transactions.
+type countingStore struct {
+	store.Store
+	updates atomic.Int64
+}
+
+func (c *countingStore) Update(ctx context.Context, fn func(store.Tx) error) error {
+	c.updates.Add(1)
+	return c.Store.Update(ctx, fn)
+}
+
+// Settlements that trickle in (one every 100 µs, as at low concurrency)
+// share transactions: the writer lingers for more before it commits. A
+// synchronous Settle is written without lingering, and every settlement is
+// there afterwards.
+func TestSettlementsShareTransactionsAtLowConcurrency(t *testing.T) {
+	st := open(t, t.TempDir())
+	defer st.Close()
+	cs := &countingStore{Store: st}
+	clk := clock.NewFake(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	l := New(cs, clk)
+	defer l.Close()
+	const n = 40
+	for i := range n {
+		r, err := l.Reserve(ctx, "wrk_a", "sa_x", usd("0.01"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := record(clk, "wrk_a", "sa_x", usd("0.01"))
+		rec.ID = UsageID(clk.Now()) + string(rune('a'+i%26))
+		r.SettleAsync(rec, nil)
+		time.Sleep(100 * time.Microsecond)
+	}
+	l.Wait()
+	if got := cs.updates.Load(); got > n/2 {
+		t.Fatalf("%d settlements took %d transactions; lingering should batch them", n, got)
+	}
+	r, _ := l.Reserve(ctx, "wrk_a", "sa_x", usd("0.01"))
+	if err := r.Settle(ctx, record(clk, "wrk_a", "sa_x", usd("0.01"))); err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	st.View(ctx, func(tx store.Tx) error {
+		return tx.Usage("wrk_a", "", func(*store.UsageRecord) (bool, error) { count++; return true, nil })
+	})
+	if count != n+1 {
+		t.Fatalf("%d usage records, want %d", count, n+1)
+	}
+}

@@ -221,6 +221,7 @@ func (a *App) Start() error {
 
 func (a *App) start() error {
 	val, loaded, err := storePool.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
+		ensureProcs(a.logger)
 		b, err := store.OpenBadger(store.BadgerOptions{Dir: filepath.Join(a.dir, "badger"), Logger: a.logger.Named("badger")})
 		if err != nil {
 			return nil, err

@@ -117,7 +117,8 @@ func (g *Gateway) Provision(ctx caddy.Context) error {
 }
 
 // newProxy builds one of Caddy's own reverse proxies: upstream chosen per
-// request, flushed immediately, no X-Forwarded-* or Via leaking the client.
+// request, streams flushed as they come, no X-Forwarded-* or Via leaking
+// the client.
 // Its transport is Caddy's HTTP transport, wrapped so that the provider
 // credential is added to a copy of the outgoing request's headers at the
 // last moment: it never sits in a request that a handler, a placeholder or
@@ -139,7 +140,9 @@ func (g *Gateway) newProxy(ctx caddy.Context, useTLS bool) (*reverseproxy.Handle
 	rp := &reverseproxy.Handler{
 		Transport:        credentialTransport{tr},
 		DynamicUpstreams: upstreamFromVars{},
-		FlushInterval:    caddy.Duration(-1),
+		// The default flush interval: Caddy flushes every write of a
+		// streamed answer (text/event-stream, or no Content-Length), and
+		// writes a sized answer in one piece.
 		Headers: &headers.Handler{Request: &headers.HeaderOps{
 			Set:    http.Header{"Host": []string{"{http.reverse_proxy.upstream.hostport}"}},
 			Delete: []string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Via", "Forwarded"},
@@ -406,7 +409,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *fai
 	}
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
+		// Room for the body and for the read that sees EOF: without it the
+		// buffer doubles (and copies) the whole body at its very end.
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
 	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, g.MaxRequestBody))
 	if err != nil {

@@ -182,9 +182,12 @@ func statusClass(code int) string {
 func (m *metrics) observe(f formats.Format, status int, t store.Tokens, cost money.Pico) {
 	fs := f.String()
 	m.requests.WithLabelValues(fs, statusClass(status)).Inc()
-	for kind, n := range map[string]int64{"input": t.Input, "cache_read": t.CacheRead, "cache_write": t.CacheWrite, "output": t.Output, "reasoning": t.Reasoning} {
-		if n > 0 {
-			m.tokens.WithLabelValues(fs, kind).Add(float64(n))
+	for _, k := range [...]struct {
+		kind string
+		n    int64
+	}{{"input", t.Input}, {"cache_read", t.CacheRead}, {"cache_write", t.CacheWrite}, {"output", t.Output}, {"reasoning", t.Reasoning}} {
+		if k.n > 0 {
+			m.tokens.WithLabelValues(fs, k.kind).Add(float64(k.n))
 		}
 	}
 	if cost > 0 {
