@@ -96,6 +96,14 @@ type Tx interface {
 	PutBudget(*Budget) error
 	DeleteBudget(workspace, memberID string) error
 
+	// Holds lists a member's budget holds in id order. It reads the
+	// member's whole range: on a shared store, a hold inserted concurrently
+	// by another transaction makes one of the two retry.
+	Holds(workspace, memberID string) ([]*Hold, error)
+	PutHold(*Hold) error
+	// DeleteHold removes a hold; a missing one is not an error.
+	DeleteHold(workspace, memberID, id string) error
+
 	// PutUsage appends a usage record; ErrExists if its id is taken.
 	PutUsage(*UsageRecord) error
 	// Usage calls fn for the workspace's usage records with ids greater than

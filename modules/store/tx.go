@@ -29,6 +29,7 @@ const (
 	pDevice    = "dg/"
 	pUserCode  = "idg/" // idg/<user code mac> → device grant id (value)
 	pUsage     = "u/"   // u/<ws>/<usage id>
+	pHold      = "h/"   // h/<ws>/<member>/<hold id>
 )
 
 // btx implements Tx over a backend's kvTxn: all record logic is here, shared
@@ -330,6 +331,18 @@ func (t *btx) Budgets(ws string) ([]*Budget, error) { return scanAll[Budget](t, 
 func (t *btx) PutBudget(b *Budget) error { return t.put(pBudget+b.Workspace+"/"+b.MemberID, b) }
 
 func (t *btx) DeleteBudget(ws, member string) error { return t.del(pBudget + ws + "/" + member) }
+
+func (t *btx) Holds(ws, member string) ([]*Hold, error) {
+	return scanAll[Hold](t, pHold+ws+"/"+member+"/")
+}
+
+func (t *btx) PutHold(h *Hold) error {
+	return t.put(pHold+h.Workspace+"/"+h.MemberID+"/"+h.ID, h)
+}
+
+func (t *btx) DeleteHold(ws, member, id string) error {
+	return t.del(pHold + ws + "/" + member + "/" + id)
+}
 
 func (t *btx) PutUsage(u *UsageRecord) error {
 	key := pUsage + u.Workspace + "/" + u.ID
