@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -116,27 +115,8 @@ func (s *Badger) gcLoop(every time.Duration) {
 }
 
 // migrate records the schema version of a new store and refuses one written
-// by a newer build. Future layout changes add steps here.
-func (s *Badger) migrate() error {
-	return s.Update(context.Background(), func(tx Tx) error {
-		v, err := tx.Meta("schema_version")
-		if errors.Is(err, ErrNotFound) {
-			return tx.PutMeta("schema_version", []byte(strconv.Itoa(SchemaVersion)))
-		}
-		if err != nil {
-			return err
-		}
-		n, err := strconv.Atoi(string(v))
-		if err != nil {
-			return fmt.Errorf("store: bad schema version %q", v)
-		}
-		if n > SchemaVersion {
-			return fmt.Errorf("store: data was written by a newer agentgate (schema %d, this build reads up to %d)", n, SchemaVersion)
-		}
-		// n < SchemaVersion: no older layouts exist yet.
-		return nil
-	})
-}
+// by a newer build (checkSchemaVersion). Future layout changes add steps here.
+func (s *Badger) migrate() error { return checkSchemaVersion(s) }
 
 // Close stops GC and closes the database. It is safe to call more than once.
 func (s *Badger) Close() error {

@@ -7,6 +7,8 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 )
 
 // SchemaVersion is the version of the record layout this build writes.
@@ -139,4 +141,28 @@ type Tx interface {
 	// master-key fingerprint).
 	Meta(name string) ([]byte, error)
 	PutMeta(name string, value []byte) error
+}
+
+// checkSchemaVersion records SchemaVersion in the meta "schema_version" of a
+// new store and refuses a store written by a newer build. Every backend
+// runs it when it opens.
+func checkSchemaVersion(st Store) error {
+	return st.Update(context.Background(), func(tx Tx) error {
+		v, err := tx.Meta("schema_version")
+		if errors.Is(err, ErrNotFound) {
+			return tx.PutMeta("schema_version", []byte(strconv.Itoa(SchemaVersion)))
+		}
+		if err != nil {
+			return err
+		}
+		n, err := strconv.Atoi(string(v))
+		if err != nil {
+			return fmt.Errorf("store: bad schema version %q", v)
+		}
+		if n > SchemaVersion {
+			return fmt.Errorf("store: data was written by a newer agentgate (schema %d, this build reads up to %d)", n, SchemaVersion)
+		}
+		// n < SchemaVersion: no older layouts exist yet.
+		return nil
+	})
 }
