@@ -1,14 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -116,27 +115,8 @@ func (s *Badger) gcLoop(every time.Duration) {
 }
 
 // migrate records the schema version of a new store and refuses one written
-// by a newer build. Future layout changes add steps here.
-func (s *Badger) migrate() error {
-	return s.Update(context.Background(), func(tx Tx) error {
-		v, err := tx.Meta("schema_version")
-		if errors.Is(err, ErrNotFound) {
-			return tx.PutMeta("schema_version", []byte(strconv.Itoa(SchemaVersion)))
-		}
-		if err != nil {
-			return err
-		}
-		n, err := strconv.Atoi(string(v))
-		if err != nil {
-			return fmt.Errorf("store: bad schema version %q", v)
-		}
-		if n > SchemaVersion {
-			return fmt.Errorf("store: data was written by a newer agentgate (schema %d, this build reads up to %d)", n, SchemaVersion)
-		}
-		// n < SchemaVersion: no older layouts exist yet.
-		return nil
-	})
-}
+// by a newer build (checkSchemaVersion). Future layout changes add steps here.
+func (s *Badger) migrate() error { return checkSchemaVersion(s) }
 
 // Close stops GC and closes the database. It is safe to call more than once.
 func (s *Badger) Close() error {
@@ -154,7 +134,7 @@ func (s *Badger) View(ctx context.Context, fn func(Tx) error) error {
 	if s.db.IsClosed() {
 		return ErrClosed
 	}
-	err := s.db.View(func(txn *badger.Txn) error { return fn(&btx{txn: txn}) })
+	err := s.db.View(func(txn *badger.Txn) error { return fn(&btx{kv: badgerKV{txn}}) })
 	if errors.Is(err, badger.ErrDBClosed) {
 		return ErrClosed
 	}
@@ -171,7 +151,7 @@ func (s *Badger) Update(ctx context.Context, fn func(Tx) error) error {
 		if s.db.IsClosed() {
 			return ErrClosed
 		}
-		err := s.db.Update(func(txn *badger.Txn) error { return fn(&btx{txn: txn}) })
+		err := s.db.Update(func(txn *badger.Txn) error { return fn(&btx{kv: badgerKV{txn}}) })
 		if !errors.Is(err, badger.ErrConflict) || attempt == maxAttempts {
 			if errors.Is(err, badger.ErrDBClosed) {
 				return ErrClosed
@@ -186,375 +166,67 @@ func (s *Badger) Update(ctx context.Context, fn func(Tx) error) error {
 	}
 }
 
-// Key layout: one prefix per record kind; "i…/" prefixes are secondary
-// indexes whose keys end in the indexed record's id and whose values are empty.
-const (
-	pMeta      = "m/"
-	pWorkspace = "w/"
-	pPerson    = "p/"
-	pEmail     = "ip/email/" // email → person id (value)
-	pMember    = "mb/"       // mb/<ws>/<person>
-	pPersonWS  = "ipm/"      // ipm/<person>/<ws>
-	pSA        = "sa/"
-	pWSSA      = "isa/" // isa/<ws>/<sa>
-	pKey       = "k/"
-	pSAKey     = "ik/" // ik/<sa>/<key>
-	pConn      = "c/"
-	pWSConn    = "ic/" // ic/<ws>/<conn>
-	pFamily    = "tf/"
-	pPersonTF  = "itf/" // itf/<person>/<family>
-	pToken     = "t/"
-	pBudget    = "b/" // b/<ws>/<member>
-	pDevice    = "dg/"
-	pUserCode  = "idg/" // idg/<user code mac> → device grant id (value)
-	pUsage     = "u/"   // u/<ws>/<usage id>
-)
+// Shared reports whether several processes share the store: a Badger
+// directory belongs to one process.
+func (*Badger) Shared() bool { return false }
 
-type btx struct{ txn *badger.Txn }
+// badgerKV is kvTxn over a Badger transaction.
+type badgerKV struct{ txn *badger.Txn }
 
-func (t *btx) get(key string, v any) error {
-	item, err := t.txn.Get([]byte(key))
+func (b badgerKV) Get(key string, fn func([]byte) error) error {
+	item, err := b.txn.Get([]byte(key))
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return ErrNotFound
 	}
-	if err != nil {
+	if err != nil || fn == nil {
 		return err
 	}
-	return item.Value(func(b []byte) error { return json.Unmarshal(b, v) })
+	return item.Value(fn)
 }
 
-func (t *btx) exists(key string) (bool, error) {
-	_, err := t.txn.Get([]byte(key))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return false, nil
+func (b badgerKV) Set(key string, value []byte) error { return b.txn.Set([]byte(key), value) }
+
+func (b badgerKV) Delete(key string) error { return b.txn.Delete([]byte(key)) }
+
+func (b badgerKV) Iterate(r kvRange, fn func(key, value []byte) (bool, error)) error {
+	prefix := []byte(r.Prefix)
+	opts := badger.IteratorOptions{Reverse: r.Reverse, PrefetchValues: !r.KeysOnly, PrefetchSize: 100}
+	seek := []byte(r.Start)
+	if !r.Reverse {
+		// Forward, Badger's prefix option also skips tables without the prefix.
+		opts.Prefix = prefix
+		if len(seek) == 0 {
+			seek = prefix
+		}
+	} else if len(seek) == 0 {
+		// In reverse, Seek finds the last key ≤ the seek key: start at the
+		// end of the prefix range and skip that end key itself if it exists.
+		seek = prefixEnd(prefix)
 	}
-	return err == nil, err
-}
-
-func (t *btx) put(key string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return t.txn.Set([]byte(key), b)
-}
-
-func (t *btx) setIndex(key string) error { return t.txn.Set([]byte(key), nil) }
-
-func (t *btx) del(key string) error { return t.txn.Delete([]byte(key)) }
-
-// suffixes lists the last path part of every key under prefix.
-func (t *btx) suffixes(prefix string) []string {
-	it := t.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
+	it := b.txn.NewIterator(opts)
 	defer it.Close()
-	var out []string
-	for it.Rewind(); it.Valid(); it.Next() {
-		out = append(out, string(it.Item().Key()[len(prefix):]))
+	it.Seek(seek)
+	if r.Reverse && r.Start == "" && seek != nil && it.Valid() && bytes.Equal(it.Item().Key(), seek) {
+		it.Next()
 	}
-	return out
-}
-
-func listBy[T any](t *btx, indexPrefix, recordPrefix string) ([]*T, error) {
-	var out []*T
-	for _, id := range t.suffixes(indexPrefix) {
-		v := new(T)
-		if err := t.get(recordPrefix+id, v); err != nil {
-			if errors.Is(err, ErrNotFound) {
-				continue // an index entry whose record is gone: skip
-			}
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-// scanAll decodes every record stored under prefix, in key order.
-func scanAll[T any](t *btx, prefix string) ([]*T, error) {
-	var out []*T
-	it := t.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true})
-	defer it.Close()
-	for it.Rewind(); it.Valid(); it.Next() {
-		v := new(T)
-		if err := it.Item().Value(func(b []byte) error { return json.Unmarshal(b, v) }); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-func getAs[T any](t *btx, key string) (*T, error) {
-	v := new(T)
-	if err := t.get(key, v); err != nil {
-		return nil, err
-	}
-	return v, nil
-}
-
-func (t *btx) Workspace(id string) (*Workspace, error) { return getAs[Workspace](t, pWorkspace+id) }
-
-func (t *btx) Workspaces() ([]*Workspace, error) { return scanAll[Workspace](t, pWorkspace) }
-
-func (t *btx) PutWorkspace(w *Workspace) error { return t.put(pWorkspace+w.ID, w) }
-
-func (t *btx) Person(id string) (*Person, error) { return getAs[Person](t, pPerson+id) }
-
-// FoldEmail is the canonical form of an email address for uniqueness.
-func FoldEmail(e string) string { return strings.ToLower(strings.TrimSpace(e)) }
-
-func (t *btx) PersonByEmail(email string) (*Person, error) {
-	item, err := t.txn.Get([]byte(pEmail + FoldEmail(email)))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	id, err := item.ValueCopy(nil)
-	if err != nil {
-		return nil, err
-	}
-	return t.Person(string(id))
-}
-
-func (t *btx) PutPerson(p *Person) error {
-	p.Email = FoldEmail(p.Email)
-	if other, err := t.PersonByEmail(p.Email); err == nil && other.ID != p.ID {
-		return fmt.Errorf("email %w", ErrExists)
-	} else if err != nil && !errors.Is(err, ErrNotFound) {
-		return err
-	}
-	if old, err := t.Person(p.ID); err == nil && old.Email != p.Email {
-		if err := t.del(pEmail + old.Email); err != nil {
-			return err
-		}
-	}
-	if err := t.txn.Set([]byte(pEmail+p.Email), []byte(p.ID)); err != nil {
-		return err
-	}
-	return t.put(pPerson+p.ID, p)
-}
-
-func (t *btx) Member(ws, person string) (*Member, error) {
-	return getAs[Member](t, pMember+ws+"/"+person)
-}
-
-func (t *btx) Members(ws string) ([]*Member, error) { return scanAll[Member](t, pMember+ws+"/") }
-
-func (t *btx) Memberships(person string) ([]*Member, error) {
-	var out []*Member
-	for _, ws := range t.suffixes(pPersonWS + person + "/") {
-		m, err := t.Member(ws, person)
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
-
-func (t *btx) PutMember(m *Member) error {
-	if err := t.setIndex(pPersonWS + m.PersonID + "/" + m.Workspace); err != nil {
-		return err
-	}
-	return t.put(pMember+m.Workspace+"/"+m.PersonID, m)
-}
-
-func (t *btx) DeleteMember(ws, person string) error {
-	if err := t.del(pPersonWS + person + "/" + ws); err != nil {
-		return err
-	}
-	return t.del(pMember + ws + "/" + person)
-}
-
-func (t *btx) ServiceAccount(id string) (*ServiceAccount, error) {
-	return getAs[ServiceAccount](t, pSA+id)
-}
-
-func (t *btx) ServiceAccounts(ws string) ([]*ServiceAccount, error) {
-	return listBy[ServiceAccount](t, pWSSA+ws+"/", pSA)
-}
-
-func (t *btx) PutServiceAccount(sa *ServiceAccount) error {
-	if err := t.setIndex(pWSSA + sa.Workspace + "/" + sa.ID); err != nil {
-		return err
-	}
-	return t.put(pSA+sa.ID, sa)
-}
-
-func (t *btx) DeleteServiceAccount(id string) error {
-	sa, err := t.ServiceAccount(id)
-	if err != nil {
-		return err
-	}
-	if err := t.del(pWSSA + sa.Workspace + "/" + id); err != nil {
-		return err
-	}
-	return t.del(pSA + id)
-}
-
-func (t *btx) APIKey(id string) (*APIKey, error) { return getAs[APIKey](t, pKey+id) }
-
-func (t *btx) APIKeys(sa string) ([]*APIKey, error) { return listBy[APIKey](t, pSAKey+sa+"/", pKey) }
-
-func (t *btx) PutAPIKey(k *APIKey, create bool) error {
-	if create {
-		if ok, err := t.exists(pKey + k.ID); err != nil || ok {
-			return errors.Join(err, fmt.Errorf("key id %w", ErrExists))
-		}
-	}
-	if err := t.setIndex(pSAKey + k.ServiceAccount + "/" + k.ID); err != nil {
-		return err
-	}
-	return t.put(pKey+k.ID, k)
-}
-
-func (t *btx) Connection(id string) (*Connection, error) { return getAs[Connection](t, pConn+id) }
-
-func (t *btx) Connections(ws string) ([]*Connection, error) {
-	return listBy[Connection](t, pWSConn+ws+"/", pConn)
-}
-
-func (t *btx) PutConnection(c *Connection, create bool) error {
-	old, err := t.Connection(c.ID)
-	switch {
-	case err == nil && create:
-		return fmt.Errorf("connection %s %w", c.ID, ErrExists)
-	case err == nil && old.Workspace != c.Workspace:
-		if err := t.del(pWSConn + old.Workspace + "/" + c.ID); err != nil {
-			return err
-		}
-	case err != nil && !errors.Is(err, ErrNotFound):
-		return err
-	}
-	if err := t.setIndex(pWSConn + c.Workspace + "/" + c.ID); err != nil {
-		return err
-	}
-	return t.put(pConn+c.ID, c)
-}
-
-func (t *btx) DeleteConnection(id string) error {
-	c, err := t.Connection(id)
-	if err != nil {
-		return err
-	}
-	if err := t.del(pWSConn + c.Workspace + "/" + id); err != nil {
-		return err
-	}
-	return t.del(pConn + id)
-}
-
-func (t *btx) TokenFamily(id string) (*TokenFamily, error) { return getAs[TokenFamily](t, pFamily+id) }
-
-func (t *btx) TokenFamilies(person string) ([]*TokenFamily, error) {
-	return listBy[TokenFamily](t, pPersonTF+person+"/", pFamily)
-}
-
-func (t *btx) PutTokenFamily(f *TokenFamily) error {
-	if err := t.setIndex(pPersonTF + f.PersonID + "/" + f.ID); err != nil {
-		return err
-	}
-	return t.put(pFamily+f.ID, f)
-}
-
-func (t *btx) Token(id string) (*Token, error) { return getAs[Token](t, pToken+id) }
-
-func (t *btx) PutToken(tok *Token, create bool) error {
-	if create {
-		if ok, err := t.exists(pToken + tok.ID); err != nil || ok {
-			return errors.Join(err, fmt.Errorf("token id %w", ErrExists))
-		}
-	}
-	return t.put(pToken+tok.ID, tok)
-}
-
-func (t *btx) DeviceGrant(id string) (*DeviceGrant, error) { return getAs[DeviceGrant](t, pDevice+id) }
-
-func (t *btx) DeviceGrantByUserCode(mac string) (*DeviceGrant, error) {
-	item, err := t.txn.Get([]byte(pUserCode + mac))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	id, err := item.ValueCopy(nil)
-	if err != nil {
-		return nil, err
-	}
-	return t.DeviceGrant(string(id))
-}
-
-func (t *btx) PutDeviceGrant(g *DeviceGrant, create bool) error {
-	if create {
-		for _, k := range []string{pDevice + g.ID, pUserCode + g.UserCodeMAC} {
-			if ok, err := t.exists(k); err != nil || ok {
-				return errors.Join(err, fmt.Errorf("device grant %w", ErrExists))
-			}
-		}
-		if err := t.txn.Set([]byte(pUserCode+g.UserCodeMAC), []byte(g.ID)); err != nil {
-			return err
-		}
-	}
-	return t.put(pDevice+g.ID, g)
-}
-
-func (t *btx) Budget(ws, member string) (*Budget, error) {
-	return getAs[Budget](t, pBudget+ws+"/"+member)
-}
-
-func (t *btx) Budgets(ws string) ([]*Budget, error) { return scanAll[Budget](t, pBudget+ws+"/") }
-
-func (t *btx) PutBudget(b *Budget) error { return t.put(pBudget+b.Workspace+"/"+b.MemberID, b) }
-
-func (t *btx) DeleteBudget(ws, member string) error { return t.del(pBudget + ws + "/" + member) }
-
-func (t *btx) PutUsage(u *UsageRecord) error {
-	key := pUsage + u.Workspace + "/" + u.ID
-	if ok, err := t.exists(key); err != nil || ok {
-		return errors.Join(err, fmt.Errorf("usage record %w", ErrExists))
-	}
-	return t.put(key, u)
-}
-
-func (t *btx) Usage(ws, after string, fn func(*UsageRecord) (bool, error)) error {
-	prefix := pUsage + ws + "/"
-	it := t.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true, PrefetchSize: 100})
-	defer it.Close()
-	start := []byte(prefix + after)
-	for it.Seek(start); it.Valid(); it.Next() {
+	for ; it.ValidForPrefix(prefix); it.Next() {
 		item := it.Item()
-		if after != "" && string(item.Key()) == string(start) {
-			continue
+		var more bool
+		var err error
+		if r.KeysOnly {
+			more, err = fn(item.Key(), nil)
+		} else {
+			err = item.Value(func(v []byte) error {
+				more, err = fn(item.Key(), v)
+				return err
+			})
 		}
-		u := new(UsageRecord)
-		if err := item.Value(func(v []byte) error { return json.Unmarshal(v, u) }); err != nil {
-			return err
-		}
-		more, err := fn(u)
 		if err != nil || !more {
 			return err
 		}
 	}
 	return nil
 }
-
-func (t *btx) Meta(name string) ([]byte, error) {
-	item, err := t.txn.Get([]byte(pMeta + name))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	return item.ValueCopy(nil)
-}
-
-func (t *btx) PutMeta(name string, value []byte) error { return t.txn.Set([]byte(pMeta+name), value) }
 
 // badgerLogger sends Badger's messages to zap; Badger's info chatter goes to debug.
 type badgerLogger struct{ l *zap.Logger }

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/dgraph-io/badger/v4"
 )
 
 // InstanceSession is one coding-agent session of an instance server. The
@@ -150,7 +148,7 @@ func (t *btx) PutInstanceSession(s *InstanceSession, create bool) error {
 	if s.ParentID != "" {
 		// A tree delete reads this key: a child written concurrently makes
 		// the delete conflict and retry, so no orphan survives.
-		if err := t.txn.Set([]byte(instKey(pInstChildV, s.Instance, s.ParentID)), []byte(s.ID)); err != nil {
+		if err := t.kv.Set(instKey(pInstChildV, s.Instance, s.ParentID), []byte(s.ID)); err != nil {
 			return err
 		}
 	}
@@ -164,11 +162,14 @@ func (t *btx) DeleteInstanceSessionTree(inst, id string) ([]string, error) {
 	ids := []string{id}
 	for i := 0; i < len(ids); i++ {
 		cur := ids[i]
-		if _, err := t.txn.Get([]byte(instKey(pInstChildV, inst, cur))); err != nil && !errors.Is(err, badger.ErrKeyNotFound) {
+		if err := t.kv.Get(instKey(pInstChildV, inst, cur), nil); err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}
-		prefix := instKey(pInstIndex, inst, "a", "="+cur, "")
-		for _, suffix := range t.suffixes(prefix) {
+		children, err := t.suffixes(instKey(pInstIndex, inst, "a", "="+cur, ""))
+		if err != nil {
+			return nil, err
+		}
+		for _, suffix := range children {
 			if len(suffix) > 16 {
 				ids = append(ids, suffix[16:])
 			}
@@ -188,7 +189,11 @@ func (t *btx) DeleteInstanceSessionTree(inst, id string) ([]string, error) {
 			}
 		}
 		for _, p := range []string{instKey(pInstItem, inst, sid, ""), instKey(pInstItemID, inst, sid, "")} {
-			for _, suffix := range t.suffixes(p) {
+			items, err := t.suffixes(p)
+			if err != nil {
+				return nil, err
+			}
+			for _, suffix := range items {
 				if err := t.del(p + suffix); err != nil {
 					return nil, err
 				}
@@ -221,106 +226,75 @@ func (t *btx) ListInstanceSessions(inst string, q SessionScan, fn func(*Instance
 		pp = "=" + q.Parent
 	}
 	prefix := instKey(pInstIndex, inst, scope, pp, "")
-	it := t.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), Reverse: q.Desc})
-	defer it.Close()
-	var start, skip string
-	switch {
-	case q.After != nil:
-		start = prefix + orderKey(q.After.Updated, q.After.ID)
-		skip = start
-	case q.Desc:
-		start = prefix + "\xff"
-	default:
-		start = prefix
+	r := kvRange{Prefix: prefix, Reverse: q.Desc, KeysOnly: true}
+	if q.After != nil {
+		r.Start = prefix + orderKey(q.After.Updated, q.After.ID)
 	}
-	for it.Seek([]byte(start)); it.Valid(); it.Next() {
-		key := string(it.Item().Key())
-		if key == skip {
-			continue
+	return t.kv.Iterate(r, func(k, _ []byte) (bool, error) {
+		key := string(k)
+		if r.Start != "" && key == r.Start {
+			return true, nil
 		}
 		suffix := key[len(prefix):]
 		if len(suffix) <= 16 {
-			continue
+			return true, nil
 		}
 		s, err := t.InstanceSession(inst, suffix[16:])
 		if errors.Is(err, ErrNotFound) {
-			continue
+			return true, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
-		more, err := fn(s)
-		if err != nil || !more {
-			return err
-		}
-	}
-	return nil
+		return fn(s)
+	})
 }
 
 func (t *btx) AppendSessionItem(inst, sid string, kind byte, id string, raw []byte) error {
 	if err := validInstPart(id); err != nil {
 		return err
 	}
-	idKey := []byte(instKey(pInstItemID, inst, sid, id))
-	if ok, err := t.exists(string(idKey)); err != nil || ok {
+	idKey := instKey(pInstItemID, inst, sid, id)
+	if ok, err := t.exists(idKey); err != nil || ok {
 		return errors.Join(err, fmt.Errorf("item %s %w", id, ErrExists))
 	}
-	seqKey := []byte(instKey(pInstSeq, inst, sid))
+	seqKey := instKey(pInstSeq, inst, sid)
 	var seq uint64
-	item, err := t.txn.Get(seqKey)
-	switch {
-	case err == nil:
-		if err := item.Value(func(b []byte) error {
-			if len(b) != 8 {
-				return errors.New("store: bad item sequence")
-			}
-			seq = binary.BigEndian.Uint64(b)
-			return nil
-		}); err != nil {
-			return err
+	err := t.kv.Get(seqKey, func(b []byte) error {
+		if len(b) != 8 {
+			return errors.New("store: bad item sequence")
 		}
-	case !errors.Is(err, badger.ErrKeyNotFound):
+		seq = binary.BigEndian.Uint64(b)
+		return nil
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	seq++
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], seq)
-	if err := t.txn.Set(seqKey, b[:]); err != nil {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, seq)
+	if err := t.kv.Set(seqKey, b); err != nil {
 		return err
 	}
 	pos := string(kind) + fmt.Sprintf("%016x", seq)
-	if err := t.txn.Set(idKey, []byte(pos)); err != nil {
+	if err := t.kv.Set(idKey, []byte(pos)); err != nil {
 		return err
 	}
-	return t.txn.Set([]byte(instKey(pInstItem, inst, sid, pos)), raw)
+	return t.kv.Set(instKey(pInstItem, inst, sid, pos), raw)
 }
 
 func (t *btx) SessionItems(inst, sid string, kind byte, fn func(raw []byte) (bool, error)) error {
 	prefix := instKey(pInstItem, inst, sid, string(kind))
-	it := t.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true, PrefetchSize: 100})
-	defer it.Close()
-	for it.Rewind(); it.Valid(); it.Next() {
-		raw, err := it.Item().ValueCopy(nil)
-		if err != nil {
-			return err
-		}
-		more, err := fn(raw)
-		if err != nil || !more {
-			return err
-		}
-	}
-	return nil
+	return t.kv.Iterate(kvRange{Prefix: prefix}, func(_, v []byte) (bool, error) {
+		return fn(append(make([]byte, 0, len(v)), v...))
+	})
 }
 
 func (t *btx) SessionItemKind(inst, sid, id string) (byte, error) {
-	item, err := t.txn.Get([]byte(instKey(pInstItemID, inst, sid, id)))
-	if errors.Is(err, badger.ErrKeyNotFound) {
+	v, err := t.value(instKey(pInstItemID, inst, sid, id))
+	if errors.Is(err, ErrNotFound) {
 		return 0, ErrNotFound
 	}
-	if err != nil {
-		return 0, err
-	}
-	v, err := item.ValueCopy(nil)
 	if err != nil || len(v) == 0 {
 		return 0, errors.Join(err, errors.New("store: bad item index"))
 	}
@@ -329,14 +303,7 @@ func (t *btx) SessionItemKind(inst, sid, id string) (byte, error) {
 
 func (t *btx) MoveSessionItem(inst, sid, id string, kind byte, raw []byte) error {
 	idKey := instKey(pInstItemID, inst, sid, id)
-	item, err := t.txn.Get([]byte(idKey))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return ErrNotFound
-	}
-	if err != nil {
-		return err
-	}
-	pos, err := item.ValueCopy(nil)
+	pos, err := t.value(idKey)
 	if err != nil {
 		return err
 	}

@@ -192,6 +192,18 @@ type Budget struct {
 	Updated     time.Time  `json:"updated"`
 }
 
+// Hold is an admitted request's reservation against a member's budget,
+// stored when several nodes share the store (a single node keeps its
+// reservations in memory). A hold whose node died expires at ExpiresAt.
+type Hold struct {
+	ID        string     `json:"id"`
+	Workspace string     `json:"workspace"`
+	MemberID  string     `json:"member_id"`
+	Amount    money.Pico `json:"amount"`
+	Node      string     `json:"node,omitempty"`
+	ExpiresAt time.Time  `json:"expires_at"`
+}
+
 // Tokens are the token counts of one request, normalised across formats.
 type Tokens struct {
 	Input      int64 `json:"input"` // uncached input

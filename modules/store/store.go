@@ -7,6 +7,8 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 )
 
 // SchemaVersion is the version of the record layout this build writes.
@@ -96,6 +98,14 @@ type Tx interface {
 	PutBudget(*Budget) error
 	DeleteBudget(workspace, memberID string) error
 
+	// Holds lists a member's budget holds in id order. It reads the
+	// member's whole range: on a shared store, a hold inserted concurrently
+	// by another transaction makes one of the two retry.
+	Holds(workspace, memberID string) ([]*Hold, error)
+	PutHold(*Hold) error
+	// DeleteHold removes a hold; a missing one is not an error.
+	DeleteHold(workspace, memberID, id string) error
+
 	// PutUsage appends a usage record; ErrExists if its id is taken.
 	PutUsage(*UsageRecord) error
 	// Usage calls fn for the workspace's usage records with ids greater than
@@ -131,4 +141,28 @@ type Tx interface {
 	// master-key fingerprint).
 	Meta(name string) ([]byte, error)
 	PutMeta(name string, value []byte) error
+}
+
+// checkSchemaVersion records SchemaVersion in the meta "schema_version" of a
+// new store and refuses a store written by a newer build. Every backend
+// runs it when it opens.
+func checkSchemaVersion(st Store) error {
+	return st.Update(context.Background(), func(tx Tx) error {
+		v, err := tx.Meta("schema_version")
+		if errors.Is(err, ErrNotFound) {
+			return tx.PutMeta("schema_version", []byte(strconv.Itoa(SchemaVersion)))
+		}
+		if err != nil {
+			return err
+		}
+		n, err := strconv.Atoi(string(v))
+		if err != nil {
+			return fmt.Errorf("store: bad schema version %q", v)
+		}
+		if n > SchemaVersion {
+			return fmt.Errorf("store: data was written by a newer agentgate (schema %d, this build reads up to %d)", n, SchemaVersion)
+		}
+		// n < SchemaVersion: no older layouts exist yet.
+		return nil
+	})
 }
