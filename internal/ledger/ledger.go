@@ -1,13 +1,20 @@
 // Package ledger enforces budgets by reservation: a request reserves an
 // upper bound of its cost on admission and is refused when settled spend
 // plus every reservation in flight plus its own would pass the limit; when
-// it ends, the reservation is replaced by the actual cost. Admission is
-// decided under one lock per process, so concurrent requests can never
-// take spend past the limit.
+// it ends, the reservation is replaced by the actual cost.
 //
-// Settled spend and usage records are durable in the store. Reservations
-// live only in memory: a crash releases them and never loses settled spend.
-// One Ledger serves one store (the embedded store is single-process).
+// Settled spend and usage records are durable in the store. Where the
+// reservations live depends on the store:
+//
+//   - A store of one process (Badger): in memory, decided under one lock
+//     per process, so concurrent requests can never take spend past the
+//     limit. A crash releases them and never loses settled spend.
+//   - A store shared by several nodes (PostgreSQL; Shared() true): as holds
+//     in the store, admitted in a serializable transaction that reads the
+//     budget and every live hold of the member and adds its own, so nodes
+//     admitting at once never take spend past the limit either. A
+//     settlement moves a hold into spend in one transaction. A hold whose
+//     node died expires after HoldTTL.
 package ledger
 
 import (
@@ -39,6 +46,10 @@ type Ledger struct {
 	store store.Store
 	clock clock.Clock
 
+	// shared: reservations are holds in the store (several nodes).
+	shared bool
+	node   string
+
 	mu      sync.Mutex
 	members map[string]*member // workspace/member → state
 	pending sync.WaitGroup     // settlements in flight
@@ -56,6 +67,7 @@ type Ledger struct {
 	stop      chan struct{}
 	writerEnd chan struct{}
 	closeOnce sync.Once
+	stoppedAt time.Time // when the writer first saw Close while retrying (writer only)
 }
 
 type settlement struct {
@@ -83,6 +95,9 @@ func New(st store.Store, clk clock.Clock) *Ledger {
 	}
 	l := &Ledger{store: st, clock: clk, members: map[string]*member{},
 		queue: make(chan *settlement, 4*maxBatch), stop: make(chan struct{}), writerEnd: make(chan struct{})}
+	if sh, ok := st.(interface{ Shared() bool }); ok && sh.Shared() {
+		l.shared, l.node = true, newNodeID()
+	}
 	go l.writer()
 	return l
 }
@@ -105,6 +120,7 @@ type Reservation struct {
 	Amount              money.Pico
 	l                   *Ledger
 	done                bool
+	hold                string // the hold's id in a shared store; "" for none
 }
 
 func key(ws, m string) string { return ws + "/" + m }
@@ -145,6 +161,9 @@ func roll(b *store.Budget, now time.Time) {
 func (l *Ledger) Reserve(ctx context.Context, ws, memberID string, amount money.Pico) (*Reservation, error) {
 	if amount < 0 {
 		amount = 0
+	}
+	if l.shared {
+		return l.reserveShared(ctx, ws, memberID, amount)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -278,9 +297,15 @@ func (l *Ledger) fill(first *settlement) []*settlement {
 // touched budget read once and written once. If the batch fails, each
 // settlement is retried on its own so that one bad record costs no other.
 func (l *Ledger) write(batch []*settlement) {
-	l.settling.RLock()
-	err := l.commit(batch)
-	l.settling.RUnlock()
+	var err error
+	for attempt := 0; ; attempt++ {
+		l.settling.RLock()
+		err = l.commit(batch)
+		l.settling.RUnlock()
+		if err == nil || !unavailable(err) || !l.backoff(attempt) {
+			break
+		}
+	}
 	if err != nil && len(batch) > 1 {
 		for _, s := range batch {
 			l.write([]*settlement{s})
@@ -290,12 +315,50 @@ func (l *Ledger) write(batch []*settlement) {
 	l.finish(batch, err)
 }
 
+// unavailable reports a store that cannot be reached for now (a shared
+// database restarting): worth waiting for, not a failure of the records.
+func unavailable(err error) bool {
+	var u interface{ Unavailable() bool }
+	return errors.As(err, &u) && u.Unavailable() && !errors.Is(err, store.ErrClosed)
+}
+
+// Settlement retries while the store is unavailable: settled spend is not
+// dropped because the database restarted. Before Close the writer waits
+// for as long as it takes; after Close it gives up after closeRetry.
+const (
+	retryMin   = 50 * time.Millisecond
+	retryMax   = 2 * time.Second
+	closeRetry = 10 * time.Second
+)
+
+// backoff waits before the next attempt of a batch; false means give up.
+func (l *Ledger) backoff(attempt int) bool {
+	d := min(retryMin<<min(attempt, 6), retryMax)
+	select {
+	case <-l.stop:
+		if l.stoppedAt.IsZero() {
+			l.stoppedAt = time.Now()
+		}
+		if time.Since(l.stoppedAt) > closeRetry {
+			return false
+		}
+		time.Sleep(d)
+	case <-time.After(d):
+	}
+	return true
+}
+
 func (l *Ledger) commit(batch []*settlement) error {
 	return l.store.Update(context.Background(), func(tx store.Tx) error {
 		budgets := map[string]*store.Budget{}
 		for _, s := range batch {
 			if err := tx.PutUsage(s.rec); err != nil {
 				return err
+			}
+			if s.r.hold != "" {
+				if err := tx.DeleteHold(s.r.Workspace, s.r.MemberID, s.r.hold); err != nil {
+					return err
+				}
 			}
 			k := key(s.r.Workspace, s.r.MemberID)
 			b, seen := budgets[k]
@@ -363,11 +426,17 @@ func (l *Ledger) Record(ctx context.Context, rec *store.UsageRecord) error {
 func (r *Reservation) Release() {
 	l := r.l
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if r.done {
+		l.mu.Unlock()
 		return
 	}
 	r.done = true
+	if r.hold != "" {
+		l.mu.Unlock()
+		l.releaseHold(r)
+		return
+	}
+	defer l.mu.Unlock()
 	if m, ok := l.members[key(r.Workspace, r.MemberID)]; ok {
 		m.reserved -= r.Amount
 	}
@@ -382,6 +451,9 @@ type Status struct {
 // Status returns the member's budget with settled spend rolled to the
 // current period, and the reservations in flight.
 func (l *Ledger) Status(ctx context.Context, ws, memberID string) (Status, error) {
+	if l.shared {
+		return l.statusShared(ctx, ws, memberID)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m, err := l.state(ctx, ws, memberID)
@@ -434,6 +506,9 @@ func (l *Ledger) SetBudget(ctx context.Context, ws, memberID, memberKind string,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if l.shared {
+		return out, nil
 	}
 	m, ok := l.members[key(ws, memberID)]
 	if !ok {

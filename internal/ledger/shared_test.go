@@ -1,0 +1,176 @@
+package ledger
+
+import (
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/pgtest"
+	"github.com/agentgate/agentgate/modules/store"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+// pgNodes opens n stores on one fresh PostgreSQL database, as n gateway
+// nodes would, with a ledger each on one shared fake clock.
+func pgNodes(t *testing.T, n int) ([]*Ledger, []*store.Postgres, *clock.Fake, *pgtest.Server) {
+	t.Helper()
+	srv := pgtest.Shared(t)
+	dsn := srv.NewDatabase(t)
+	clk := clock.NewFake(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	var ls []*Ledger
+	var sts []*store.Postgres
+	for range n {
+		st, err := store.OpenPostgres(ctx, store.PostgresOptions{DSN: dsn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := New(st, clk)
+		if !l.shared {
+			t.Fatal("a ledger over PostgreSQL is not in shared mode")
+		}
+		t.Cleanup(func() { l.Close(); st.Close() })
+		ls, sts = append(ls, l), append(sts, st)
+	}
+	return ls, sts, clk, srv
+}
+
+// Two nodes admit 200 concurrent requests against one budget with room for
+// exactly 37: exactly 37 are admitted across both, and after settlement the
+// spend is the exact sum of their actual costs with no hold left.
+func TestSharedBudgetRaceAcrossNodes(t *testing.T) {
+	nodes, _, clk, _ := pgNodes(t, 2)
+	const n = 37
+	reservation := usd("0.20")
+	if _, err := nodes[0].SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, reservation*n, store.PeriodMonthly); err != nil {
+		t.Fatal(err)
+	}
+	var admitted, refused, actual atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			l := nodes[i%2]
+			r, err := l.Reserve(ctx, "wrk_a", "sa_x", reservation)
+			if err != nil {
+				if _, ok := err.(*ExceededError); !ok {
+					t.Errorf("Reserve: %v", err)
+				}
+				refused.Add(1)
+				return
+			}
+			admitted.Add(1)
+			cost := usd("0.05") + usd("0.01")*money.Pico(i%7)
+			actual.Add(int64(cost))
+			rec := record(clk, "wrk_a", "sa_x", cost)
+			rec.ID = newHoldID(clk.Now())
+			if err := r.Settle(ctx, rec); err != nil {
+				t.Errorf("Settle: %v", err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if admitted.Load() != n || refused.Load() != 200-n {
+		t.Fatalf("admitted %d, refused %d; want %d and %d", admitted.Load(), refused.Load(), n, 200-n)
+	}
+	for i, l := range nodes {
+		st, err := l.Status(ctx, "wrk_a", "sa_x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(st.Budget.Spent) != actual.Load() || st.Reserved != 0 {
+			t.Fatalf("node %d: spent %s reserved %s; want %d pico and 0", i, st.Budget.Spent, st.Reserved, actual.Load())
+		}
+	}
+}
+
+// A node that dies with a request in flight leaves a hold; it stops
+// counting after HoldTTL, and a released hold stops counting at once.
+func TestSharedHoldsExpireAndRelease(t *testing.T) {
+	nodes, _, clk, _ := pgNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	if _, err := a.SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, usd("1.00"), store.PeriodMonthly); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Reserve(ctx, "wrk_a", "sa_x", usd("0.80")); err != nil { // never settled: its node "dies"
+		t.Fatal(err)
+	}
+	if _, err := b.Reserve(ctx, "wrk_a", "sa_x", usd("0.50")); err == nil {
+		t.Fatal("node B admitted past node A's hold")
+	}
+	r, err := b.Reserve(ctx, "wrk_a", "sa_x", usd("0.20"))
+	if err != nil {
+		t.Fatalf("room for 0.20: %v", err)
+	}
+	r.Release()
+	if st, _ := b.Status(ctx, "wrk_a", "sa_x"); st.Reserved != usd("0.80") {
+		t.Fatalf("reserved after release: %s, want 0.80", st.Reserved)
+	}
+	clk.Advance(HoldTTL)
+	if _, err := b.Reserve(ctx, "wrk_a", "sa_x", usd("1.00")); err != nil {
+		t.Fatalf("after the dead node's hold expired: %v", err)
+	}
+}
+
+// A budget set on one node binds the other at once (no cached copy).
+func TestSharedBudgetSeenByEveryNode(t *testing.T) {
+	nodes, _, _, _ := pgNodes(t, 2)
+	if _, err := nodes[1].Reserve(ctx, "wrk_a", "sa_x", usd("5")); err != nil {
+		t.Fatalf("no budget yet: %v", err)
+	}
+	if _, err := nodes[0].SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, usd("1"), store.PeriodMonthly); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes[1].Reserve(ctx, "wrk_a", "sa_x", usd("5")); err == nil {
+		t.Fatal("node B ignored the budget node A just set")
+	}
+}
+
+// Settlements made while PostgreSQL is down are written once it is back:
+// no settled spend is lost.
+func TestSharedSettlementWaitsForTheDatabase(t *testing.T) {
+	nodes, _, clk, srv := pgNodes(t, 1)
+	if !srv.CanStop() {
+		t.Skip("an external server cannot be restarted")
+	}
+	l := nodes[0]
+	if _, err := l.SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, usd("10"), store.PeriodMonthly); err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.Reserve(ctx, "wrk_a", "sa_x", usd("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	r.SettleAsync(record(clk, "wrk_a", "sa_x", usd("0.25")), func(err error) { done <- err })
+	time.Sleep(300 * time.Millisecond) // a few failed attempts
+	select {
+	case err := <-done:
+		t.Fatalf("settled while the database was down: %v", err)
+	default:
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("settlement after restart: %v", err)
+	}
+	st, err := l.Status(ctx, "wrk_a", "sa_x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Budget.Spent != usd("0.25") || st.Reserved != 0 {
+		t.Fatalf("spent %s reserved %s, want 0.25 and 0", st.Budget.Spent, st.Reserved)
+	}
+}
