@@ -57,8 +57,8 @@ func TestExamplesValidate(t *testing.T) {
 }
 
 // TestValidateCatchesBadConfig proves validation is not a rubber stamp: a
-// declared connection whose credential placeholder is empty, and a bad
-// master key, are both refused.
+// declared connection whose credential placeholder is empty, a bad master
+// key, and shared PostgreSQL storage without a master key are refused.
 func TestValidateCatchesBadConfig(t *testing.T) {
 	t.Setenv("XDG_DATA_HOME", t.TempDir())
 	for name, c := range map[string]struct{ caddyfile, want string }{
@@ -83,6 +83,14 @@ http://localhost:1 {
 http://localhost:1 {
 	workspace_console
 }`, "master_key"},
+		"postgres without master key": {`{
+	agentgate {
+		storage postgres postgres://agentgate:literal-secret@db.internal/agentgate
+	}
+}
+http://localhost:1 {
+	workspace_console
+}`, "master_key is required"},
 		"bad inference url": {`http://localhost:1 {
 	workspace_console {
 		inference_url ftp://x

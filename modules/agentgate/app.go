@@ -1,7 +1,8 @@
 // Package agentgate is the agentgate Caddy app: it opens the store once per
-// data directory (shared across config reloads through a UsagePool), holds
-// the master key and the Console service that every handler shares, and
-// reconciles the connections declared in the Caddyfile into the store.
+// data directory or database (shared across config reloads through a
+// UsagePool), holds the master key and the Console service that every
+// handler shares, and reconciles the connections declared in the Caddyfile
+// into the store.
 package agentgate
 
 import (
@@ -27,7 +28,8 @@ func init() {
 	caddy.RegisterModule(new(App))
 }
 
-// storePool keeps one open store per data directory across config reloads:
+// storePool keeps one open store per data directory (Badger) or DSN
+// (PostgreSQL) across config reloads:
 // a new config takes a reference before the old one lets go of its own, so
 // the store is never closed and reopened by a reload.
 var storePool = caddy.NewUsagePool()
@@ -37,7 +39,8 @@ var storePool = caddy.NewUsagePool()
 // uses an agentgate handler without it gets the defaults.
 type App struct {
 	// Storage chooses where state lives. Default: the embedded Badger store
-	// in `caddy.AppDataDir()/agentgate`.
+	// in `caddy.AppDataDir()/agentgate`. With "postgres", several nodes
+	// share one PostgreSQL database.
 	Storage *StorageConfig `json:"storage,omitempty"`
 
 	// MasterKey encrypts provider credentials at rest and keys the HMACs of
@@ -45,8 +48,10 @@ type App struct {
 	// placeholder such as `{env.AGENTGATE_MASTER_KEY}` or
 	// `{file./run/secrets/agentgate}`: it is resolved at provision and never
 	// written into the adapted JSON. Default: generated once into
-	// `<data dir>/master.key` with mode 0600. A data directory refuses to
-	// open with a master key other than the one it was created with.
+	// `<data dir>/master.key` with mode 0600. Required with the postgres
+	// backend, where every node must use the same key. A data directory or
+	// database refuses to open with a master key other than the one it was
+	// created with.
 	MasterKey string `json:"master_key,omitempty"`
 
 	// Connections are provider connections declared in the config. They are
@@ -63,6 +68,8 @@ type App struct {
 	Clock clock.Clock `json:"-"`
 
 	dir       string
+	dsn       string // resolved PostgreSQL DSN; may carry a password: never logged
+	poolKey   string // storePool key: the data directory, or the DSN
 	masterKey []byte
 	ready     chan struct{}
 	svc       *service.Service
@@ -73,12 +80,18 @@ type App struct {
 
 // StorageConfig selects the store backend.
 type StorageConfig struct {
-	// Backend is the store: "badger" (the embedded default).
+	// Backend is the store: "badger" (the embedded default, one node) or
+	// "postgres" (a PostgreSQL database that several nodes share).
 	Backend string `json:"backend,omitempty"`
 	// Path is the data directory: Badger files go to `<path>/badger`, the
 	// generated master key to `<path>/master.key`. Placeholders are
 	// resolved. Default: `caddy.AppDataDir()/agentgate`.
 	Path string `json:"path,omitempty"`
+	// DSN is the PostgreSQL connection string (a URL or key=value pairs)
+	// of the postgres backend. It may carry a password: give it as a
+	// placeholder such as `{env.AGENTGATE_POSTGRES_DSN}`, resolved at
+	// provision; it is never logged (only its host and database are).
+	DSN string `json:"dsn,omitempty"`
 }
 
 // DeclaredConnection is a provider connection declared in the config.
@@ -137,6 +150,17 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("data directory %q: %v", dir, err)
 	}
 	a.dir = filepath.Clean(abs)
+	a.poolKey = a.dir
+	if a.Storage.Backend == "postgres" {
+		a.dsn = strings.TrimSpace(repl.ReplaceAll(a.Storage.DSN, ""))
+		if a.dsn == "" {
+			return errors.New("storage postgres: the DSN is empty (is its environment variable or file there?)")
+		}
+		if a.MasterKey == "" {
+			return errors.New("storage postgres: master_key is required (every node sharing the database must use the same key)")
+		}
+		a.poolKey = "postgres\x00" + a.dsn
+	}
 	if a.MasterKey != "" {
 		mk := strings.TrimSpace(repl.ReplaceAll(a.MasterKey, ""))
 		if mk == "" {
@@ -184,10 +208,11 @@ func (dc *DeclaredConnection) input() service.ConnectionInput {
 
 // Validate checks the parts of the config that Provision did not.
 func (a *App) Validate() error {
-	if a.Storage.Backend != "badger" {
-		return fmt.Errorf("storage backend %q is not available (badger is)", a.Storage.Backend)
+	switch a.Storage.Backend {
+	case "badger", "postgres":
+		return nil
 	}
-	return nil
+	return fmt.Errorf("storage backend %q is not available (badger and postgres are)", a.Storage.Backend)
 }
 
 // pooledStore is what the pool shares across reloads: the store and the
@@ -211,7 +236,7 @@ func (a *App) Start() error {
 	if err != nil {
 		a.startErr = err
 		if a.pooled {
-			storePool.Delete(a.dir)
+			storePool.Delete(a.poolKey)
 			a.pooled = false
 		}
 	}
@@ -220,7 +245,18 @@ func (a *App) Start() error {
 }
 
 func (a *App) start() error {
-	val, loaded, err := storePool.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
+	val, loaded, err := storePool.LoadOrNew(a.poolKey, func() (caddy.Destructor, error) {
+		if a.Storage.Backend == "postgres" {
+			// Several processes write the database: nothing may be cached
+			// in this one, so it is not tracked.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			pg, err := store.OpenPostgres(ctx, store.PostgresOptions{DSN: a.dsn, Logger: a.logger.Named("postgres")})
+			if err != nil {
+				return nil, err
+			}
+			return pooledStore{Store: pg, ledger: ledger.New(pg, a.Clock)}, nil
+		}
 		ensureProcs(a.logger)
 		b, err := store.OpenBadger(store.BadgerOptions{Dir: filepath.Join(a.dir, "badger"), Logger: a.logger.Named("badger")})
 		if err != nil {
@@ -248,7 +284,7 @@ func (a *App) start() error {
 	if err != nil {
 		return fmt.Errorf("agentgate: %w", err)
 	}
-	if err := checkFingerprint(st, keys); err != nil {
+	if err := checkFingerprint(st, keys, a.Storage.Backend == "postgres"); err != nil {
 		return err
 	}
 	svc := service.New(st, keys, a.Clock, a.logger)
@@ -264,12 +300,17 @@ func (a *App) start() error {
 		}
 	}
 	a.svc = svc
-	a.logger.Info("store ready", zap.String("dir", a.dir), zap.Bool("shared_with_previous_config", loaded))
+	if a.Storage.Backend == "postgres" {
+		a.logger.Info("store ready", zap.String("backend", "postgres"), zap.String("database", store.PostgresTarget(a.dsn)),
+			zap.Bool("shared_with_previous_config", loaded))
+	} else {
+		a.logger.Info("store ready", zap.String("dir", a.dir), zap.Bool("shared_with_previous_config", loaded))
+	}
 	return nil
 }
 
-// checkFingerprint binds a data directory to its master key.
-func checkFingerprint(st store.Store, keys *secrets.Keys) error {
+// checkFingerprint binds a data directory or database to its master key.
+func checkFingerprint(st store.Store, keys *secrets.Keys, database bool) error {
 	return st.Update(context.Background(), func(tx store.Tx) error {
 		fp, err := tx.Meta("master_key_fingerprint")
 		if errors.Is(err, store.ErrNotFound) {
@@ -279,6 +320,9 @@ func checkFingerprint(st store.Store, keys *secrets.Keys) error {
 			return err
 		}
 		if string(fp) != keys.Fingerprint() {
+			if database {
+				return errors.New("agentgate: the master key does not match the one this database was created with (every node must use the same key)")
+			}
 			return errors.New("agentgate: the master key does not match the one this data directory was created with")
 		}
 		return nil
@@ -290,7 +334,7 @@ func checkFingerprint(st store.Store, keys *secrets.Keys) error {
 func (a *App) Stop() error {
 	if a.pooled {
 		a.pooled = false
-		if _, err := storePool.Delete(a.dir); err != nil {
+		if _, err := storePool.Delete(a.poolKey); err != nil {
 			return err
 		}
 	}

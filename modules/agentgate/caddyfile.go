@@ -30,6 +30,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 //
 //	agentgate {
 //		storage badger [<dir>]
+//		storage postgres <dsn placeholder>
 //		master_key <key or placeholder>
 //		start_timeout <duration>
 //		connection <conn_id> {
@@ -56,6 +57,11 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 //	}
 //
 // Prices are USD per million tokens. A model is enabled unless `disabled`.
+//
+// `storage postgres` keeps the state in a PostgreSQL database that several
+// agentgate nodes share; give the DSN (which may carry a password) as a
+// placeholder such as `{env.AGENTGATE_POSTGRES_DSN}`. It requires
+// `master_key`, the same on every node.
 func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume option name
 	if d.NextArg() {
@@ -67,12 +73,20 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
-			if d.Val() != "badger" {
-				return d.Errf("unknown storage backend '%s' (available: badger)", d.Val())
-			}
-			a.Storage = &StorageConfig{Backend: "badger"}
-			if d.NextArg() {
-				a.Storage.Path = d.Val()
+			switch d.Val() {
+			case "badger":
+				a.Storage = &StorageConfig{Backend: "badger"}
+				if d.NextArg() {
+					a.Storage.Path = d.Val()
+				}
+			case "postgres":
+				a.Storage = &StorageConfig{Backend: "postgres"}
+				if !d.NextArg() {
+					return d.Errf("storage postgres needs a DSN, e.g. {env.AGENTGATE_POSTGRES_DSN}")
+				}
+				a.Storage.DSN = d.Val()
+			default:
+				return d.Errf("unknown storage backend '%s' (available: badger, postgres)", d.Val())
 			}
 			if d.NextArg() {
 				return d.ArgErr()

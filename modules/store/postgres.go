@@ -520,3 +520,13 @@ var (
 	_ Store = (*Postgres)(nil)
 	_ kvTxn = (*pgKV)(nil)
 )
+
+// PostgresTarget describes the server and database of a DSN for logs:
+// "host:port/database", without user or password ("" when unparsable).
+func PostgresTarget(dsn string) string {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
+}
