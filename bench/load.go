@@ -73,7 +73,10 @@ func closed(ctx context.Context, l *lane, slow int, body []byte, conc int, dur t
 	var ok, errs atomic.Int64
 	var firstErr atomic.Value
 	deadline := time.Now().Add(dur)
-	pid := l.pid()
+	pid := 0
+	if l.pid != nil {
+		pid = l.pid()
+	}
 	cpu0 := cpuTime(pid)
 	start := time.Now()
 	var wg sync.WaitGroup

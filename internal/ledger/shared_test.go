@@ -50,15 +50,17 @@ func TestSharedBudgetRaceAcrossNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var admitted, refused, actual atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
+	var wg, reserved sync.WaitGroup
+	start, settle := make(chan struct{}), make(chan struct{})
 	for i := range 200 {
 		wg.Add(1)
+		reserved.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
 			l := nodes[i%2]
 			r, err := l.Reserve(ctx, "wrk_a", "sa_x", reservation)
+			reserved.Done()
 			if err != nil {
 				if _, ok := err.(*ExceededError); !ok {
 					t.Errorf("Reserve: %v", err)
@@ -67,6 +69,7 @@ func TestSharedBudgetRaceAcrossNodes(t *testing.T) {
 				return
 			}
 			admitted.Add(1)
+			<-settle // every admission is decided before any spend settles
 			cost := usd("0.05") + usd("0.01")*money.Pico(i%7)
 			actual.Add(int64(cost))
 			rec := record(clk, "wrk_a", "sa_x", cost)
@@ -77,6 +80,8 @@ func TestSharedBudgetRaceAcrossNodes(t *testing.T) {
 		}()
 	}
 	close(start)
+	reserved.Wait()
+	close(settle)
 	wg.Wait()
 	if admitted.Load() != n || refused.Load() != 200-n {
 		t.Fatalf("admitted %d, refused %d; want %d and %d", admitted.Load(), refused.Load(), n, 200-n)
