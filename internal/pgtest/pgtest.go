@@ -161,7 +161,13 @@ func Start() (*Server, error) {
 		gid, _ := strconv.Atoi(u.Gid)
 		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
 	}
-	if s.base, err = os.MkdirTemp("", "agentgate-pgtest-"); err != nil {
+	parent := "" // os.TempDir()
+	if s.cred != nil {
+		// The postgres user must reach the directory: $TMPDIR may be
+		// under a home it cannot enter.
+		parent = "/tmp"
+	}
+	if s.base, err = os.MkdirTemp(parent, "agentgate-pgtest-"); err != nil {
 		return nil, err
 	}
 	ok := false

@@ -190,7 +190,7 @@ func (s *Postgres) run(ctx context.Context, readOnly bool, fn func(Tx) error) er
 		if s.closed.Load() {
 			return ErrClosed
 		}
-		err, again := s.attempt(ctx, readOnly, fn)
+		again, err := s.attempt(ctx, readOnly, fn)
 		if !again {
 			return err
 		}
@@ -226,10 +226,10 @@ var (
 // attempt runs fn once in a transaction. again reports whether the whole
 // transaction may be tried again: a serialization failure or deadlock, or
 // a connection lost before the commit.
-func (s *Postgres) attempt(ctx context.Context, readOnly bool, fn func(Tx) error) (err error, again bool) {
+func (s *Postgres) attempt(ctx context.Context, readOnly bool, fn func(Tx) error) (again bool, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return s.wrap(ctx, err, true), false
+		return false, s.wrap(ctx, err, true)
 	}
 	defer conn.Release()
 	opts := pgSerializable
@@ -251,34 +251,34 @@ func (s *Postgres) attempt(ctx context.Context, readOnly bool, fn func(Tx) error
 			// made of the error.
 			return s.failed(ctx, conn, kv.err, true, false)
 		}
-		return ferr, false
+		return false, ferr
 	}
 	if err := tx.Commit(ctx); err != nil {
 		// A serialization failure at commit is retried; a connection lost
 		// during the commit is not (the commit may have happened).
 		return s.failed(ctx, conn, err, false, false)
 	}
-	return nil, false
+	return false, nil
 }
 
 // failed classifies an error of a transaction on conn; connecting says it
 // happened while beginning the transaction.
-func (s *Postgres) failed(ctx context.Context, conn *pgxpool.Conn, err error, beforeCommit, connecting bool) (error, bool) {
+func (s *Postgres) failed(ctx context.Context, conn *pgxpool.Conn, err error, beforeCommit, connecting bool) (again bool, _ error) {
 	if isRetryable(err) {
-		return err, true
+		return true, err
 	}
 	if ctx.Err() != nil {
 		// The caller's deadline or cancellation (pgx closes a connection
 		// whose query it interrupts): not a sign that the server is gone.
-		return s.wrap(ctx, err, connecting), false
+		return false, s.wrap(ctx, err, connecting)
 	}
 	if conn.Conn().IsClosed() || isConnectionError(err) {
 		// The other idle connections most likely went with this one (a
 		// restart of the server): replace them all.
 		s.pool.Reset()
-		return s.wrap(ctx, err, true), beforeCommit
+		return beforeCommit, s.wrap(ctx, err, true)
 	}
-	return s.wrap(ctx, err, false), false
+	return false, s.wrap(ctx, err, false)
 }
 
 // wrap turns errors of an unreachable database into unavailableError and

@@ -179,8 +179,9 @@ const (
 )
 
 // Budget caps a member's spend per period. Spent is settled spend of the
-// period that starts at PeriodStart; it is durable. Reservations of
-// requests in flight are not stored: a crash releases them.
+// period that starts at PeriodStart; it is durable. On a single node the
+// reservations of requests in flight are not stored (a crash releases
+// them); on a store shared by several nodes they are Holds.
 type Budget struct {
 	Workspace   string     `json:"workspace"`
 	MemberID    string     `json:"member_id"`
