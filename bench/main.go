@@ -50,6 +50,7 @@ type options struct {
 	pin         bool
 	bin         string // a prebuilt binary; "" builds ./cmd/caddy
 	portkey     bool
+	postgres    bool   // lane (p): llm_gateway on PostgreSQL
 	out         string // results directory; "" writes nothing
 	profile     string // write a CPU profile of caddy during lane (c) at profileConc here
 	profileConc int
@@ -61,19 +62,20 @@ func quickOptions() options {
 	return options{quick: true, reps: 1, conc: []int{1, 32, 256}, slowConc: 256, thrDur: time.Second,
 		latRate: 200, latDur: 2 * time.Second, streamConc: 16, bigStreams: 1000,
 		bodySizes: []int{1 << 10, 100 << 10, 1 << 20, 10 << 20}, bodyDur: time.Second,
-		floodDur: time.Second, floodConc: 32, pin: true, portkey: true}
+		floodDur: time.Second, floodConc: 32, pin: true, portkey: true, postgres: true}
 }
 
 func fullOptions() options {
 	return options{reps: 3, conc: []int{1, 32, 256}, slowConc: 256, thrDur: 2 * time.Second,
 		latRate: 500, latDur: 4 * time.Second, streamConc: 32, bigStreams: 1000,
 		bodySizes: []int{1 << 10, 100 << 10, 1 << 20, 10 << 20}, bodyDur: 2 * time.Second,
-		floodDur: 2 * time.Second, floodConc: 32, pin: true, portkey: true}
+		floodDur: 2 * time.Second, floodConc: 32, pin: true, portkey: true, postgres: true}
 }
 
 func main() {
 	quick := flag.Bool("quick", false, "a short run: one repetition, shorter phases")
 	portkey := flag.Bool("portkey", true, "run lane (d), Portkey's gateway on Node, when Node is available")
+	postgres := flag.Bool("postgres", true, "run lane (p), llm_gateway on PostgreSQL, when PostgreSQL is installed")
 	pin := flag.Bool("pin", true, "pin the servers to core 1 and the load to core 0 with taskset")
 	bin := flag.String("bin", "", "use this caddy binary instead of building ./cmd/caddy")
 	out := flag.String("out", "", "results directory (default: bench/results in the module)")
@@ -86,7 +88,7 @@ func main() {
 	if *quick {
 		o = quickOptions()
 	}
-	o.portkey, o.pin, o.bin, o.profile, o.profileConc = *portkey, *pin, *bin, *profile, *profileConc
+	o.portkey, o.postgres, o.pin, o.bin, o.profile, o.profileConc = *portkey, *postgres, *pin, *bin, *profile, *profileConc
 	if *only == "throughput" {
 		o.latRate, o.streamConc, o.bigStreams, o.bodySizes, o.floodDur = 0, 0, 0, nil, 0
 	} else if *only != "" {
@@ -229,6 +231,9 @@ func run(ctx context.Context, o options) (*results, error) {
 		logf("streams: %d concurrent, %d events at %v", o.streamConc, streamEvents, pace)
 		for range o.reps {
 			for _, l := range r.lanes {
+				if l.id == "p" {
+					continue // lane (p) measures the store: throughput and latency only
+				}
 				res.addStreams(l.id, streams(ctx, l, o.streamConc))
 			}
 			r.resetProviders()
@@ -238,6 +243,9 @@ func run(ctx context.Context, o options) (*results, error) {
 	if o.bigStreams > 0 {
 		logf("streams: %d concurrent", o.bigStreams)
 		for _, l := range r.lanes {
+			if l.id == "p" {
+				continue
+			}
 			stop := rssPeak(l.pid())
 			sr := streams(ctx, l, o.bigStreams)
 			res.addBigStreams(l.id, sr, stop())
@@ -249,6 +257,9 @@ func run(ctx context.Context, o options) (*results, error) {
 		logf("request body %s", sizeName(size))
 		body := chatBody(size, false)
 		for _, l := range r.lanes {
+			if l.id == "p" {
+				continue
+			}
 			pid := l.pid()
 			before := rssKB(pid)
 			stop := rssPeak(pid)
@@ -263,7 +274,7 @@ func run(ctx context.Context, o options) (*results, error) {
 		gw := r.lanes[2]
 		bad := &lane{id: "c-invalid", name: "agentgate, invalid key", client: newClient(), url: gw.url,
 			want: 401,
-			hdr:  [2]http.Header{{"Authorization": {"Bearer " + r.key[:len(r.key)-4] + "AAAA"}}, {}}}
+			hdr:  [2]http.Header{{"Authorization": {"Bearer " + r.gw.key[:len(r.gw.key)-4] + "AAAA"}}, {}}}
 		for range o.reps {
 			r.resetProviders()
 			valid := closed(ctx, gw, 0, body1k, o.floodConc, o.floodDur, 0)
@@ -283,11 +294,11 @@ func run(ctx context.Context, o options) (*results, error) {
 	// Usage exactness: the provider's answers to lane (c) × the price must
 	// equal the service account's settled spend.
 	r.resetProviders()
-	res.usageCount = r.laneCAnswered
-	res.usageWant = costPerAnswer * moneyN(r.laneCAnswered)
+	res.usageCount = r.answered["c"]
+	res.usageWant = costPerAnswer * moneyN(r.answered["c"])
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		spent, reserved, err := r.spend(ctx)
+		spent, reserved, err := r.gw.spend(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -296,6 +307,22 @@ func run(ctx context.Context, o options) (*results, error) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	if r.pg != nil {
+		res.pgCount = r.answered["p"]
+		res.pgWant = costPerAnswer * moneyN(r.answered["p"])
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			spent, reserved, err := r.pg.spend(ctx)
+			if err != nil {
+				return nil, err
+			}
+			res.pgSpent, res.pgReserved = spent, reserved
+			if (spent == res.pgWant && reserved == 0) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 	}
 	res.elapsed = time.Since(started)
 	return res, nil

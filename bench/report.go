@@ -60,6 +60,8 @@ type results struct {
 	rssIdle, rssAfter, rssIdlePeer, rssAfterPeer int64
 	usageCount                                   int
 	usageWant, usageSpent, usageReserved         money.Pico
+	pgCount                                      int
+	pgWant, pgSpent, pgReserved                  money.Pico
 	elapsed                                      time.Duration
 }
 
@@ -235,6 +237,19 @@ func (res *results) targets() []target {
 		}
 	} else {
 		ts = append(ts, target{"Peer (d)", "(c) ≥ 3 × (d) throughput, lower p99", res.r.portkeyMsg, nil})
+	}
+	if res.has("p") && c32 != "" {
+		c, p := median(res.thr[c32]["c"]), median(res.thr[c32]["p"])
+		lat := ""
+		if len(res.lat["p"]) > 0 {
+			lat = fmt.Sprintf("; p99 %s vs %s", us(medianLat(res.lat["p"], p99)), us(medianLat(res.lat["c"], p99)))
+		}
+		ts = append(ts, target{"PostgreSQL (issue 10)", "(p) vs (c): the cost of a shared store", fmt.Sprintf("%.0f vs %.0f req/s = %s%s", p, c, ratio(p, c), lat), nil})
+		ts = append(ts, target{"Usage exactness (p)", "spend on PostgreSQL = counts × price",
+			fmt.Sprintf("%d answers × %s USD = %s USD; spend %s USD, reserved %s USD", res.pgCount, costPerAnswer, res.pgWant, res.pgSpent, res.pgReserved),
+			yes(res.pgSpent == res.pgWant && res.pgReserved == 0)})
+	} else if res.r.pgMsg != "" {
+		ts = append(ts, target{"PostgreSQL (issue 10)", "(p) vs (c): the cost of a shared store", res.r.pgMsg, nil})
 	}
 	ts = append(ts, target{"Usage exactness", "ledger = provider's counts × price",
 		fmt.Sprintf("%d answers × %s USD = %s USD; spend %s USD, reserved %s USD", res.usageCount, costPerAnswer, res.usageWant, res.usageSpent, res.usageReserved),

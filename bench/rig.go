@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
 	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/pgtest"
 )
 
 const (
@@ -38,6 +41,17 @@ const (
 	costPerAnswer     = money.Pico((fakeprovider.InputTokens*priceIn + fakeprovider.OutputTokens*priceOut) * 1_000_000)
 	laneHeader        = "X-Bench-Lane" // set by the gateway's connection, so the provider can count lane (c)
 )
+
+// gwNode is one agentgate process: its admin API and what the bench
+// created through it.
+type gwNode struct {
+	adminAddr string
+	lane      string // the tag its connections set in laneHeader
+	cmd       *exec.Cmd
+	ws, sa    string
+	key       string
+	conns     [2]string
+}
 
 // lane is one way of reaching the fake provider.
 type lane struct {
@@ -79,17 +93,17 @@ type rig struct {
 	caddy      *exec.Cmd // lane (c): the agentgate app and llm_gateway
 	plainCaddy *exec.Cmd // lane (b): plain reverse_proxy
 	caddyLog   *os.File
-	adminAddr  string
-	ws, sa     string
-	key        string
-	conns      [2]string
+	gw         *gwNode // lane (c)
+	pg         *gwNode // lane (p): llm_gateway on PostgreSQL; nil when skipped
+	pgServer   *pgtest.Server
+	pgMsg      string
 	portkey    *exec.Cmd
 	portkeyMsg string
 	lanes      []*lane
 
-	mu            sync.Mutex
-	laneCAnswered int // lane (c) requests the provider answered (all phases)
-	caddyVersion  string
+	mu           sync.Mutex
+	answered     map[string]int // lane tag → requests the provider answered (all phases)
+	caddyVersion string
 }
 
 func freeAddr() string {
@@ -136,7 +150,7 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 	if err != nil {
 		return nil, err
 	}
-	r := &rig{root: root, work: work, pin: o.pin && tasksetAvailable()}
+	r := &rig{root: root, work: work, pin: o.pin && tasksetAvailable(), answered: map[string]int{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -169,7 +183,7 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 	// Two processes of the same binary, so that each lane's memory is its
 	// own: lane (b) is one plain reverse_proxy site per provider, lane (c)
 	// one llm_gateway site. No access logs on either.
-	r.adminAddr = freeAddr()
+	r.gw = &gwNode{adminAddr: freeAddr(), lane: "c"}
 	siteB := [2]string{freeAddr(), freeAddr()}
 	siteC := freeAddr()
 	debug := ""
@@ -181,18 +195,19 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 	for i, a := range siteB {
 		fmt.Fprintf(&cfB, "http://%s {\n\tbind 127.0.0.1\n\treverse_proxy %s\n}\n\n", a, strings.TrimPrefix(r.providers[i].URL, "http://"))
 	}
-	fmt.Fprintf(&cfC, "{\n%s\tadmin %s\n\tagentgate {\n\t\tstorage badger %q\n\t}\n}\n\n", debug, r.adminAddr, filepath.Join(work, "data"))
+	fmt.Fprintf(&cfC, "{\n%s\tadmin %s\n\tagentgate {\n\t\tstorage badger %q\n\t}\n}\n\n", debug, r.gw.adminAddr, filepath.Join(work, "data"))
 	fmt.Fprintf(&cfC, "http://%s {\n\tbind 127.0.0.1\n\tllm_gateway\n}\n", siteC)
 	if r.plainCaddy, err = r.startCaddy("plain", cfB.String()); err != nil {
 		return nil, err
 	}
-	if r.caddy, err = r.startCaddy("agentgate", cfC.String()); err != nil {
+	if r.gw.cmd, err = r.startCaddy("agentgate", cfC.String()); err != nil {
 		return nil, err
 	}
-	if err := r.waitAdmin(ctx); err != nil {
+	r.caddy = r.gw.cmd
+	if err := r.waitAdmin(ctx, r.gw); err != nil {
 		return nil, err
 	}
-	if err := r.bootstrap(ctx); err != nil {
+	if err := r.gw.bootstrap(ctx, r.providers); err != nil {
 		return nil, err
 	}
 
@@ -204,10 +219,20 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 		direct.hdr[i] = http.Header{"Authorization": {"Bearer " + providerSecret}}
 		plain.url[i] = "http://" + siteB[i] + "/v1/chat/completions"
 		plain.hdr[i] = direct.hdr[i]
-		gw.url[i] = "http://" + siteC + "/custom/" + r.conns[i] + "/chat/completions"
-		gw.hdr[i] = http.Header{"Authorization": {"Bearer " + r.key}}
+		gw.url[i] = "http://" + siteC + "/custom/" + r.gw.conns[i] + "/chat/completions"
+		gw.hdr[i] = http.Header{"Authorization": {"Bearer " + r.gw.key}}
 	}
 	r.lanes = []*lane{direct, plain, gw}
+	if o.postgres {
+		if pl, err := r.startPostgresLane(ctx, logf); err != nil {
+			r.pgMsg = "lane (p) PostgreSQL skipped: " + err.Error()
+			logf("%s", r.pgMsg)
+		} else {
+			r.lanes = append(r.lanes, pl)
+		}
+	} else {
+		r.pgMsg = "lane (p) PostgreSQL skipped: not requested (-postgres=false)"
+	}
 	if o.portkey {
 		if pk, err := r.startPortkey(ctx, logf); err != nil {
 			r.portkeyMsg = "lane (d) Portkey skipped: " + err.Error()
@@ -231,7 +256,7 @@ func (r *rig) profile(ctx context.Context, d time.Duration, file string) chan er
 		if secs < 1 {
 			secs = 1
 		}
-		st, b, err := r.admin(ctx, "GET", fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), nil)
+		st, b, err := r.gw.admin(ctx, "GET", fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), nil)
 		if err == nil && st != 200 {
 			err = fmt.Errorf("pprof answered %d", st)
 		}
@@ -241,6 +266,42 @@ func (r *rig) profile(ctx context.Context, d time.Duration, file string) chan er
 		done <- err
 	}()
 	return done
+}
+
+// startPostgresLane runs lane (p): a second agentgate process with the same
+// llm_gateway site, storing in a throwaway PostgreSQL cluster on loopback
+// (started by internal/pgtest, so it runs beside the load generator, off
+// the proxies' core) instead of Badger. It is the figure of issue 10: the
+// cost of a store that several nodes share, where nothing is cached and
+// every request reads the database.
+func (r *rig) startPostgresLane(ctx context.Context, logf func(string, ...any)) (*lane, error) {
+	logf("starting PostgreSQL for lane (p) …")
+	srv, err := pgtest.Start()
+	if err != nil {
+		return nil, err
+	}
+	r.pgServer = srv
+	master := make([]byte, 32)
+	rand.Read(master)
+	r.pg = &gwNode{adminAddr: freeAddr(), lane: "p"}
+	site := freeAddr()
+	cf := fmt.Sprintf("{\n\tadmin %s\n\tagentgate {\n\t\tstorage postgres %q\n\t\tmaster_key %s\n\t}\n}\n\nhttp://%s {\n\tbind 127.0.0.1\n\tllm_gateway\n}\n",
+		r.pg.adminAddr, srv.DSN, hex.EncodeToString(master), site)
+	if r.pg.cmd, err = r.startCaddy("postgres", cf); err != nil {
+		return nil, err
+	}
+	if err := r.waitAdmin(ctx, r.pg); err != nil {
+		return nil, err
+	}
+	if err := r.pg.bootstrap(ctx, r.providers); err != nil {
+		return nil, err
+	}
+	l := &lane{id: "p", name: "agentgate llm_gateway on PostgreSQL", client: newClient(), pid: func() int { return r.pg.cmd.Process.Pid }}
+	for i := range r.providers {
+		l.url[i] = "http://" + site + "/custom/" + r.pg.conns[i] + "/chat/completions"
+		l.hdr[i] = http.Header{"Authorization": {"Bearer " + r.pg.key}}
+	}
+	return l, nil
 }
 
 // startCaddy writes a Caddyfile and runs the binary on it (pinned when
@@ -268,10 +329,10 @@ func (r *rig) startCaddy(name, caddyfile string) (*exec.Cmd, error) {
 	return c, nil
 }
 
-func (r *rig) waitAdmin(ctx context.Context) error {
+func (r *rig) waitAdmin(ctx context.Context, n *gwNode) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if st, _, err := r.admin(ctx, "GET", "/agentgate/workspaces", nil); err == nil && st == 200 {
+		if st, _, err := n.admin(ctx, "GET", "/agentgate/workspaces", nil); err == nil && st == 200 {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -287,13 +348,13 @@ func tail(s string, n int) string {
 	return s
 }
 
-func (r *rig) admin(ctx context.Context, method, path string, body any) (int, []byte, error) {
+func (n *gwNode) admin(ctx context.Context, method, path string, body any) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+r.adminAddr+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+n.adminAddr+path, rd)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -308,8 +369,8 @@ func (r *rig) admin(ctx context.Context, method, path string, body any) (int, []
 }
 
 // adminData calls the admin API and decodes {"data": …} into out.
-func (r *rig) adminData(ctx context.Context, what string, want int, method, path string, body, out any) error {
-	st, b, err := r.admin(ctx, method, path, body)
+func (n *gwNode) adminData(ctx context.Context, what string, want int, method, path string, body, out any) error {
+	st, b, err := n.admin(ctx, method, path, body)
 	if err != nil {
 		return fmt.Errorf("%s: %v", what, err)
 	}
@@ -329,35 +390,35 @@ func (r *rig) adminData(ctx context.Context, what string, want int, method, path
 // bootstrap creates, through the admin API, a workspace, a service account
 // with an inference key and a budget (so every request is reserved and
 // settled), and one connection per fake provider.
-func (r *rig) bootstrap(ctx context.Context) error {
+func (n *gwNode) bootstrap(ctx context.Context, providers [2]*fakeprovider.Provider) error {
 	var ws, sa struct{ ID string }
-	if err := r.adminData(ctx, "create workspace", 201, "POST", "/agentgate/workspaces", map[string]any{"name": "bench"}, &ws); err != nil {
+	if err := n.adminData(ctx, "create workspace", 201, "POST", "/agentgate/workspaces", map[string]any{"name": "bench"}, &ws); err != nil {
 		return err
 	}
-	r.ws = ws.ID
+	n.ws = ws.ID
 	base := "/agentgate/workspaces/" + ws.ID
-	if err := r.adminData(ctx, "create service account", 201, "POST", base+"/service-accounts", map[string]any{"name": "bench"}, &sa); err != nil {
+	if err := n.adminData(ctx, "create service account", 201, "POST", base+"/service-accounts", map[string]any{"name": "bench"}, &sa); err != nil {
 		return err
 	}
-	r.sa = sa.ID
+	n.sa = sa.ID
 	var key struct{ Key string }
-	if err := r.adminData(ctx, "create key", 201, "POST", base+"/service-accounts/"+sa.ID+"/keys",
+	if err := n.adminData(ctx, "create key", 201, "POST", base+"/service-accounts/"+sa.ID+"/keys",
 		map[string]any{"name": "bench", "permission": "inference"}, &key); err != nil {
 		return err
 	}
-	r.key = key.Key
-	for i, p := range r.providers {
+	n.key = key.Key
+	for i, p := range providers {
 		var c struct{ ID string }
-		if err := r.adminData(ctx, "create connection", 201, "POST", base+"/connections", map[string]any{
+		if err := n.adminData(ctx, "create connection", 201, "POST", base+"/connections", map[string]any{
 			"name": "fake" + strconv.Itoa(i), "kind": "openai", "base_url": p.URL + "/v1", "credential": providerSecret,
-			"headers": map[string]string{laneHeader: "c"},
+			"headers": map[string]string{laneHeader: n.lane},
 			"models":  map[string]any{model: map[string]any{"pricing": map[string]any{"input": priceIn, "output": priceOut}}},
 		}, &c); err != nil {
 			return err
 		}
-		r.conns[i] = c.ID
+		n.conns[i] = c.ID
 	}
-	return r.adminData(ctx, "set budget", 200, "PUT", base+"/budgets/"+sa.ID,
+	return n.adminData(ctx, "set budget", 200, "PUT", base+"/budgets/"+sa.ID,
 		// Not the maximum (1,000,000): a budget at exactly MaxSpend is
 		// accepted but cannot be read back when settling (issue reported).
 		map[string]any{"limit_usd": 100_000, "period": "monthly"}, nil)
@@ -369,9 +430,9 @@ func (r *rig) resetProviders() (received int) {
 	for i, p := range r.providers {
 		for _, rec := range p.Received() {
 			received++
-			if rec.Header.Get(laneHeader) == "c" && !rec.Canceled {
+			if tag := rec.Header.Get(laneHeader); tag != "" && !rec.Canceled {
 				r.mu.Lock()
-				r.laneCAnswered++
+				r.answered[tag]++
 				r.mu.Unlock()
 			}
 		}
@@ -386,17 +447,17 @@ func (r *rig) resetProviders() (received int) {
 }
 
 // spend reads the service account's spend and reservations from the admin API.
-func (r *rig) spend(ctx context.Context) (spent, reserved money.Pico, err error) {
+func (n *gwNode) spend(ctx context.Context) (spent, reserved money.Pico, err error) {
 	var bs []struct {
 		MemberID    string     `json:"member_id"`
 		SpentUSD    money.Pico `json:"spent_usd"`
 		ReservedUSD money.Pico `json:"reserved_usd"`
 	}
-	if err := r.adminData(ctx, "list budgets", 200, "GET", "/agentgate/workspaces/"+r.ws+"/budgets", nil, &bs); err != nil {
+	if err := n.adminData(ctx, "list budgets", 200, "GET", "/agentgate/workspaces/"+n.ws+"/budgets", nil, &bs); err != nil {
 		return 0, 0, err
 	}
 	for _, b := range bs {
-		if b.MemberID == r.sa {
+		if b.MemberID == n.sa {
 			return b.SpentUSD, b.ReservedUSD, nil
 		}
 	}
@@ -473,7 +534,11 @@ func (r *rig) startPortkey(ctx context.Context, logf func(string, ...any)) (*lan
 }
 
 func (r *rig) close() {
-	for _, c := range []*exec.Cmd{r.caddy, r.plainCaddy, r.portkey} {
+	var pgCmd *exec.Cmd
+	if r.pg != nil {
+		pgCmd = r.pg.cmd
+	}
+	for _, c := range []*exec.Cmd{r.caddy, r.plainCaddy, pgCmd, r.portkey} {
 		if c != nil && c.Process != nil {
 			c.Process.Signal(os.Interrupt)
 			done := make(chan struct{})
@@ -493,6 +558,9 @@ func (r *rig) close() {
 	}
 	if r.caddyLog != nil {
 		r.caddyLog.Close()
+	}
+	if r.pgServer != nil {
+		r.pgServer.Close()
 	}
 	os.RemoveAll(r.work)
 }

@@ -10,11 +10,12 @@
 //     per process, so concurrent requests can never take spend past the
 //     limit. A crash releases them and never loses settled spend.
 //   - A store shared by several nodes (PostgreSQL; Shared() true): as holds
-//     in the store, admitted in a serializable transaction that reads the
-//     budget and every live hold of the member and adds its own, so nodes
-//     admitting at once never take spend past the limit either. A
-//     settlement moves a hold into spend in one transaction. A hold whose
-//     node died expires after HoldTTL.
+//     in the store, admitted in a transaction that holds the member's lock
+//     across every node (store.Locker), reads the budget and every live
+//     hold of the member and adds its own, so nodes admitting at once never
+//     take spend past the limit either. A settlement moves a hold into
+//     spend in one transaction under the same lock. A hold whose node died
+//     expires after HoldTTL.
 package ledger
 
 import (
@@ -349,7 +350,13 @@ func (l *Ledger) backoff(attempt int) bool {
 }
 
 func (l *Ledger) commit(batch []*settlement) error {
-	return l.store.Update(context.Background(), func(tx store.Tx) error {
+	var locks []string
+	if l.shared {
+		for _, s := range batch {
+			locks = append(locks, lockName(s.r.Workspace, s.r.MemberID))
+		}
+	}
+	return l.update(context.Background(), locks, func(tx store.Tx) error {
 		budgets := map[string]*store.Budget{}
 		for _, s := range batch {
 			if err := tx.PutUsage(s.rec); err != nil {
@@ -479,7 +486,7 @@ func (l *Ledger) SetBudget(ctx context.Context, ws, memberID, memberKind string,
 	defer l.mu.Unlock()
 	now := l.clock.Now().UTC()
 	var out *store.Budget
-	err := l.store.Update(ctx, func(tx store.Tx) error {
+	err := l.update(ctx, []string{lockName(ws, memberID)}, func(tx store.Tx) error {
 		if limit < 0 {
 			out = nil
 			return tx.DeleteBudget(ws, memberID)

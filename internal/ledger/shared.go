@@ -16,6 +16,22 @@ import (
 // node that died (and never settled them) expire.
 const HoldTTL = 2 * time.Hour
 
+// lockName names the lock that orders every change of a member's budget
+// and holds in a shared store.
+func lockName(ws, memberID string) string { return "budget/" + ws + "/" + memberID }
+
+// update runs fn in a write transaction of the store. On a shared store
+// that can lock (store.Locker), the transaction holds the members' budget
+// locks, so that contending requests of one member queue instead of
+// failing serialization and retrying; otherwise it relies on the store's
+// own isolation.
+func (l *Ledger) update(ctx context.Context, locks []string, fn func(store.Tx) error) error {
+	if lk, ok := l.store.(store.Locker); ok && l.shared {
+		return lk.UpdateLocked(ctx, locks, fn)
+	}
+	return l.store.Update(ctx, fn)
+}
+
 func newNodeID() string {
 	b := make([]byte, 6)
 	rand.Read(b)
@@ -50,10 +66,10 @@ func liveHolds(tx store.Tx, ws, memberID string, now time.Time, prune bool) (mon
 }
 
 // reserveShared admits a request against a budget kept in a shared store:
-// one serializable transaction reads the budget and the member's live
-// holds and adds a hold of its own, so that concurrent admissions on any
-// number of nodes are ordered and never pass the limit. A member without a
-// budget costs one read and no write.
+// one transaction, holding the member's lock (or serializable), reads the
+// budget and the member's live holds and adds a hold of its own, so that
+// concurrent admissions on any number of nodes are ordered and never pass
+// the limit. A member without a budget costs one read and no write.
 func (l *Ledger) reserveShared(ctx context.Context, ws, memberID string, amount money.Pico) (*Reservation, error) {
 	now := l.clock.Now().UTC()
 	var budget *store.Budget
@@ -74,7 +90,7 @@ func (l *Ledger) reserveShared(ctx context.Context, ws, memberID string, amount 
 	}
 	hold := &store.Hold{ID: newHoldID(now), Workspace: ws, MemberID: memberID, Amount: amount, Node: l.node, ExpiresAt: now.Add(HoldTTL)}
 	var exceeded *ExceededError
-	err = l.store.Update(ctx, func(tx store.Tx) error {
+	err = l.update(ctx, []string{lockName(ws, memberID)}, func(tx store.Tx) error {
 		exceeded = nil
 		b, err := tx.Budget(ws, memberID)
 		if errors.Is(err, store.ErrNotFound) {
@@ -108,7 +124,7 @@ func (l *Ledger) reserveShared(ctx context.Context, ws, memberID string, amount 
 // releaseHold deletes a hold that will never be settled. It never fails the
 // caller: a hold left behind expires after HoldTTL.
 func (l *Ledger) releaseHold(r *Reservation) {
-	l.store.Update(context.Background(), func(tx store.Tx) error {
+	l.update(context.Background(), []string{lockName(r.Workspace, r.MemberID)}, func(tx store.Tx) error {
 		return tx.DeleteHold(r.Workspace, r.MemberID, r.hold)
 	})
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -171,26 +173,52 @@ func (s *Postgres) Close() error {
 
 // View implements Store.
 func (s *Postgres) View(ctx context.Context, fn func(Tx) error) error {
-	return s.run(ctx, true, fn)
+	return s.run(ctx, pgView, nil, fn)
 }
 
 // Update implements Store.
 func (s *Postgres) Update(ctx context.Context, fn func(Tx) error) error {
-	return s.run(ctx, false, fn)
+	return s.run(ctx, pgUpdate, nil, fn)
 }
+
+// UpdateLocked implements Locker: a READ COMMITTED transaction that first
+// takes a transaction-scoped advisory lock per name (a 64-bit FNV-1a hash
+// of it), in sorted order so that two transactions never wait on each
+// other in a cycle. Contending transactions queue on the lock instead of
+// failing and retrying as SERIALIZABLE ones do.
+func (s *Postgres) UpdateLocked(ctx context.Context, locks []string, fn func(Tx) error) error {
+	keys := make([]int64, 0, len(locks))
+	for _, l := range locks {
+		h := fnv.New64a()
+		h.Write([]byte("agentgate:"))
+		h.Write([]byte(l))
+		keys = append(keys, int64(h.Sum64()))
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	return s.run(ctx, pgLocked, keys, fn)
+}
+
+type pgMode int
+
+const (
+	pgView pgMode = iota
+	pgUpdate
+	pgLocked
+)
 
 const (
 	pgMaxAttempts    = 100 // serialization failures, like Badger's conflicts
 	pgMaxLostRetries = 2   // connections found dead before the commit
 )
 
-func (s *Postgres) run(ctx context.Context, readOnly bool, fn func(Tx) error) error {
+func (s *Postgres) run(ctx context.Context, mode pgMode, locks []int64, fn func(Tx) error) error {
 	lost := 0
 	for attempt := 0; ; attempt++ {
 		if s.closed.Load() {
 			return ErrClosed
 		}
-		again, err := s.attempt(ctx, readOnly, fn)
+		again, err := s.attempt(ctx, mode, locks, fn)
 		if !again {
 			return err
 		}
@@ -219,26 +247,39 @@ func (s *Postgres) run(ctx context.Context, readOnly bool, fn func(Tx) error) er
 }
 
 var (
-	pgSerializable = pgx.TxOptions{IsoLevel: pgx.Serializable, AccessMode: pgx.ReadWrite}
-	pgSnapshot     = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	pgSerializable  = pgx.TxOptions{IsoLevel: pgx.Serializable, AccessMode: pgx.ReadWrite}
+	pgSnapshot      = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	pgReadCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadWrite}
 )
 
 // attempt runs fn once in a transaction. again reports whether the whole
 // transaction may be tried again: a serialization failure or deadlock, or
 // a connection lost before the commit.
-func (s *Postgres) attempt(ctx context.Context, readOnly bool, fn func(Tx) error) (again bool, err error) {
+func (s *Postgres) attempt(ctx context.Context, mode pgMode, locks []int64, fn func(Tx) error) (again bool, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, s.wrap(ctx, err, true)
 	}
 	defer conn.Release()
+	readOnly := mode == pgView
 	opts := pgSerializable
-	if readOnly {
+	switch mode {
+	case pgView:
 		opts = pgSnapshot
+	case pgLocked:
+		opts = pgReadCommitted
 	}
 	tx, err := conn.BeginTx(ctx, opts)
 	if err != nil {
 		return s.failed(ctx, conn, err, true, true)
+	}
+	for _, k := range locks {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", k); err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			tx.Rollback(rctx)
+			cancel()
+			return s.failed(ctx, conn, err, true, false)
+		}
 	}
 	kv := &pgKV{ctx: ctx, tx: tx, readOnly: readOnly}
 	ferr := fn(&btx{kv: kv})

@@ -42,6 +42,19 @@ type Store interface {
 	Close() error
 }
 
+// Locker is a store shared by several processes that can order
+// transactions on named resources without aborting them: the budget
+// ledger's hot path, where every request of a member touches the same
+// records and optimistic (serializable) transactions would mostly retry.
+type Locker interface {
+	// UpdateLocked runs fn like Update while holding exclusive locks on the
+	// named resources in every process sharing the store (taken in sorted
+	// order, released at commit). Each read inside fn sees everything
+	// committed before it started, so every transaction that changes the
+	// records a lock guards must go through UpdateLocked with that name.
+	UpdateLocked(ctx context.Context, locks []string, fn func(Tx) error) error
+}
+
 // Tx is one transaction. Getters return ErrNotFound for a missing record.
 // Lists return records in id order.
 type Tx interface {
