@@ -295,10 +295,11 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 	if f != nil {
 		return refuse(f)
 	}
+	fs := scanFields(body)
 	if route.Format != formats.Google {
-		rec.Model = gjson.GetBytes(body, "model").String()
+		rec.Model = fs.model.String()
 	}
-	requested, model, upstream, body, f := prepareModel(route, conn, body)
+	requested, model, upstream, body, f := prepareModel(route, conn, body, &fs)
 	if f != nil {
 		return refuse(f)
 	}
@@ -309,7 +310,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 		return refuse(fail(http.StatusBadGateway, "UpstreamCredentialUnavailable", "the connection's provider credential cannot be used"))
 	}
 
-	res, err := svc.Ledger.Reserve(r.Context(), p.Workspace, p.MemberID(), reservation(route.Format, model, body))
+	res, err := svc.Ledger.Reserve(r.Context(), p.Workspace, p.MemberID(), reservation(route.Format, model, &fs, len(body)))
 	var exceeded *ledger.ExceededError
 	if errors.As(err, &exceeded) {
 		g.metrics.refused.WithLabelValues(route.Format.String()).Inc()
@@ -327,8 +328,8 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 
 	// A chat stream reports usage only when asked: ask, and hide the extra
 	// chunk from a client that did not.
-	opts := usage.Options{Format: route.Format, StreamRequested: route.Stream() || gjson.GetBytes(body, "stream").Bool(), RequestBytes: int64(len(body))}
-	if route.Format == formats.Chat && opts.StreamRequested && !gjson.GetBytes(body, "stream_options.include_usage").Bool() {
+	opts := usage.Options{Format: route.Format, StreamRequested: route.Stream() || fs.stream.Bool(), RequestBytes: int64(len(body))}
+	if route.Format == formats.Chat && opts.StreamRequested && !fs.streamOptions.Get("include_usage").Bool() {
 		if patched, err := sjson.SetBytes(body, "stream_options.include_usage", true); err == nil {
 			body, opts.DropUsageChunk = patched, true
 		}
@@ -431,11 +432,11 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *fai
 // prepareModel checks the requested model against the connection and
 // rewrites it to the upstream id: in the body with sjson (every other byte
 // kept), or for Google in the path.
-func prepareModel(route formats.Route, conn *store.Connection, body []byte) (requested string, model store.Model, upstream string, _ []byte, _ *failure) {
+func prepareModel(route formats.Route, conn *store.Connection, body []byte, fl *fields) (requested string, model store.Model, upstream string, _ []byte, _ *failure) {
 	if route.Format == formats.Google {
 		requested = route.Model
 	} else {
-		m := gjson.GetBytes(body, "model")
+		m := fl.model
 		if !m.Exists() {
 			return "", model, "", nil, fail(http.StatusBadRequest, "InvalidRequest", "model is required")
 		}
@@ -445,7 +446,7 @@ func prepareModel(route formats.Route, conn *store.Connection, body []byte) (req
 		requested = m.Str
 	}
 	if route.Format == formats.Anthropic {
-		mt := gjson.GetBytes(body, "max_tokens")
+		mt := fl.maxTokens
 		if !mt.Exists() {
 			return "", model, "", nil, fail(http.StatusBadRequest, "InvalidRequest", "max_tokens is required for Anthropic Messages")
 		}

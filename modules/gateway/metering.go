@@ -23,20 +23,20 @@ import (
 const DefaultMaxOutputTokens = 131072
 
 // outputCap is the request's own output limit, if it sets one.
-func outputCap(f formats.Format, body []byte) int64 {
-	var paths []string
+func outputCap(f formats.Format, fl *fields) int64 {
+	var cands []gjson.Result
 	switch f {
 	case formats.Chat:
-		paths = []string{"max_completion_tokens", "max_tokens"}
+		cands = []gjson.Result{fl.maxCompletionTokens, fl.maxTokens}
 	case formats.Responses:
-		paths = []string{"max_output_tokens"}
+		cands = []gjson.Result{fl.maxOutput}
 	case formats.Anthropic:
-		paths = []string{"max_tokens"}
+		cands = []gjson.Result{fl.maxTokens}
 	case formats.Google:
-		paths = []string{"generationConfig.maxOutputTokens", "generation_config.max_output_tokens"}
+		cands = []gjson.Result{fl.generationConfig.Get("maxOutputTokens"), fl.generationConfigSnakeCase.Get("max_output_tokens")}
 	}
-	for _, p := range paths {
-		if v := gjson.GetBytes(body, p); v.Type == gjson.Number && v.Int() > 0 {
+	for _, v := range cands {
+		if v.Type == gjson.Number && v.Int() > 0 {
 			return v.Int()
 		}
 	}
@@ -46,7 +46,7 @@ func outputCap(f formats.Format, body []byte) int64 {
 // reservation is an upper bound of a request's cost: every byte of the body
 // as an input token at the dearest input rate (a token is at least one
 // byte), plus the output limit at the dearest output rate.
-func reservation(f formats.Format, m store.Model, body []byte) money.Pico {
+func reservation(f formats.Format, m store.Model, fl *fields, bodyLen int) money.Pico {
 	p := m.Pricing
 	in := p.Input
 	for _, alt := range []*money.Micros{p.CacheRead, p.CacheWrite} {
@@ -58,7 +58,7 @@ func reservation(f formats.Format, m store.Model, body []byte) money.Pico {
 	if p.Reasoning != nil && *p.Reasoning > out {
 		out = *p.Reasoning
 	}
-	maxOut := outputCap(f, body)
+	maxOut := outputCap(f, fl)
 	if maxOut == 0 {
 		maxOut = m.MaxOutputTokens
 	}
@@ -66,11 +66,11 @@ func reservation(f formats.Format, m store.Model, body []byte) money.Pico {
 		maxOut = DefaultMaxOutputTokens
 	}
 	if f == formats.Google {
-		if tb := gjson.GetBytes(body, "generationConfig.thinkingConfig.thinkingBudget"); tb.Type == gjson.Number && tb.Int() > 0 {
+		if tb := fl.generationConfig.Get("thinkingConfig.thinkingBudget"); tb.Type == gjson.Number && tb.Int() > 0 {
 			maxOut += tb.Int()
 		}
 	}
-	return usage.Cost(usage.Tokens{Input: int64(len(body)), Output: maxOut}, store.Pricing{Input: in, Output: out})
+	return usage.Cost(usage.Tokens{Input: int64(bodyLen), Output: maxOut}, store.Pricing{Input: in, Output: out})
 }
 
 // meterWriter sits between the reverse proxy and the client: it notes the

@@ -38,6 +38,7 @@ func (e *env) usageSince(t *testing.T, n, want int) []*store.UsageRecord {
 }
 
 func (e *env) usageCount() int {
+	e.svc.Ledger.Wait() // settlements of earlier requests land first
 	n := 0
 	e.svc.Store.View(context.Background(), func(tx store.Tx) error {
 		return tx.Usage(e.ws, "", func(*store.UsageRecord) (bool, error) { n++; return true, nil })
