@@ -177,7 +177,13 @@ func (t credentialTransport) RoundTrip(req *http.Request) (*http.Response, error
 	}
 	out := new(http.Request)
 	*out = *req
-	out.Header = req.Header.Clone()
+	// A new map sharing the (never modified) value slices: Set below
+	// replaces a key's slice rather than writing into it, so the request
+	// that the proxy and its logs hold never sees the credential.
+	out.Header = make(http.Header, len(req.Header)+2)
+	for k, v := range req.Header {
+		out.Header[k] = v
+	}
 	formats.SetCredential(out.Header, c.kind, c.secret)
 	return t.HTTPTransport.RoundTrip(out)
 }
