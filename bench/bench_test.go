@@ -36,8 +36,10 @@ func TestSmoke(t *testing.T) {
 	cond := res.conds[0]
 	b, c := median(res.thr[cond]["b"]), median(res.thr[cond]["c"])
 	t.Logf("throughput c=32: (b) %.0f req/s, (c) %.0f req/s = %.2f×", b, c, c/b)
-	if c < 0.10*b {
-		t.Errorf("agentgate throughput %.0f req/s is below a tenth of plain reverse_proxy's %.0f req/s", c, b)
+	// Gross regressions only: quiet runs measure 0.7–0.9×, and this runs
+	// beside every other package's tests.
+	if c < 0.25*b {
+		t.Errorf("agentgate throughput %.0f req/s is below a quarter of plain reverse_proxy's %.0f req/s", c, b)
 	}
 	for _, id := range []string{"b", "c"} {
 		if e := res.thrErrs[cond][id]; e > 0 {

@@ -88,9 +88,11 @@ func BenchmarkProviderDirect(b *testing.B) {
 
 // TestGatewayAllocsCeiling is the allocation regression guard: the
 // allocations the gateway adds to a request (BenchmarkGatewayChat minus
-// BenchmarkProviderDirect) must stay under a generous ceiling. Measured
-// when it was written: about 740 added allocations and 65 KB per request
-// (the harness logs at DEBUG level, which is part of that).
+// BenchmarkProviderDirect) must stay under a ceiling with room for noise.
+// Measured when it was written: about 740 added allocations and 65 KB per
+// request; after the hot-path work (cached verdicts and connections, one
+// pass over the body): about 500 and 49 KB (the harness logs at DEBUG
+// level, which is part of that).
 func TestGatewayAllocsCeiling(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two benchmarks")
@@ -102,7 +104,7 @@ func TestGatewayAllocsCeiling(t *testing.T) {
 	addedBytes := gw.AllocedBytesPerOp() - direct.AllocedBytesPerOp()
 	t.Logf("gateway: %s %s; direct: %s %s; added %d allocs, %d B per request",
 		gw, gw.MemString(), direct, direct.MemString(), added, addedBytes)
-	const maxAllocs, maxBytes = 1500, 256 << 10
+	const maxAllocs, maxBytes = 750, 96 << 10
 	if added > maxAllocs {
 		t.Errorf("the gateway adds %d allocations per request; the ceiling is %d", added, maxAllocs)
 	}
