@@ -77,7 +77,7 @@ type Gateway struct {
 	tls            *reverseproxy.Handler // for https:// base URLs
 	plainTransport *reverseproxy.HTTPTransport
 	tlsTransport   *reverseproxy.HTTPTransport
-	upstreams      sync.Map // dial address → []*reverseproxy.Upstream
+	upstreams      sync.Map // base URL → *upstream
 	metrics        *metrics
 	logger         *zap.Logger
 }
@@ -319,7 +319,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 	res, err := svc.Ledger.Reserve(r.Context(), p.Workspace, p.MemberID(), reservation(route.Format, model, &fs, len(body)))
 	var exceeded *ledger.ExceededError
 	if errors.As(err, &exceeded) {
-		g.metrics.refused.WithLabelValues(route.Format.String()).Inc()
+		g.metrics.of(route.Format).refused.Inc()
 		fl := fail(http.StatusPaymentRequired, "BudgetExceeded", "budget exceeded: %s USD remaining of %s USD; this request may cost up to %s USD",
 			exceeded.Remaining, exceeded.Limit, exceeded.Needed)
 		fl.extra = map[string]any{"remaining_usd": exceeded.Remaining, "limit_usd": exceeded.Limit}
@@ -353,9 +353,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 		if status == 0 {
 			status = http.StatusBadGateway
 		}
-		g.metrics.duration.WithLabelValues(route.Format.String()).Observe(time.Since(mw.start).Seconds())
+		g.metrics.of(route.Format).duration.Observe(time.Since(mw.start).Seconds())
 		if mw.status != 0 {
-			g.metrics.firstByte.WithLabelValues(route.Format.String()).Observe(mw.firstByte.Seconds())
+			g.metrics.of(route.Format).firstByte.Observe(mw.firstByte.Seconds())
 		}
 		result, _ := mw.result()
 		rec.Streamed = opts.StreamRequested
@@ -482,13 +482,13 @@ func prepareModel(route formats.Route, conn *store.Connection, body []byte, fl *
 // transport adds it to the copy it sends.
 func (g *Gateway) forward(w *meterWriter, r *http.Request, route formats.Route, conn *store.Connection,
 	model, credential string, body []byte, q url.Values) *failure {
-	base, err := url.Parse(conn.BaseURL)
+	base, err := g.upstreamOf(conn.BaseURL)
 	if err != nil {
 		return fail(http.StatusBadGateway, "UpstreamUnreachable", "the connection's base URL is invalid")
 	}
 	up := *r.URL
 	up.Scheme, up.Host = "", ""
-	up.Path = strings.TrimRight(base.Path, "/") + route.UpstreamPath(model)
+	up.Path = base.path + route.UpstreamPath(model)
 	up.RawPath = ""
 	up.RawQuery = q.Encode()
 
@@ -513,17 +513,9 @@ func (g *Gateway) forward(w *meterWriter, r *http.Request, route formats.Route, 
 	out.Header.Del("Transfer-Encoding")
 	out.TransferEncoding = nil
 
-	addr := base.Host
-	if base.Port() == "" {
-		if base.Scheme == "https" {
-			addr = net.JoinHostPort(base.Hostname(), "443")
-		} else {
-			addr = net.JoinHostPort(base.Hostname(), "80")
-		}
-	}
-	caddyhttp.SetVar(out.Context(), varUpstream, g.upstreamsFor(addr))
+	caddyhttp.SetVar(out.Context(), varUpstream, base.upstreams)
 	proxy := g.plain
-	if base.Scheme == "https" {
+	if base.https {
 		proxy = g.tls
 	}
 	if c := g.logger.Check(zapcore.DebugLevel, "forwarding"); c != nil {
@@ -544,12 +536,36 @@ func (g *Gateway) forward(w *meterWriter, r *http.Request, route formats.Route, 
 	return nil
 }
 
-func (g *Gateway) upstreamsFor(addr string) []*reverseproxy.Upstream {
-	if v, ok := g.upstreams.Load(addr); ok {
-		return v.([]*reverseproxy.Upstream)
+// upstream is a connection's base URL, parsed once: the path its routes
+// go under, whether it is HTTPS, and the proxy's upstream for its address.
+type upstream struct {
+	path      string
+	https     bool
+	upstreams []*reverseproxy.Upstream
+}
+
+// upstreamOf parses a base URL once per distinct URL (a handful per
+// config); the map lives as long as the handler, which a reload replaces.
+func (g *Gateway) upstreamOf(baseURL string) (*upstream, error) {
+	if v, ok := g.upstreams.Load(baseURL); ok {
+		return v.(*upstream), nil
 	}
-	v, _ := g.upstreams.LoadOrStore(addr, []*reverseproxy.Upstream{{Dial: addr}})
-	return v.([]*reverseproxy.Upstream)
+	base, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, err
+	}
+	addr := base.Host
+	if base.Port() == "" {
+		if base.Scheme == "https" {
+			addr = net.JoinHostPort(base.Hostname(), "443")
+		} else {
+			addr = net.JoinHostPort(base.Hostname(), "80")
+		}
+	}
+	u := &upstream{path: strings.TrimRight(base.Path, "/"), https: base.Scheme == "https",
+		upstreams: []*reverseproxy.Upstream{{Dial: addr}}}
+	v, _ := g.upstreams.LoadOrStore(baseURL, u)
+	return v.(*upstream), nil
 }
 
 // upstreamFromVars hands the proxy the upstream chosen for the request.

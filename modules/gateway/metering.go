@@ -131,6 +131,8 @@ type metrics struct {
 	refused   *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 	firstByte *prometheus.HistogramVec
+
+	by [formats.Google + 1]formatMetrics
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -151,7 +153,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help: "Time from forwarding a request to the provider's response headers.", Buckets: buckets}, []string{"format"}),
 	}
 	if reg == nil {
-		return m
+		return m.resolve()
 	}
 	m.requests = registerOrExisting(reg, m.requests)
 	m.tokens = registerOrExisting(reg, m.tokens)
@@ -159,7 +161,44 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.refused = registerOrExisting(reg, m.refused)
 	m.duration = registerOrExisting(reg, m.duration)
 	m.firstByte = registerOrExisting(reg, m.firstByte)
+	return m.resolve()
+}
+
+// tokenKinds are the values of the tokens_total kind label.
+var tokenKinds = [...]string{"input", "cache_read", "cache_write", "output", "reasoning"}
+
+// formatMetrics are one format's series, resolved once so that a request
+// does not hash label values.
+type formatMetrics struct {
+	requests            [6]prometheus.Counter // by status class (code/100)
+	tokens              [len(tokenKinds)]prometheus.Counter
+	cost, refused       prometheus.Counter
+	duration, firstByte prometheus.Observer
+}
+
+// resolve fills m.by for every format.
+func (m *metrics) resolve() *metrics {
+	for f := formats.Chat; f <= formats.Google; f++ {
+		fs := f.String()
+		fm := &m.by[f]
+		for class := 1; class < len(fm.requests); class++ {
+			fm.requests[class] = m.requests.WithLabelValues(fs, strconv.Itoa(class)+"xx")
+		}
+		for i, k := range tokenKinds {
+			fm.tokens[i] = m.tokens.WithLabelValues(fs, k)
+		}
+		fm.cost, fm.refused = m.cost.WithLabelValues(fs), m.refused.WithLabelValues(fs)
+		fm.duration, fm.firstByte = m.duration.WithLabelValues(fs), m.firstByte.WithLabelValues(fs)
+	}
 	return m
+}
+
+// of returns a format's series.
+func (m *metrics) of(f formats.Format) *formatMetrics {
+	if f < formats.Chat || f > formats.Google {
+		f = formats.Chat
+	}
+	return &m.by[f]
 }
 
 // registerOrExisting registers c, or returns the collector already
@@ -175,23 +214,18 @@ func registerOrExisting[C prometheus.Collector](reg *prometheus.Registry, c C) C
 	return c
 }
 
-func statusClass(code int) string {
-	return strconv.Itoa(code/100) + "xx"
-}
-
 func (m *metrics) observe(f formats.Format, status int, t store.Tokens, cost money.Pico) {
-	fs := f.String()
-	m.requests.WithLabelValues(fs, statusClass(status)).Inc()
-	for _, k := range [...]struct {
-		kind string
-		n    int64
-	}{{"input", t.Input}, {"cache_read", t.CacheRead}, {"cache_write", t.CacheWrite}, {"output", t.Output}, {"reasoning", t.Reasoning}} {
-		if k.n > 0 {
-			m.tokens.WithLabelValues(fs, k.kind).Add(float64(k.n))
+	fm := m.of(f)
+	if class := status / 100; class >= 1 && class < len(fm.requests) {
+		fm.requests[class].Inc()
+	}
+	for i, n := range [len(tokenKinds)]int64{t.Input, t.CacheRead, t.CacheWrite, t.Output, t.Reasoning} {
+		if n > 0 {
+			fm.tokens[i].Add(float64(n))
 		}
 	}
 	if cost > 0 {
-		m.cost.WithLabelValues(fs).Add(float64(cost) / 1e12)
+		fm.cost.Add(float64(cost) / 1e12)
 	}
 }
 
