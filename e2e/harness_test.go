@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentgate/agentgate/internal/pgtest"
 )
 
 const shortSkip = "skipping under -short: builds and runs the real caddy binary"
@@ -34,6 +36,7 @@ var build struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	pgtest.Teardown() // the PostgreSQL server of the multi-node tests, if one was started
 	if build.dir != "" {
 		os.RemoveAll(build.dir)
 	}
@@ -135,6 +138,12 @@ type config struct {
 	// DeviceClients are the workspace_console device_client ids; none for
 	// the default (agentgate-cli).
 	DeviceClients []string
+	// Postgres, when set, is the DSN of a PostgreSQL database the node
+	// keeps its state in, with MasterKey (required with it). Both reach
+	// the process through its environment only, as in
+	// examples/multi-node: `storage postgres {env.AGENTGATE_POSTGRES_DSN}`
+	// and `master_key {env.AGENTGATE_MASTER_KEY}`.
+	Postgres, MasterKey string
 }
 
 // server is one caddy process, with its own ports, XDG directories and log.
@@ -179,7 +188,9 @@ func (s *server) caddyfile(c config) string {
 		b.WriteString("\tdebug\n")
 	}
 	b.WriteString("\tagentgate {\n")
-	if c.DataDir != "" {
+	if c.Postgres != "" {
+		b.WriteString("\t\tstorage postgres {env.AGENTGATE_POSTGRES_DSN}\n\t\tmaster_key {env.AGENTGATE_MASTER_KEY}\n")
+	} else if c.DataDir != "" {
 		fmt.Fprintf(&b, "\t\tstorage badger %q\n", c.DataDir)
 	} else {
 		b.WriteString("\t\tstorage badger\n")
@@ -247,6 +258,10 @@ func (s *server) start() {
 	s.cmd = exec.Command(s.bin, "run", "--config", s.cfgPath, "--adapter", "caddyfile")
 	s.cmd.Dir = s.dir
 	s.cmd.Env = s.env
+	if s.cfg.Postgres != "" {
+		s.cmd.Env = append(s.env[:len(s.env):len(s.env)],
+			"AGENTGATE_POSTGRES_DSN="+s.cfg.Postgres, "AGENTGATE_MASTER_KEY="+s.cfg.MasterKey)
+	}
 	s.cmd.Stdout, s.cmd.Stderr = s.stdout, s.stderr
 	s.cmd.WaitDelay = 5 * time.Second
 	if err := s.cmd.Start(); err != nil {
