@@ -74,6 +74,13 @@ const mnInstancePassword = "pw-instance-e2e"
 // advisory lock), and sets up the workspace through node A.
 func startCluster(t *testing.T, ctx context.Context) *cluster {
 	t.Helper()
+	return startClusterWith(t, ctx, nil)
+}
+
+// startClusterWith is startCluster with edit called on each node before it
+// starts (to change its Caddyfile or environment).
+func startClusterWith(t *testing.T, ctx context.Context, edit func(*server)) *cluster {
+	t.Helper()
 	bin := caddyBinary(t) // skips under -short
 	pg := pgtest.Shared(t)
 	dsn := pg.NewDatabase(t)
@@ -94,7 +101,11 @@ func startCluster(t *testing.T, ctx context.Context) *cluster {
 	cfg := config{Postgres: dsn, MasterKey: master, Debug: true, AccessLog: true}
 
 	for i := 0; i < 2; i++ {
-		c.nodes = append(c.nodes, newServer(t, bin, cfg))
+		s := newServer(t, bin, cfg)
+		if edit != nil {
+			edit(s)
+		}
+		c.nodes = append(c.nodes, s)
 	}
 	c.a, c.b = c.nodes[0], c.nodes[1]
 	for _, s := range c.nodes {
@@ -744,6 +755,70 @@ func TestMultiNodeInstanceSessions(t *testing.T) {
 	st, _, _ = call(ctx, httpClient, "GET", base(1)+"/api/session/"+id2, auth, nil)
 	if st != 404 {
 		t.Fatalf("node B still serves the session deleted through node A: %d", st)
+	}
+	c.checkLogs(t)
+}
+
+// TestMultiNodeDeclaredConnection: both nodes start at once with the same
+// declared connection (its workspace given by name, its credential from the
+// environment): they make one workspace and one connection between them,
+// and both serve through it.
+func TestMultiNodeDeclaredConnection(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	secret := "sk-declared-" + randomHex(8)
+	p, err := fakeprovider.Start(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	declare := fmt.Sprintf("\t\tconnection conn_declared {\n\t\t\tworkspace Declared\n\t\t\tkind openai\n\t\t\tbase_url %s/v1\n"+
+		"\t\t\tcredential {env.MULTINODE_PROVIDER_KEY}\n\t\t\tmodel gpt-4o {\n\t\t\t\tpricing input 0 output %d\n\t\t\t}\n\t\t}\n", p.URL, mnOutputPrice)
+	c := startClusterWith(t, ctx, func(s *server) {
+		const anchor = "\t\tmaster_key {env.AGENTGATE_MASTER_KEY}\n"
+		text := strings.Replace(s.caddyfile(s.cfg), anchor, anchor+declare, 1)
+		if !strings.Contains(text, "conn_declared") {
+			t.Fatal("the declared connection did not make it into the Caddyfile")
+		}
+		if err := os.WriteFile(s.cfgPath, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s.env = append(s.env, "MULTINODE_PROVIDER_KEY="+secret)
+	})
+	c.secret(secret, "the declared connection's credential")
+
+	var wss []idName
+	must(t, "list workspaces", 200, &wss)(c.b.admin(ctx, "GET", "/agentgate/workspaces", nil))
+	var declared []string
+	for _, w := range wss {
+		if w.Name == "Declared" {
+			declared = append(declared, w.ID)
+		}
+	}
+	if len(declared) != 1 {
+		t.Fatalf("workspaces named Declared: %v, want exactly one (from %v)", declared, wss)
+	}
+	var conns []idName
+	must(t, "list connections", 200, &conns)(c.a.admin(ctx, "GET", "/agentgate/workspaces/"+declared[0]+"/connections", nil))
+	if len(conns) != 1 || conns[0].ID != "conn_declared" {
+		t.Fatalf("connections of Declared: %+v", conns)
+	}
+	var sa idName
+	must(t, "create service account", 201, &sa)(c.a.admin(ctx, "POST", "/agentgate/workspaces/"+declared[0]+"/service-accounts", map[string]any{"name": "declared"}))
+	var k struct {
+		Key string `json:"key"`
+	}
+	must(t, "create key", 201, &k)(c.a.admin(ctx, "POST", "/agentgate/workspaces/"+declared[0]+"/service-accounts/"+sa.ID+"/keys",
+		map[string]any{"name": "declared", "permission": "inference"}))
+	c.secret(k.Key, "a workspace key")
+	for i, s := range c.nodes {
+		h := http.Header{"Authorization": {"Bearer " + k.Key}, "Content-Type": {"application/json"}}
+		st, body, err := call(ctx, httpClient, "POST", "http://"+s.httpAddr+"/custom/conn_declared/chat/completions", h, mnBody)
+		if err != nil || st != 200 || !strings.Contains(string(body), fakeprovider.Text) {
+			t.Fatalf("node %c through the declared connection: %d %v %s", 'A'+i, st, err, body)
+		}
+		if got := p.Last().Header.Get("Authorization"); got != "Bearer "+secret {
+			t.Fatalf("node %c: the provider got Authorization %q", 'A'+i, got)
+		}
 	}
 	c.checkLogs(t)
 }
