@@ -2,31 +2,70 @@ package caddyfile
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 )
 
-// TestExamplesValidate adapts every example Caddyfile and the root
-// Caddyfile with no warnings, and validates them: every module provisions,
-// without starting anything or opening a store.
+// TestExamplesValidate adapts every example Caddyfile (examples/*.Caddyfile
+// and those of the example directories, examples/*/Caddyfile and
+// examples/*/*.Caddyfile) and the root Caddyfile with no warnings, and
+// validates them: every module provisions, without starting anything or
+// opening a store. The PostgreSQL DSN points at a listener that must see
+// no connection.
 func TestExamplesValidate(t *testing.T) {
 	t.Setenv("XDG_DATA_HOME", t.TempDir())
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	t.Setenv("AGENTGATE_MASTER_KEY", strings.Repeat("ab", 32))
 	t.Setenv("OPENAI_API_KEY", "sk-test-openai")
 	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-test")
-	files, _ := filepath.Glob("../examples/*.Caddyfile")
-	files = append(files, "../Caddyfile")
-	if len(files) < 3 {
-		t.Fatalf("expected the root Caddyfile and at least two examples, found %v", files)
+	t.Setenv("AGENT_INSTANCE_PASSWORD", "example-instance-secret")
+	db, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer db.Close()
+	var dialed atomic.Int32
+	go func() {
+		for {
+			conn, err := db.Accept()
+			if err != nil {
+				return
+			}
+			dialed.Add(1)
+			conn.Close()
+		}
+	}()
+	t.Setenv("AGENTGATE_POSTGRES_DSN", "postgres://agentgate:example-db-secret@"+db.Addr().String()+"/agentgate")
+	files, _ := filepath.Glob("../examples/*.Caddyfile")
+	for _, pattern := range []string{"../examples/*/Caddyfile", "../examples/*/*.Caddyfile"} {
+		more, _ := filepath.Glob(pattern)
+		files = append(files, more...)
+	}
+	files = append(files, "../Caddyfile")
+	for _, want := range []string{"../examples/multi-node/Caddyfile", "../examples/multi-node/lb.Caddyfile"} {
+		if !slices.Contains(files, want) {
+			t.Fatalf("%s is not among the examples found: %v", want, files)
+		}
+	}
+	if len(files) < 5 {
+		t.Fatalf("expected the root Caddyfile and at least four examples, found %v", files)
+	}
+	defer func() {
+		if n := dialed.Load(); n != 0 {
+			t.Errorf("validating the examples connected to the PostgreSQL DSN %d times", n)
+		}
+	}()
 	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
+		name := strings.TrimPrefix(filepath.ToSlash(file), "../")
+		t.Run(name, func(t *testing.T) {
 			src, err := os.ReadFile(file)
 			if err != nil {
 				t.Fatal(err)
@@ -38,7 +77,8 @@ func TestExamplesValidate(t *testing.T) {
 			for _, w := range warnings {
 				t.Errorf("warning: %s:%d: %s", w.File, w.Line, w.Message)
 			}
-			if strings.Contains(string(out), "sk-test-openai") || strings.Contains(string(out), strings.Repeat("ab", 32)) {
+			if strings.Contains(string(out), "sk-test-openai") || strings.Contains(string(out), strings.Repeat("ab", 32)) ||
+				strings.Contains(string(out), "example-db-secret") || strings.Contains(string(out), "example-instance-secret") {
 				t.Fatal("a secret from the environment was written into the adapted JSON")
 			}
 			var cfg caddy.Config
