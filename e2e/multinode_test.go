@@ -470,10 +470,11 @@ func TestMultiNodeRevocation(t *testing.T) {
 	c.checkLogs(t)
 }
 
-// TestMultiNodeRefreshReuse: a device sign-in on node A; the refresh token
-// rotated on node B; the old refresh token replayed on node A is
-// invalid_grant and ends the whole sign-in: the newest access token is
-// refused on both nodes and the newest refresh token on node B.
+// TestMultiNodeRefreshReuse: a device sign-in on node A (its code asked of
+// node B); the refresh token rotated on node B; the old refresh token
+// replayed on node A is invalid_grant and ends the whole sign-in: the
+// newest access token is refused on both nodes and the newest refresh
+// token on node B.
 func TestMultiNodeRefreshReuse(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	c := startCluster(t, ctx)
@@ -486,9 +487,11 @@ func TestMultiNodeRefreshReuse(t *testing.T) {
 	must(t, "add the owner to it", 201, nil)(c.b.admin(ctx, "POST", "/agentgate/workspaces/"+ws.ID+"/members",
 		map[string]any{"person_id": c.tn.Person, "role": "member"}))
 
-	st, start, _ := da.tokenPost(t, ctx, "/auth/device/code", url.Values{"client_id": {deviceClient}, "supports_org_scope": {"true"}}, nil)
+	// The device asks node B for a code, the person approves it on node
+	// A's pages, the device redeems it on node A.
+	st, start, _ := db.tokenPost(t, ctx, "/auth/device/code", url.Values{"client_id": {deviceClient}, "supports_org_scope": {"true"}}, nil)
 	if st != 200 || start["device_code"] == nil || start["user_code"] == nil {
-		t.Fatalf("device code on node A: %d %v", st, start)
+		t.Fatalf("device code on node B: %d %v", st, start)
 	}
 	web.approve(t, ctx, fmt.Sprint(start["verification_uri_complete"]), fmt.Sprint(start["user_code"]), c.tn.Workspace)
 	st, first, _ := da.tokenPost(t, ctx, "/auth/device/token", pollForm(deviceClient, fmt.Sprint(start["device_code"])), nil)
@@ -821,4 +824,162 @@ func TestMultiNodeDeclaredConnection(t *testing.T) {
 		}
 	}
 	c.checkLogs(t)
+}
+
+// TestMultiNodeExampleBehindLoadBalancer runs examples/multi-node as its
+// README says: two nodes on the example's Caddyfile (everything that
+// differs from the environment), and a third Caddy on lb.Caddyfile in
+// front of them. Through the load balancer: the declared connection serves
+// from both nodes (round robin), a key revoked through the Console is
+// refused by both at once, and an instance session created through the
+// balanced instance port is served by each node.
+func TestMultiNodeExampleBehindLoadBalancer(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	bin := caddyBinary(t) // skips under -short
+	pg := pgtest.Shared(t)
+	dsn := pg.NewDatabase(t)
+	c := &cluster{pg: pg, secrets: map[string]string{}}
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		pw, has := u.User.Password()
+		if !has {
+			pw = "dbpw-" + randomHex(12)
+			u.User = url.UserPassword(u.User.Username(), pw)
+			dsn = u.String()
+		}
+		c.secret(pw, "the DSN's password")
+	}
+	master := randomHex(32)
+	c.secret(master, "the master key")
+	secret := "sk-example-" + randomHex(8)
+	c.secret(secret, "the provider credential")
+	p, err := fakeprovider.Start(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c.provider = p
+
+	example := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join("..", "examples", "multi-node", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
+	var instAddrs, httpAddrs []string
+	for i := 0; i < 2; i++ {
+		s := newServer(t, bin, config{})
+		if err := os.WriteFile(s.cfgPath, example("Caddyfile"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		inst := freeAddr(t)
+		s.env = append(s.env, "AGENTGATE_ADMIN="+s.adminAddr, "AGENTGATE_BIND=127.0.0.1", "AGENTGATE_PORT="+port(s.httpAddr),
+			"AGENT_INSTANCE_PORT="+port(inst), "AGENTGATE_POSTGRES_DSN="+dsn, "AGENTGATE_MASTER_KEY="+master,
+			"OPENAI_API_KEY="+secret, "OPENAI_BASE_URL="+p.URL+"/v1",
+			"AGENT_INSTANCE_PASSWORD="+mnInstancePassword, "AGENT_INSTANCE_DIRECTORY="+t.TempDir())
+		c.nodes = append(c.nodes, s)
+		instAddrs, httpAddrs = append(instAddrs, inst), append(httpAddrs, s.httpAddr)
+	}
+	c.a, c.b = c.nodes[0], c.nodes[1]
+	for _, s := range c.nodes {
+		s.start()
+	}
+	for _, s := range c.nodes {
+		s.waitReady(ctx)
+	}
+	lb := newServer(t, bin, config{})
+	if err := os.WriteFile(lb.cfgPath, example("lb.Caddyfile"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lbInst := freeAddr(t)
+	lb.env = append(lb.env, "LB_ADMIN="+lb.adminAddr, "LB_PORT="+port(lb.httpAddr), "LB_INSTANCE_PORT="+port(lbInst),
+		"AGENTGATE_NODES="+strings.Join(httpAddrs, " "), "AGENT_INSTANCE_NODES="+strings.Join(instAddrs, " "))
+	lb.start()
+	front := "http://127.0.0.1:" + port(lb.httpAddr)
+	waitFor(t, ctx, "the load balancer passes requests on", func() bool {
+		st, _, err := call(ctx, freshClient, "GET", front+"/api/v2/config", nil, nil)
+		return err == nil && st == 401
+	})
+
+	// The declared connection made the workspace Acme; an owner through
+	// node B's admin API, a key through the load balancer's Console.
+	var wss []idName
+	must(t, "list workspaces", 200, &wss)(c.a.admin(ctx, "GET", "/agentgate/workspaces", nil))
+	if len(wss) != 1 || wss[0].Name != "Acme" {
+		t.Fatalf("workspaces %+v, want the declared connection's Acme", wss)
+	}
+	var owner idName
+	must(t, "create owner", 201, &owner)(c.b.admin(ctx, "POST", "/agentgate/people",
+		map[string]any{"email": "ann@example.com", "name": "Ann", "password": "pw-" + randomHex(8), "workspace": wss[0].ID, "role": "owner"}))
+	tok := c.b.token(t, ctx, owner.ID, wss[0].ID)
+	c.secret(tok, "the owner's access token")
+	bearer := http.Header{"Authorization": {"Bearer " + tok}}
+	var sa idName
+	st, body, err := call(ctx, httpClient, "POST", front+"/api/v1/service-accounts", bearer, map[string]any{"name": "ci"})
+	if err != nil || st != 201 || json.Unmarshal([]byte(gjson.GetBytes(body, "data").Raw), &sa) != nil {
+		t.Fatalf("create a service account through the load balancer: %d %v %s", st, err, body)
+	}
+	st, body, err = call(ctx, httpClient, "POST", front+"/api/v1/service-accounts/"+sa.ID+"/keys", bearer, map[string]any{"name": "ci", "permission": "inference"})
+	key, keyID := gjson.GetBytes(body, "data.key").String(), gjson.GetBytes(body, "data.id").String()
+	if err != nil || st != 201 || key == "" {
+		t.Fatalf("create a key through the load balancer: %d %v %s", st, err, body)
+	}
+	c.secret(key, "a workspace key")
+
+	served := func() [2]int {
+		var n [2]int
+		for i, s := range c.nodes {
+			n[i] = strings.Count(s.stderr.String(), `"uri":"/custom/conn_openai/chat/completions"`)
+		}
+		return n
+	}
+	gw := http.Header{"Authorization": {"Bearer " + key}, "Content-Type": {"application/json"}}
+	for i := 0; i < 6; i++ {
+		st, body, err := call(ctx, freshClient, "POST", front+"/custom/conn_openai/chat/completions", gw, mnBody)
+		if err != nil || st != 200 || !strings.Contains(string(body), fakeprovider.Text) {
+			t.Fatalf("request %d through the load balancer: %d %v %s", i, st, err, body)
+		}
+	}
+	if got := p.Last().Header.Get("Authorization"); got != "Bearer "+secret {
+		t.Fatalf("the provider got Authorization %q", got)
+	}
+	before := served()
+	if before[0] == 0 || before[1] == 0 {
+		t.Fatalf("gateway requests served per node: %v, want both nodes to serve", before)
+	}
+	st, body, err = call(ctx, httpClient, "DELETE", front+"/api/v1/service-accounts/"+sa.ID+"/keys/"+keyID, bearer, nil)
+	if err != nil || st != 204 {
+		t.Fatalf("revoke through the load balancer: %d %v %s", st, err, body)
+	}
+	for i := 0; i < 4; i++ {
+		st, body, err := call(ctx, freshClient, "POST", front+"/custom/conn_openai/chat/completions", gw, mnBody)
+		if err != nil || st != 401 {
+			t.Fatalf("request %d after the revocation: %d %v %s", i, st, err, body)
+		}
+	}
+	if after := served(); after[0] == before[0] || after[1] == before[1] {
+		t.Fatalf("refusals per node: %v → %v, want both nodes to refuse", before, after)
+	}
+
+	// The instance server: a session made through the balanced port is
+	// served by each node.
+	auth := http.Header{"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte("opencode:"+mnInstancePassword))}}
+	st, body, err = call(ctx, httpClient, "POST", "http://127.0.0.1:"+port(lbInst)+"/api/session", auth, map[string]any{"title": "Through the balancer"})
+	id := gjson.GetBytes(body, "data.id").String()
+	if err != nil || st != 200 || id == "" {
+		t.Fatalf("create a session through the load balancer: %d %v %s", st, err, body)
+	}
+	for i, a := range instAddrs {
+		st, body, err := call(ctx, httpClient, "GET", "http://"+a+"/api/session/"+id, auth, nil)
+		if err != nil || st != 200 || gjson.GetBytes(body, "data.title").String() != "Through the balancer" {
+			t.Fatalf("node %c's instance server: %d %v %s", 'A'+i, st, err, body)
+		}
+	}
+	c.checkLogs(t)
+	for v, what := range c.secrets {
+		if strings.Contains(lb.stderr.String()+lb.stdout.String(), v) {
+			t.Errorf("the load balancer's log carries %s", what)
+		}
+	}
 }
