@@ -330,8 +330,9 @@ func (c *cluster) waitSettled(t *testing.T, ctx context.Context, via *server, me
 func (c *cluster) providerAnswers() int { return len(c.provider.Received()) }
 
 // TestMultiNodeBudgetRace: a service account whose budget has room for
-// exactly admit reservations fires 60 concurrent requests, alternating
-// between node A and node B. Exactly admit of them reach the provider and
+// exactly admit (21) reservations fires 60 concurrent requests, alternating
+// between node A and node B (both warmed first, so that both admit some:
+// the split is logged). Exactly admit of them reach the provider and
 // answer 200, the others answer 402 BudgetExceeded; once settled, the
 // budget (read through either node) has spent exactly the provider's
 // answers × their cost, within the limit, with nothing reserved, and the
@@ -341,14 +342,32 @@ func TestMultiNodeBudgetRace(t *testing.T) {
 	c := startCluster(t, ctx)
 	// The key comes from node B, the budget from node A.
 	sa, _, key := c.key(t, ctx, c.b, "racer")
-	const admit, total = 9, 60
+	const admit, total = 21, 60
 	limit := money.Pico(admit)*mnCost + mnCost/2 // room for admit, not admit+1
 	c.setBudget(t, ctx, c.a, sa, limit)
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: total, MaxConnsPerHost: total}}
+	// Warm both nodes (their database pools, the client's connections)
+	// with a key without a budget, so that neither node starts the race
+	// with a head start.
+	_, _, warm := c.key(t, ctx, c.a, "warm")
+	var wg sync.WaitGroup
+	for i := range total {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if st, body, err := c.gateway(ctx, client, c.nodes[i%2], warm); err != nil || st != 200 {
+				t.Errorf("warming up: %d %v %s", st, err, body)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	c.provider.Reset()
 	// The answers take a while, so that most admissions overlap with
 	// holds of requests still in flight on both nodes.
 	c.provider.SetBehavior(fakeprovider.Behavior{Delay: 300 * time.Millisecond})
-
-	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: total, MaxConnsPerHost: total}}
 	type result struct {
 		node   int
 		status int
@@ -357,7 +376,6 @@ func TestMultiNodeBudgetRace(t *testing.T) {
 	}
 	results := make([]result, total)
 	start := make(chan struct{})
-	var wg sync.WaitGroup
 	for i := range total {
 		wg.Add(1)
 		go func() {
