@@ -54,6 +54,7 @@ type Runner struct {
 	resumed bool
 	closed  bool
 	addr    string // learnt local address, for Connection
+	node    string // this process's drain-lease holder id
 }
 
 type drain struct {
@@ -65,7 +66,7 @@ type drain struct {
 // NewRunner returns a runner with no server yet.
 func NewRunner() *Runner {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Runner{drains: map[string]*drain{}, ctx: ctx, cancel: cancel}
+	return &Runner{drains: map[string]*drain{}, ctx: ctx, cancel: cancel, node: newNodeID()}
 }
 
 // SetProvider replaces the provider configuration; turns that start later
@@ -137,7 +138,26 @@ func (r *Runner) tryResume() {
 	go func() {
 		defer r.wg.Done()
 		r.resume()
+		r.sweep()
 	}()
+}
+
+// sweep resumes, every leaseTTL, the sessions with work left whose drain
+// lease has expired (their node died); only when other processes share
+// the store.
+func (r *Runner) sweep() {
+	t := time.NewTicker(leaseTTL)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+			if s := r.server(); s != nil && s.sharedStore(r.ctx) {
+				r.resume()
+			}
+		}
+	}
 }
 
 func (r *Runner) server() *Server {
@@ -256,6 +276,22 @@ func (r *Runner) loop(sid string, d *drain) {
 			r.mu.Unlock()
 		}
 	}()
+	end := func() {
+		r.mu.Lock()
+		delete(r.drains, sid)
+		r.mu.Unlock()
+	}
+	// Another node may hold the session: it drains what this one stored.
+	if ok, err := s.claimDrain(r.ctx, sid, r.node); err != nil || !ok {
+		if err != nil && r.ctx.Err() == nil {
+			s.opts.Logger.Warn("drain: cannot claim the session", zap.String("session", sid), zap.Error(err))
+		}
+		end()
+		return
+	}
+	renewDone := make(chan struct{})
+	defer close(renewDone)
+	go r.renew(sid, renewDone)
 	s.publishStatus(sid, "running")
 	for {
 		r.mu.Lock()
@@ -265,14 +301,52 @@ func (r *Runner) loop(sid string, d *drain) {
 		if err != nil && r.ctx.Err() == nil {
 			s.opts.Logger.Warn("drain stopped", zap.String("session", sid), zap.Error(err))
 		}
+		if r.ctx.Err() == nil && err == nil && !ran {
+			// Give the lease up only if nothing was stored meanwhile (here
+			// or by another node); otherwise keep draining.
+			pending, rerr := r.server().releaseDrain(r.ctx, sid, r.node)
+			if rerr == nil && pending {
+				continue
+			}
+		}
 		r.mu.Lock()
 		if r.ctx.Err() != nil || err != nil || (!ran && !d.pending) {
 			delete(r.drains, sid)
 			r.mu.Unlock()
+			if r.ctx.Err() != nil || err != nil {
+				// Stopping or failing: let another node take over at once.
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				r.server().releaseLease(ctx, sid, r.node)
+				cancel()
+			}
 			r.server().publishStatus(sid, "idle")
 			return
 		}
 		r.mu.Unlock()
+		// A local wake after the lease was given up: take it again.
+		if ok, err := r.server().claimDrain(r.ctx, sid, r.node); err != nil || !ok {
+			end()
+			r.server().publishStatus(sid, "idle")
+			return
+		}
+	}
+}
+
+// renew keeps a running drain's lease until done is closed.
+func (r *Runner) renew(sid string, done chan struct{}) {
+	t := time.NewTicker(leaseRenew)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+			if ok, err := r.server().claimDrain(r.ctx, sid, r.node); err == nil && !ok {
+				r.server().opts.Logger.Warn("drain: the session's lease was taken by another node", zap.String("session", sid))
+			}
+		}
 	}
 }
 
