@@ -3,6 +3,8 @@ package instanceapi
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -518,5 +520,27 @@ func TestDrainSessionRemovedMidTurn(t *testing.T) {
 	}
 	if msgs := h.messages("ses_del"); len(msgs) != 0 {
 		t.Fatalf("items of a removed session: %v", msgs)
+	}
+}
+
+// A base URL that reaches a server other than a provider (here one that
+// answers 200 with JSON, as a site without llm_gateway may) fails the turn
+// with a message that says so, not as a stream that ended early.
+func TestDrainNotAProviderStream(t *testing.T) {
+	h := newDrainHarness(t)
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"ok":true}`))
+	}))
+	t.Cleanup(other.Close)
+	p := h.runner.provider()
+	p.BaseURL = other.URL + "/custom/conn_x"
+	h.runner.SetProvider(p)
+	h.send("POST", "/api/session", map[string]any{"id": "ses_n"})
+	h.prompt("ses_n", "hello", nil)
+	msgs := h.waitIdle("ses_n", 1)
+	raw, _ := json.Marshal(ofType(msgs, "assistant")[0])
+	if msg := gjson.GetBytes(raw, "error.message").String(); !strings.Contains(msg, "200 with application/json, not an event stream") {
+		t.Fatalf("error: %s", raw)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -224,6 +225,15 @@ func streamTurn(ctx context.Context, prov ProviderConfig, agent *AgentInfo, mode
 			m = http.StatusText(resp.StatusCode)
 		}
 		return &StructuredError{Type: "APIError", Message: fmt.Sprintf("Provider answered %d: %s", resp.StatusCode, m), Status: resp.StatusCode}
+	}
+	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "text/event-stream" {
+		// Not a provider's stream: most often a base URL that reaches some
+		// other server (a `connection` whose llm_gateway is not on the
+		// instance's own site).
+		if ct == "" {
+			ct = "no content type"
+		}
+		return &StructuredError{Type: "ProviderStreamError", Message: fmt.Sprintf("The provider answered %d with %s, not an event stream: check the provider's base_url (a `connection` needs llm_gateway on the instance's own site)", resp.StatusCode, ct)}
 	}
 	format := prov.Format
 	if format == "" {
