@@ -503,6 +503,7 @@ func (s *Service) SetPricing(ctx context.Context, p *Principal, connID, modelID 
 func (s *Service) Reconcile(ctx context.Context, workspaceRef string, in ConnectionInput) (changed bool, err error) {
 	now := s.now()
 	err = s.Store.Update(ctx, func(tx store.Tx) error {
+		changed = false // the transaction may run again after a conflict
 		ws, err := s.resolveWorkspaceRef(tx, workspaceRef, now)
 		if err != nil {
 			return err
