@@ -163,8 +163,15 @@ func (s *Service) Keys(ctx context.Context, p *Principal, saID string) ([]*store
 		if _, err := serviceAccount(tx, p.Workspace, saID); err != nil {
 			return err
 		}
-		out, err = tx.APIKeys(saID)
-		return err
+		if out, err = tx.APIKeys(saID); err != nil {
+			return err
+		}
+		for _, k := range out {
+			if err := withLastUse(tx, k); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, err

@@ -150,6 +150,9 @@ func (s *Service) authKey(ctx context.Context, tok secrets.Token, orgID string) 
 		if _, err := workspace(tx, k.Workspace); err != nil {
 			return err
 		}
+		if err := withLastUse(tx, k); err != nil {
+			return err
+		}
 		key = k
 		p = &Principal{Kind: KindServiceKey, Workspace: k.Workspace, KeyID: k.ID, ServiceAccount: k.ServiceAccount, Permission: k.Permission}
 		return nil
@@ -175,10 +178,12 @@ func (s *Service) authKey(ctx context.Context, tok secrets.Token, orgID string) 
 }
 
 // touchKey records when a key was last used. It is approximate by design
-// (at most once a minute per key) and never fails a request. The write
-// bypasses the tracked generation (last_used_at decides nothing about
-// access), so it does not drop every cached verdict once a minute per key;
-// the key's own cached entry learns the new time instead.
+// (at most once a minute per key) and never fails a request. The time is a
+// record of its own (lastUsedMeta), not a field of the key, so that these
+// writes never conflict with a revocation of the key; and they bypass the
+// tracked generation (they decide nothing about access), so they do not
+// drop every cached verdict once a minute per key: the key's own cached
+// entry learns the new time instead.
 func (s *Service) touchKey(ctx context.Context, id string, now time.Time, e *credEntry) {
 	st := s.Store
 	if u, ok := st.(interface{ Unwrap() store.Store }); ok {
@@ -186,18 +191,16 @@ func (s *Service) touchKey(ctx context.Context, id string, now time.Time, e *cre
 	}
 	var written time.Time
 	err := st.Update(context.WithoutCancel(ctx), func(tx store.Tx) error {
-		k, err := tx.APIKey(id)
+		last, err := keyLastUsed(tx, id)
 		if err != nil {
 			return err
 		}
-		if k.LastUsedAt != nil && now.Sub(*k.LastUsedAt) < lastUsedEvery {
-			written = *k.LastUsedAt
+		if last != nil && now.Sub(*last) < lastUsedEvery {
+			written = *last
 			return nil
 		}
-		t := now.UTC().Truncate(time.Second)
-		k.LastUsedAt = &t
-		written = t
-		return tx.PutAPIKey(k, false)
+		written = now.UTC().Truncate(time.Second)
+		return tx.PutMeta(lastUsedMeta(id), []byte(written.Format(time.RFC3339)))
 	})
 	if err != nil {
 		s.Logger.Debug("recording key use failed", zapKeyID(id), zapErr(err))
@@ -206,6 +209,37 @@ func (s *Service) touchKey(ctx context.Context, id string, now time.Time, e *cre
 	if e != nil {
 		e.lastUsed.Store(written.UnixNano())
 	}
+}
+
+// lastUsedMeta names the record of a key's last use.
+func lastUsedMeta(keyID string) string { return "key_last_used/" + keyID }
+
+// keyLastUsed reads when a key was last used (nil: never).
+func keyLastUsed(tx store.Tx, keyID string) (*time.Time, error) {
+	raw, err := tx.Meta(lastUsedMeta(keyID))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	t, err := time.Parse(time.RFC3339, string(raw))
+	if err != nil {
+		return nil, nil // unreadable: as if never used
+	}
+	return &t, nil
+}
+
+// withLastUse fills a key's LastUsedAt from its last-use record.
+func withLastUse(tx store.Tx, k *store.APIKey) error {
+	last, err := keyLastUsed(tx, k.ID)
+	if err != nil {
+		return err
+	}
+	if last != nil && (k.LastUsedAt == nil || last.After(*k.LastUsedAt)) {
+		k.LastUsedAt = last
+	}
+	return nil
 }
 
 func (s *Service) authAccessToken(ctx context.Context, tok secrets.Token, orgID string) (*Principal, error) {
