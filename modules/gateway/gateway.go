@@ -297,10 +297,17 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
 		return refuse(fail(http.StatusUnsupportedMediaType, "UnsupportedMediaType", "compressed request bodies (%s) are not accepted; send plain JSON", enc))
 	}
-	body, f := g.readBody(w, r)
+	body, pooled, f := g.readBody(w, r)
 	if f != nil {
 		return refuse(f)
 	}
+	// Runs last: a pooled body buffer goes back unless the upstream request
+	// took it (then its Close returns it, see forward).
+	defer func() {
+		if pooled != nil {
+			pooled.put()
+		}
+	}()
 	fs := scanFields(body)
 	if route.Format != formats.Google {
 		rec.Model = fs.model.String()
@@ -363,7 +370,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 		rec.Cost = usage.Cost(result.Tokens, model.Pricing)
 		g.finish(r, svc, res, rec, status, result, route.Format)
 	}()
-	fl = g.forward(mw, r, route, conn, upstream, credential, body, q)
+	fl = g.forward(mw, r, route, conn, upstream, credential, body, &pooled, q)
 	return fl
 }
 
@@ -410,29 +417,49 @@ func stripClientSecrets(r *http.Request, q url.Values) {
 	}
 }
 
-func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *failure) {
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *pooledBuf, *failure) {
+	tooLarge := func() ([]byte, *pooledBuf, *failure) {
+		return nil, nil, fail(http.StatusRequestEntityTooLarge, "PayloadTooLarge", "request body is larger than %d bytes", g.MaxRequestBody)
+	}
 	if r.ContentLength > g.MaxRequestBody {
-		return nil, fail(http.StatusRequestEntityTooLarge, "PayloadTooLarge", "request body is larger than %d bytes", g.MaxRequestBody)
+		return tooLarge()
 	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		// Room for the body and for the read that sees EOF: without it the
-		// buffer doubles (and copies) the whole body at its very end.
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
-	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, g.MaxRequestBody))
-	if err != nil {
+	rd := http.MaxBytesReader(w, r.Body, g.MaxRequestBody)
+	readFailed := func(err error) ([]byte, *pooledBuf, *failure) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, fail(http.StatusRequestEntityTooLarge, "PayloadTooLarge", "request body is larger than %d bytes", g.MaxRequestBody)
+			return tooLarge()
 		}
-		return nil, fail(http.StatusBadRequest, "InvalidRequest", "reading the request body failed")
+		return nil, nil, fail(http.StatusBadRequest, "InvalidRequest", "reading the request body failed")
 	}
-	body := buf.Bytes()
+	var body []byte
+	var pooled *pooledBuf
+	if r.ContentLength >= poolMin {
+		p, b, err := readPooled(rd, int(r.ContentLength))
+		if err != nil {
+			return readFailed(err)
+		}
+		pooled, body = p, b
+	}
+	if pooled == nil {
+		var buf bytes.Buffer
+		if r.ContentLength > 0 {
+			// Room for the body and for the read that sees EOF: without it
+			// the buffer doubles (and copies) the whole body at its end.
+			buf.Grow(int(r.ContentLength) + bytes.MinRead)
+		}
+		if _, err := buf.ReadFrom(rd); err != nil {
+			return readFailed(err)
+		}
+		body = buf.Bytes()
+	}
 	if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
-		return nil, fail(http.StatusBadRequest, "InvalidRequest", "the request body must be a JSON object")
+		if pooled != nil {
+			pooled.put()
+		}
+		return nil, nil, fail(http.StatusBadRequest, "InvalidRequest", "the request body must be a JSON object")
 	}
-	return body, nil
+	return body, pooled, nil
 }
 
 // prepareModel checks the requested model against the connection and
@@ -481,7 +508,7 @@ func prepareModel(route formats.Route, conn *store.Connection, body []byte, fl *
 // provider credential never reaches the request handed to the proxy: the
 // transport adds it to the copy it sends.
 func (g *Gateway) forward(w *meterWriter, r *http.Request, route formats.Route, conn *store.Connection,
-	model, credential string, body []byte, q url.Values) *failure {
+	model, credential string, body []byte, pooled **pooledBuf, q url.Values) *failure {
 	base, err := g.upstreamOf(conn.BaseURL)
 	if err != nil {
 		return fail(http.StatusBadGateway, "UpstreamUnreachable", "the connection's base URL is invalid")
@@ -507,13 +534,21 @@ func (g *Gateway) forward(w *meterWriter, r *http.Request, route formats.Route, 
 	if conn.Kind == store.KindAnthropic && out.Header.Get("Anthropic-Version") == "" {
 		out.Header.Set("Anthropic-Version", formats.DefaultAnthropicVersion)
 	}
-	out.Body = io.NopCloser(bytes.NewReader(body))
+	if p := *pooled; p != nil && &body[0] == &p.b[0] {
+		out.Body = &releasingBody{Reader: bytes.NewReader(body), p: p}
+		*pooled = nil
+	} else {
+		out.Body = io.NopCloser(bytes.NewReader(body))
+	}
 	out.ContentLength = int64(len(body))
 	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	out.Header.Del("Transfer-Encoding")
 	out.TransferEncoding = nil
 
-	caddyhttp.SetVar(out.Context(), varUpstream, base.upstreams)
+	// A fresh Upstream per request: the proxy writes into the one it is
+	// given (its dynamic host state), so sharing one across concurrent
+	// requests would race.
+	caddyhttp.SetVar(out.Context(), varUpstream, []*reverseproxy.Upstream{{Dial: base.dial}})
 	proxy := g.plain
 	if base.https {
 		proxy = g.tls
@@ -537,11 +572,11 @@ func (g *Gateway) forward(w *meterWriter, r *http.Request, route formats.Route, 
 }
 
 // upstream is a connection's base URL, parsed once: the path its routes
-// go under, whether it is HTTPS, and the proxy's upstream for its address.
+// go under, whether it is HTTPS, and the address to dial.
 type upstream struct {
-	path      string
-	https     bool
-	upstreams []*reverseproxy.Upstream
+	path  string
+	https bool
+	dial  string
 }
 
 // upstreamOf parses a base URL once per distinct URL (a handful per
@@ -562,8 +597,7 @@ func (g *Gateway) upstreamOf(baseURL string) (*upstream, error) {
 			addr = net.JoinHostPort(base.Hostname(), "80")
 		}
 	}
-	u := &upstream{path: strings.TrimRight(base.Path, "/"), https: base.Scheme == "https",
-		upstreams: []*reverseproxy.Upstream{{Dial: addr}}}
+	u := &upstream{path: strings.TrimRight(base.Path, "/"), https: base.Scheme == "https", dial: addr}
 	v, _ := g.upstreams.LoadOrStore(baseURL, u)
 	return v.(*upstream), nil
 }
