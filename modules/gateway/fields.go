@@ -1,6 +1,11 @@
 package gateway
 
-import "github.com/tidwall/gjson"
+import (
+	"strings"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
 
 // fields are the top-level members of a request body that the gateway
 // reads, found in one pass over the body instead of one search per member
@@ -13,9 +18,11 @@ type fields struct {
 }
 
 // scanFields reads the members of a body that readBody validated as a
-// JSON object.
+// JSON object. It reads the body in place (gjson.ParseBytes would copy it
+// whole) and copies out only the members it keeps, which must outlive the
+// body's buffer (a pooled buffer is reused after the request).
 func scanFields(body []byte) (f fields) {
-	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+	gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))).ForEach(func(k, v gjson.Result) bool {
 		var dst *gjson.Result
 		switch k.Str {
 		case "model":
@@ -38,6 +45,7 @@ func scanFields(body []byte) (f fields) {
 			return true
 		}
 		if !dst.Exists() {
+			v.Raw, v.Str = strings.Clone(v.Raw), strings.Clone(v.Str)
 			*dst = v
 		}
 		return true

@@ -453,13 +453,26 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *poo
 		}
 		body = buf.Bytes()
 	}
-	if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
+	if !gjson.ValidBytes(body) || !isObject(body) {
 		if pooled != nil {
 			pooled.put()
 		}
 		return nil, nil, fail(http.StatusBadRequest, "InvalidRequest", "the request body must be a JSON object")
 	}
 	return body, pooled, nil
+}
+
+// isObject reports whether valid JSON is an object (without gjson.ParseBytes,
+// which copies the whole body).
+func isObject(body []byte) bool {
+	for _, c := range body {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return c == '{'
+	}
+	return false
 }
 
 // prepareModel checks the requested model against the connection and
