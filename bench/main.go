@@ -81,7 +81,7 @@ func main() {
 	out := flag.String("out", "", "results directory (default: bench/results in the module)")
 	profile := flag.String("profile", "", "write a CPU profile of caddy, taken while lane (c) runs at -profile-conc, to this file")
 	profileConc := flag.Int("profile-conc", 32, "the concurrency at which -profile is taken")
-	only := flag.String("only", "", "measure only this figure (throughput); for tuning, the report is not written")
+	only := flag.String("only", "", "measure only this figure (throughput or streams); for tuning, the report is not written")
 	flag.Parse()
 
 	o := fullOptions()
@@ -89,10 +89,14 @@ func main() {
 		o = quickOptions()
 	}
 	o.portkey, o.postgres, o.pin, o.bin, o.profile, o.profileConc = *portkey, *postgres, *pin, *bin, *profile, *profileConc
-	if *only == "throughput" {
+	switch *only {
+	case "":
+	case "throughput":
 		o.latRate, o.streamConc, o.bigStreams, o.bodySizes, o.floodDur = 0, 0, 0, nil, 0
-	} else if *only != "" {
-		fmt.Fprintln(os.Stderr, "bench: -only takes throughput")
+	case "streams":
+		o.conc, o.slowConc, o.latRate, o.bigStreams, o.bodySizes, o.floodDur = nil, 0, 0, 0, nil, 0
+	default:
+		fmt.Fprintln(os.Stderr, "bench: -only takes throughput or streams")
 		os.Exit(2)
 	}
 	o.progressOut = os.Stderr

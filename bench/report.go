@@ -301,11 +301,14 @@ func (res *results) markdown(svgName string) string {
 		pin = "servers (caddy, Node) on core 1 with GOMAXPROCS=1; load generator and fake provider on core 0"
 	}
 	w("| Pinning | %s |\n| Load average at the end | %s |\n\n", pin, loadAvg())
-	w("Lanes, interleaved (a b c d, a b c d, …) against the same in-process fake provider (`internal/fakeprovider`):\n\n")
+	w("Lanes, interleaved (a b c …, a b c …) against the same in-process fake provider (`internal/fakeprovider`):\n\n")
 	for _, id := range res.laneIDs {
 		w("- **(%s) %s**\n", id, res.names[id])
 	}
 	w("\nLane (c) runs with the workspace key checked on every request, a budget on the key's service account (so each request is reserved and settled in the ledger), the usage tee parsing every answer, and the gateway's Prometheus metrics. Lanes (b) and (c) are two processes of the same binary (so each lane's RSS is its own), pinned to the same core; no access logs. ")
+	if res.has("p") {
+		w("Lane (p) is the same `llm_gateway` site in a third process that stores in PostgreSQL (`storage postgres`), as every node of a fleet does: a throwaway cluster on loopback started by `internal/pgtest` (fsync off, on the load generator's core). On PostgreSQL nothing is cached, so each request reads its key, service account, workspace and connection from the database, and its reservation and settlement take the member's lock there: lane (p) measures that cost, in throughput and latency only. ")
+	}
 	if res.r.portkeyMsg != "" {
 		w("%s.", res.r.portkeyMsg)
 	}
@@ -368,6 +371,9 @@ func (res *results) markdown(svgName string) string {
 		ga := medianStr(res.str["a"], func(s streamStats) time.Duration { return s.gap99 })
 		for _, id := range res.laneIDs {
 			ss := res.str[id]
+			if len(ss) == 0 {
+				continue // lane (p) measures throughput and latency only
+			}
 			t99 := medianStr(ss, func(s streamStats) time.Duration { return s.ttfe99 })
 			g99 := medianStr(ss, func(s streamStats) time.Duration { return s.gap99 })
 			comp, tot := 0, 0
@@ -385,7 +391,10 @@ func (res *results) markdown(svgName string) string {
 		w("A stall is a gap over 10× the pace (%v).\n\n", 10*pace)
 		w("| Lane | complete | lost events | stalls | TTFE p99 | gap p99 | max gap | peak RSS of the server | errors |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, id := range res.laneIDs {
-			s := res.big[id]
+			s, ok := res.big[id]
+			if !ok {
+				continue
+			}
 			rss := "–"
 			if res.bigRSS[id] > 0 {
 				rss = mb(res.bigRSS[id])
@@ -403,7 +412,10 @@ func (res *results) markdown(svgName string) string {
 		for _, size := range res.o.bodySizes {
 			bs := res.bodies[size]
 			for _, id := range res.laneIDs {
-				s := bs[id]
+				s, ok := bs[id]
+				if !ok {
+					continue
+				}
 				rss := "–"
 				if s.peak > 0 {
 					rss = mb(s.rssBefore) + " → " + mb(s.peak)
