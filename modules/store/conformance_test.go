@@ -338,28 +338,9 @@ func testServiceAccounts(t *testing.T, s Store) {
 		return nil
 	})
 	id := func(sa *ServiceAccount) string { return sa.ID }
-	view(t, s, func(tx Tx) error {
-		for _, sa := range sas {
-			got, err := tx.ServiceAccount(sa.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			equal(t, "ServiceAccount", got, sa)
-		}
-		_, err := tx.ServiceAccount("sa_9")
-		isNotFound(t, "ServiceAccount missing", err)
-		list, err := tx.ServiceAccounts("ws1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		equal(t, "ServiceAccounts(ws1)", ids(list, id), []string{"sa_1", "sa_2"})
-		equal(t, "ServiceAccounts(ws1)[0]", list[0], sas[1])
-		list, _ = tx.ServiceAccounts("ws2")
-		equal(t, "ServiceAccounts(ws2)", ids(list, id), []string{"sa_3"})
-		list, _ = tx.ServiceAccounts("ws3")
-		equal(t, "ServiceAccounts(ws3)", ids(list, id), []string{})
-		return nil
-	})
+	checkGrouped(t, s, grouped[ServiceAccount]{what: "ServiceAccount", recs: sas, id: id, missing: "sa_9",
+		get: Tx.ServiceAccount, list: Tx.ServiceAccounts,
+		groups: map[string][]string{"ws1": {"sa_1", "sa_2"}, "ws2": {"sa_3"}, "ws3": {}}})
 	update(t, s, func(tx Tx) error { return tx.DeleteServiceAccount("sa_1") })
 	view(t, s, func(tx Tx) error {
 		_, err := tx.ServiceAccount("sa_1")
@@ -396,28 +377,9 @@ func testAPIKeys(t *testing.T, s Store) {
 		t.Fatalf("create twice: err = %v, want ErrExists", err)
 	}
 	id := func(k *APIKey) string { return k.ID }
-	view(t, s, func(tx Tx) error {
-		for _, k := range []*APIKey{k1, k2, k3} {
-			got, err := tx.APIKey(k.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			equal(t, "APIKey", got, k)
-		}
-		_, err := tx.APIKey("key000000009")
-		isNotFound(t, "APIKey missing", err)
-		list, err := tx.APIKeys("sa_1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		equal(t, "APIKeys(sa_1)", ids(list, id), []string{k1.ID, k2.ID})
-		equal(t, "APIKeys(sa_1)[0]", list[0], k1)
-		list, _ = tx.APIKeys("sa_2")
-		equal(t, "APIKeys(sa_2)", ids(list, id), []string{k3.ID})
-		list, _ = tx.APIKeys("sa_9")
-		equal(t, "APIKeys(sa_9)", ids(list, id), []string{})
-		return nil
-	})
+	checkGrouped(t, s, grouped[APIKey]{what: "APIKey", recs: []*APIKey{k1, k2, k3}, id: id, missing: "key000000009",
+		get: Tx.APIKey, list: Tx.APIKeys,
+		groups: map[string][]string{"sa_1": {k1.ID, k2.ID}, "sa_2": {k3.ID}, "sa_9": {}}})
 	// Updating (create=false) an existing key, e.g. to revoke it.
 	revoked := t0.Add(time.Hour)
 	k1.RevokedAt, k1.LastUsedAt = &revoked, &revoked
@@ -471,28 +433,9 @@ func testConnections(t *testing.T, s Store) {
 		t.Fatalf("create twice: err = %v, want ErrExists", err)
 	}
 	id := func(c *Connection) string { return c.ID }
-	view(t, s, func(tx Tx) error {
-		for _, c := range []*Connection{c1, c2, c3} {
-			got, err := tx.Connection(c.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			equal(t, "Connection", got, c)
-		}
-		_, err := tx.Connection("conn_9")
-		isNotFound(t, "Connection missing", err)
-		list, err := tx.Connections("ws1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		equal(t, "Connections(ws1)", ids(list, id), []string{"conn_1", "conn_2"})
-		equal(t, "Connections(ws1)[0]", list[0], c1)
-		list, _ = tx.Connections("ws2")
-		equal(t, "Connections(ws2)", ids(list, id), []string{"conn_3"})
-		list, _ = tx.Connections("ws3")
-		equal(t, "Connections(ws3) after refused create", ids(list, id), []string{})
-		return nil
-	})
+	checkGrouped(t, s, grouped[Connection]{what: "Connection", recs: []*Connection{c1, c2, c3}, id: id, missing: "conn_9",
+		get: Tx.Connection, list: Tx.Connections,
+		groups: map[string][]string{"ws1": {"conn_1", "conn_2"}, "ws2": {"conn_3"}, "ws3": {}}}) // ws3: the refused create left nothing
 
 	// Moving a connection to another workspace moves its index entry.
 	moved := testConnection("conn_1", "ws2")
@@ -552,28 +495,9 @@ func testTokenFamiliesAndTokens(t *testing.T, s Store) {
 		return nil
 	})
 	id := func(f *TokenFamily) string { return f.ID }
-	view(t, s, func(tx Tx) error {
-		for _, f := range fams {
-			got, err := tx.TokenFamily(f.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			equal(t, "TokenFamily", got, f)
-		}
-		_, err := tx.TokenFamily("tf_9")
-		isNotFound(t, "TokenFamily missing", err)
-		list, err := tx.TokenFamilies("p1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		equal(t, "TokenFamilies(p1)", ids(list, id), []string{"tf_1", "tf_2"})
-		equal(t, "TokenFamilies(p1)[0]", list[0], fams[1])
-		list, _ = tx.TokenFamilies("p2")
-		equal(t, "TokenFamilies(p2)", ids(list, id), []string{"tf_3"})
-		list, _ = tx.TokenFamilies("p3")
-		equal(t, "TokenFamilies(p3)", ids(list, id), []string{})
-		return nil
-	})
+	checkGrouped(t, s, grouped[TokenFamily]{what: "TokenFamily", recs: fams, id: id, missing: "tf_9",
+		get: Tx.TokenFamily, list: Tx.TokenFamilies,
+		groups: map[string][]string{"p1": {"tf_1", "tf_2"}, "p2": {"tf_3"}, "p3": {}}})
 
 	access := &Token{ID: "tok000000001", Kind: TokenAccess, FamilyID: "tf_1", MAC: []byte{1, 2}, Created: t0, ExpiresAt: t0.Add(time.Hour)}
 	refresh := &Token{ID: "tok000000002", Kind: TokenRefresh, FamilyID: "tf_1", MAC: []byte{3, 4}, Created: t0, ExpiresAt: t0.Add(time.Hour)}

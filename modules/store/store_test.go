@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"testing"
@@ -55,4 +56,48 @@ func ids[T any](list []*T, id func(*T) string) []string {
 		out = append(out, id(v))
 	}
 	return out
+}
+
+// grouped describes a record kind that is read by id and listed by a
+// group (a workspace, a service account, a person).
+type grouped[T any] struct {
+	what    string
+	recs    []*T
+	id      func(*T) string
+	missing string // an id that was never written
+	get     func(Tx, string) (*T, error)
+	list    func(Tx, string) ([]*T, error)
+	groups  map[string][]string // group → the ids it lists, in order
+}
+
+// checkGrouped reads every record back unchanged, a missing id as
+// ErrNotFound, and each group's list in id order with whole records.
+func checkGrouped[T any](t *testing.T, s Store, g grouped[T]) {
+	t.Helper()
+	byID := map[string]*T{}
+	for _, r := range g.recs {
+		byID[g.id(r)] = r
+	}
+	view(t, s, func(tx Tx) error {
+		for _, r := range g.recs {
+			got, err := g.get(tx, g.id(r))
+			if err != nil {
+				t.Fatalf("%s %s: %v", g.what, g.id(r), err)
+			}
+			equal(t, g.what, got, r)
+		}
+		_, err := g.get(tx, g.missing)
+		isNotFound(t, g.what+" missing", err)
+		for group, want := range g.groups {
+			list, err := g.list(tx, group)
+			if err != nil {
+				t.Fatal(err)
+			}
+			equal(t, fmt.Sprintf("%s list of %s", g.what, group), ids(list, g.id), want)
+			for i, r := range list {
+				equal(t, fmt.Sprintf("%s list of %s [%d]", g.what, group, i), r, byID[want[i]])
+			}
+		}
+		return nil
+	})
 }
