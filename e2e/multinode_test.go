@@ -77,16 +77,14 @@ func startCluster(t *testing.T, ctx context.Context) *cluster {
 	return startClusterWith(t, ctx, nil)
 }
 
-// startClusterWith is startCluster with edit called on each node before it
-// starts (to change its Caddyfile or environment).
-func startClusterWith(t *testing.T, ctx context.Context, edit func(*server)) *cluster {
+// newClusterDB makes a fresh database for a cluster, a DSN to it carrying
+// a password (the test server trusts loopback and ignores it) and a master
+// key; both are secrets the nodes' logs must never show.
+func newClusterDB(t *testing.T) (c *cluster, dsn, master string) {
 	t.Helper()
-	bin := caddyBinary(t) // skips under -short
 	pg := pgtest.Shared(t)
-	dsn := pg.NewDatabase(t)
-	c := &cluster{pg: pg, secrets: map[string]string{}}
-	// A password in the DSN (the test server trusts loopback and ignores
-	// it) that must never be logged.
+	dsn = pg.NewDatabase(t)
+	c = &cluster{pg: pg, secrets: map[string]string{}}
 	if u, err := url.Parse(dsn); err == nil && u.User != nil {
 		pw, has := u.User.Password()
 		if !has {
@@ -96,8 +94,17 @@ func startClusterWith(t *testing.T, ctx context.Context, edit func(*server)) *cl
 		}
 		c.secret(pw, "the DSN's password")
 	}
-	master := randomHex(32)
+	master = randomHex(32)
 	c.secret(master, "the master key")
+	return c, dsn, master
+}
+
+// startClusterWith is startCluster with edit called on each node before it
+// starts (to change its Caddyfile or environment).
+func startClusterWith(t *testing.T, ctx context.Context, edit func(*server)) *cluster {
+	t.Helper()
+	bin := caddyBinary(t) // skips under -short
+	c, dsn, master := newClusterDB(t)
 	cfg := config{Postgres: dsn, MasterKey: master, Debug: true, AccessLog: true}
 
 	for i := 0; i < 2; i++ {
@@ -854,20 +861,7 @@ func TestMultiNodeDeclaredConnection(t *testing.T) {
 func TestMultiNodeExampleBehindLoadBalancer(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	bin := caddyBinary(t) // skips under -short
-	pg := pgtest.Shared(t)
-	dsn := pg.NewDatabase(t)
-	c := &cluster{pg: pg, secrets: map[string]string{}}
-	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		pw, has := u.User.Password()
-		if !has {
-			pw = "dbpw-" + randomHex(12)
-			u.User = url.UserPassword(u.User.Username(), pw)
-			dsn = u.String()
-		}
-		c.secret(pw, "the DSN's password")
-	}
-	master := randomHex(32)
-	c.secret(master, "the master key")
+	c, dsn, master := newClusterDB(t)
 	secret := "sk-example-" + randomHex(8)
 	c.secret(secret, "the provider credential")
 	p, err := fakeprovider.Start(secret)
