@@ -105,14 +105,19 @@ func (s *Server) releaseDrain(ctx context.Context, sid, node string) (pending bo
 			pending = true
 			return nil
 		}
-		l, err := readLease(tx, key)
-		if err != nil || l.Node != node {
-			return err
-		}
-		raw, _ := json.Marshal(drainLease{})
-		return tx.PutMeta(key, raw)
+		return freeLease(tx, key, node)
 	})
 	return pending, err
+}
+
+// freeLease gives up node's lease (a lease of another node is left alone).
+func freeLease(tx store.Tx, key, node string) error {
+	l, err := readLease(tx, key)
+	if err != nil || l.Node != node {
+		return err
+	}
+	raw, _ := json.Marshal(drainLease{})
+	return tx.PutMeta(key, raw)
 }
 
 // releaseLease gives node's lease up whatever work is left (the drain is
@@ -122,12 +127,5 @@ func (s *Server) releaseLease(ctx context.Context, sid, node string) {
 		return
 	}
 	key := leaseKey(s.instanceName(), sid)
-	s.update(ctx, func(tx store.Tx) error {
-		l, err := readLease(tx, key)
-		if err != nil || l.Node != node {
-			return err
-		}
-		raw, _ := json.Marshal(drainLease{})
-		return tx.PutMeta(key, raw)
-	})
+	s.update(ctx, func(tx store.Tx) error { return freeLease(tx, key, node) })
 }
