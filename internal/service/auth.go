@@ -180,17 +180,13 @@ func (s *Service) authKey(ctx context.Context, tok secrets.Token, orgID string) 
 // touchKey records when a key was last used. It is approximate by design
 // (at most once a minute per key) and never fails a request. The time is a
 // record of its own (lastUsedMeta), not a field of the key, so that these
-// writes never conflict with a revocation of the key; and they bypass the
-// tracked generation (they decide nothing about access), so they do not
-// drop every cached verdict once a minute per key: the key's own cached
-// entry learns the new time instead.
+// writes never conflict with a revocation of the key, and a record the
+// tracked generation does not count (it decides nothing about access), so
+// they do not drop every cached verdict once a minute per key: the key's
+// own cached entry learns the new time instead.
 func (s *Service) touchKey(ctx context.Context, id string, now time.Time, e *credEntry) {
-	st := s.Store
-	if u, ok := st.(interface{ Unwrap() store.Store }); ok {
-		st = u.Unwrap()
-	}
 	var written time.Time
-	err := st.Update(context.WithoutCancel(ctx), func(tx store.Tx) error {
+	err := s.Store.Update(context.WithoutCancel(ctx), func(tx store.Tx) error {
 		last, err := keyLastUsed(tx, id)
 		if err != nil {
 			return err

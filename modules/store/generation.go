@@ -45,9 +45,6 @@ func (t *Tracked) Update(ctx context.Context, fn func(Tx) error) error {
 // a tracked store never is.
 func (t *Tracked) Shared() bool { return false }
 
-// Unwrap returns the wrapped store.
-func (t *Tracked) Unwrap() Store { return t.Store }
-
 // trackingTx marks the transaction dirty on every write of a tracked record.
 type trackingTx struct {
 	Tx
