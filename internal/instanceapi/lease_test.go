@@ -1,6 +1,7 @@
 package instanceapi
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -72,5 +73,31 @@ func TestDrainLeaseOneDrainAcrossNodes(t *testing.T) {
 			t.Fatalf("the third prompt was never answered: %v", h.messages("ses_l"))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A node that died holding a session's lease blocks its drain only until
+// the lease expires; the next sweep (resume) of another node takes over.
+func TestDrainLeaseOfADeadNodeExpires(t *testing.T) {
+	h := newDrainHarness(t)
+	h.mu.Lock()
+	h.st = sharedStore{h.st}
+	h.mu.Unlock()
+	h.send("POST", "/api/session", map[string]any{"id": "ses_d"})
+	dead := drainLease{Node: "dead-node", Until: h.clk.Now().Add(leaseTTL)}
+	raw, _ := json.Marshal(dead)
+	if err := h.store().Update(h.t.Context(), func(tx store.Tx) error { return tx.PutMeta(leaseKey("default", "ses_d"), raw) }); err != nil {
+		t.Fatal(err)
+	}
+	h.prompt("ses_d", "anyone there", nil)
+	time.Sleep(100 * time.Millisecond)
+	if n := len(h.fake.Received()); n != 0 || len(ofType(h.messages("ses_d"), "assistant")) != 0 {
+		t.Fatalf("drained while a live lease of another node held the session (%d provider calls)", n)
+	}
+	h.clk.Advance(leaseTTL)
+	h.runner.resume()
+	msgs := h.waitIdle("ses_d", 1)
+	if len(ofType(msgs, "assistant")) != 1 || len(h.fake.Received()) != 1 {
+		t.Fatalf("after the dead node's lease expired: %v", msgs)
 	}
 }
