@@ -12,6 +12,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
+
+	"github.com/agentgate/agentgate/internal/testenv"
 )
 
 // TestExamplesValidate adapts every example Caddyfile (examples/*.Caddyfile
@@ -89,6 +91,7 @@ func TestExamplesValidate(t *testing.T) {
 				cfg.Admin = &caddy.AdminConfig{}
 			}
 			cfg.Admin.Disabled = true
+			logsIntoTempDir(t, &cfg)
 			if err := caddy.Validate(&cfg); err != nil {
 				t.Fatalf("validate: %v", err)
 			}
@@ -176,4 +179,40 @@ func fmtErr(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// logsIntoTempDir points every log file of a config (an example writes its
+// access logs under /var/log/caddy) into the test's temporary directory:
+// validating opens the writers, so the files would be created.
+func logsIntoTempDir(t *testing.T, cfg *caddy.Config) {
+	t.Helper()
+	if cfg.Logging == nil {
+		return
+	}
+	dir := t.TempDir()
+	for _, l := range cfg.Logging.Logs {
+		var w map[string]any
+		if len(l.WriterRaw) == 0 || json.Unmarshal(l.WriterRaw, &w) != nil || w["output"] != "file" {
+			continue
+		}
+		name, _ := w["filename"].(string)
+		w["filename"] = filepath.Join(dir, filepath.Base(name))
+		raw, err := json.Marshal(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.WriterRaw = raw
+	}
+}
+
+// TestExamplesWriteOnlyTempDirs validates every example with an empty home
+// and empty XDG and temporary directories: nothing is written there, nor
+// under /var/log (an example's access logs).
+func TestExamplesWriteOnlyTempDirs(t *testing.T) {
+	const logDir = "/var/log/caddy"
+	_, before := os.Stat(logDir)
+	testenv.RunIsolated(t, "^(TestExamplesValidate|TestValidateCatchesBadConfig)$")
+	if _, after := os.Stat(logDir); os.IsNotExist(before) && after == nil {
+		t.Errorf("validating the examples created %s", logDir)
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/pgtest"
+	"github.com/agentgate/agentgate/internal/testenv"
 )
 
 const shortSkip = "skipping under -short: builds and runs the real caddy binary"
@@ -43,6 +44,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// envBinary names a binary built already (by the isolation test, for the
+// run it starts), used instead of building one.
+const envBinary = "AGENTGATE_E2E_CADDY"
+
 // caddyBinary skips the test under -short and otherwise returns the path of
 // the real binary, building it with `go build ./cmd/caddy` from the
 // repository root on first use.
@@ -50,6 +55,9 @@ func caddyBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip(shortSkip)
+	}
+	if bin := os.Getenv(envBinary); bin != "" {
+		return bin
 	}
 	build.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -606,4 +614,13 @@ func missing(ack []string, listed map[string]string) []string {
 		}
 	}
 	return out
+}
+
+// TestHarnessWritesOnlyTempDirs runs end-to-end tests (the binary started,
+// bootstrapped with `caddy agentgate` commands, restarted and reloaded)
+// with an empty home and empty XDG and temporary directories: all stay
+// empty.
+func TestHarnessWritesOnlyTempDirs(t *testing.T) {
+	bin := caddyBinary(t)
+	testenv.RunIsolated(t, "^(TestBootstrapWithCommands|TestSessionsSurviveRestartAndReload)$", envBinary+"="+bin)
 }

@@ -40,7 +40,11 @@ func nodeReady(t *testing.T, ctx context.Context) string {
 	t.Helper()
 	dir := clientsDir(t)
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node is not installed: the official SDK clients cannot run (.ci/run installs it)")
+		msg := "node is not installed: the official SDK clients cannot run (.ci/run installs it)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
 	}
 	if !installed(dir, "openai", "@anthropic-ai/sdk", "@google/genai", "openid-client") {
 		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")

@@ -19,6 +19,7 @@ import (
 	"github.com/agentgate/agentgate/internal/fakeprovider"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/testenv"
 	"github.com/agentgate/agentgate/modules/agentgate"
 	"github.com/agentgate/agentgate/modules/store"
 )
@@ -43,9 +44,20 @@ const providerSecret = "sk-provider-SECRET-0123456789"
 
 var theEnv *env
 
+// harnessDir holds everything the in-process Caddy of this package writes:
+// the agentgate store, the log, Caddy's storage and its config and data
+// directories. It is removed when the tests end.
+var harnessDir string
+
 func TestMain(m *testing.M) {
+	var err error
+	if harnessDir, err = testenv.IsolateCaddy("agentgate-gateway-test"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	caddy.Stop()
+	os.RemoveAll(harnessDir)
 	os.Exit(code)
 }
 
@@ -67,10 +79,7 @@ func setup(t testing.TB) *env {
 		}
 		return theEnv
 	}
-	dir, err := os.MkdirTemp("", "agentgate-gateway-test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := harnessDir
 	port := freePort(t)
 	logPath := dir + "/caddy.log"
 	tlsProvider, certPEM, err := fakeprovider.StartTLS(providerSecret)
@@ -82,7 +91,8 @@ func setup(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	cfg := fmt.Sprintf(`{
-		"admin": {"disabled": true},
+		"admin": {"disabled": true, "config": {"persist": false}},
+		"storage": {"module": "file_system", "root": %q},
 		"logging": {"logs": {"default": {"writer": {"output": "file", "filename": %q}, "level": "DEBUG",
 			"encoder": {"format": "filter", "wrap": {"format": "json"}, "fields": {
 				"request>headers>X-Api-Key": {"filter": "delete"},
@@ -101,7 +111,7 @@ func setup(t testing.TB) *env {
 				]}]
 			}}}
 		}
-	}`, logPath, dir+"/data", port, caFile)
+	}`, dir+"/caddy-storage", logPath, dir+"/data", port, caFile)
 	if err := caddy.Load([]byte(cfg), true); err != nil {
 		t.Fatalf("loading config: %v", err)
 	}
@@ -194,4 +204,12 @@ func jsonField(t *testing.T, body, path string) any {
 		cur = m[p]
 	}
 	return cur
+}
+
+// TestHarnessWritesOnlyItsTempDir runs gateway tests (Caddy in this
+// process, the store, the log, a streamed and a metered request) with an
+// empty home and empty XDG and temporary directories: afterwards all stay
+// empty.
+func TestHarnessWritesOnlyItsTempDir(t *testing.T) {
+	testenv.RunIsolated(t, "^(TestChatForwardedWithSwapAndRewrite|TestUsageOfEveryFormat|TestHTTPSUpstream)$")
 }

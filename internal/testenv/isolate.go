@@ -1,0 +1,110 @@
+package testenv
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// IsolateCaddy prepares a test binary that runs Caddy in its own process:
+// it makes a temporary directory and points Caddy's config and data
+// directories (XDG_CONFIG_HOME, XDG_DATA_HOME, the config autosave path and
+// the default storage, which Caddy computes once at start) into it, so that
+// nothing the tests start writes to the user's own directories. Call it
+// from TestMain before any test runs; the caller removes the directory
+// when the tests end.
+func IsolateCaddy(prefix string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	for name, sub := range map[string]string{"XDG_CONFIG_HOME": "xdg-config", "XDG_DATA_HOME": "xdg-data"} {
+		if err := os.Setenv(name, filepath.Join(dir, sub)); err != nil {
+			os.RemoveAll(dir)
+			return "", err
+		}
+	}
+	caddy.ConfigAutosavePath = filepath.Join(caddy.AppConfigDir(), "autosave.json")
+	caddy.DefaultStorage.Path = caddy.AppDataDir()
+	return dir, nil
+}
+
+// childEnv marks the process RunIsolated starts, so that the test calling
+// RunIsolated does not start itself again there.
+const childEnv = "AGENTGATE_TEST_ISOLATED_CHILD"
+
+// IsolatedChild reports whether this test binary is the child of
+// RunIsolated.
+func IsolatedChild() bool { return os.Getenv(childEnv) != "" }
+
+// RunIsolated runs the tests of this test binary that match pattern in a
+// child process whose HOME, XDG_CONFIG_HOME, XDG_DATA_HOME and
+// XDG_CACHE_HOME point at one empty directory and whose TMPDIR points at
+// another (GOCACHE, GOMODCACHE and GOPATH keep their real values). It fails
+// unless the child passes and both directories are empty afterwards: a
+// test that writes into a user's home, Caddy's default directories or
+// leaves temporary files behind is caught. extraEnv adds NAME=value pairs.
+func RunIsolated(t *testing.T, pattern string, extraEnv ...string) {
+	t.Helper()
+	if IsolatedChild() {
+		t.Skip("this is the isolated child run")
+	}
+	goEnv, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
+	if err != nil {
+		t.Fatalf("go env: %v", err)
+	}
+	vals := strings.Split(strings.TrimSpace(string(goEnv)), "\n")
+	if len(vals) != 3 {
+		t.Fatalf("go env printed %q", goEnv)
+	}
+	home, tmp := t.TempDir(), t.TempDir()
+	env := []string{childEnv + "=1", "HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_DATA_HOME=" + home,
+		"XDG_CACHE_HOME=" + home, "TMPDIR=" + tmp, "GOCACHE=" + vals[0], "GOMODCACHE=" + vals[1], "GOPATH=" + vals[2]}
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "TMPDIR", "GOCACHE", "GOMODCACHE", "GOPATH", childEnv:
+			continue
+		}
+		env = append(env, kv)
+	}
+	args := []string{"-test.run=" + pattern, "-test.count=1", "-test.v"}
+	if d, ok := t.Deadline(); ok {
+		args = append(args, "-test.timeout="+max(time.Until(d)-30*time.Second, time.Minute).String())
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(env, extraEnv...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("the isolated run of %s failed: %v\n%s", pattern, err, tail(out.String(), 6000))
+	}
+	if !strings.Contains(out.String(), "--- PASS") {
+		t.Fatalf("the isolated run of %s ran no test:\n%s", pattern, tail(out.String(), 6000))
+	}
+	for what, dir := range map[string]string{"HOME and XDG directories": home, "TMPDIR": tmp} {
+		var left []string
+		filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if p != dir {
+				left = append(left, strings.TrimPrefix(p, dir+"/"))
+			}
+			return nil
+		})
+		if len(left) > 0 {
+			t.Errorf("the tests %s wrote into %s: %v", pattern, what, left)
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
