@@ -27,7 +27,7 @@ of a running server, and prints the JSON answer.
 
 	caddy agentgate workspace create --name Acme
 	caddy agentgate person create --email ann@example.com --name Ann \
-		--password-file ann.pw --workspace wrk_… --role owner
+		--password-file "$PWFILE" --workspace wrk_… --role owner
 	caddy agentgate service-account create --workspace wrk_… --name ci
 	caddy agentgate key create --workspace wrk_… --service-account sa_… \
 		--name ci-key --permission inference
@@ -41,6 +41,10 @@ The admin address comes from --address, else from the config given with
 
 type cmdContext struct {
 	address, config, adapter string
+	// field, when set, prints only that member of the answer's data, as
+	// plain text, for scripts: WRK=$(caddy agentgate workspace create
+	// --name Acme --field id).
+	field string
 }
 
 func buildCommands(cmd *cobra.Command) {
@@ -49,6 +53,7 @@ func buildCommands(cmd *cobra.Command) {
 	pf.StringVar(&c.address, "address", "", "The address of Caddy's admin endpoint")
 	pf.StringVarP(&c.config, "config", "c", "", "Config file whose admin address to use")
 	pf.StringVarP(&c.adapter, "adapter", "a", "", "Name of the config adapter for --config")
+	pf.StringVar(&c.field, "field", "", "Print only this field of the answer's data (e.g. id, key, access_token)")
 
 	ws := &cobra.Command{Use: "workspace", Short: "Workspaces"}
 	var name string
@@ -139,6 +144,28 @@ func buildCommands(cmd *cobra.Command) {
 	conn := &cobra.Command{Use: "connection", Short: "Provider connections"}
 	var cWorkspace, cFile string
 	connCreate := &cobra.Command{Use: "create", Short: "Create a connection from a JSON file (- for stdin)", Args: cobra.NoArgs,
+		Long: `Create a connection from a JSON file (- for stdin):
+
+	{
+	  "name": "OpenAI",                        required
+	  "kind": "openai",                        openai | anthropic | google | openai-compatible
+	  "base_url": "https://api.openai.com/v1", as the provider's SDK takes it
+	  "credential": "sk-…",                    the provider key; stored encrypted, never shown again
+	  "headers": {"OpenAI-Organization": "org-123"},          optional, sent upstream
+	  "models": {                              optional; keyed by the id clients send
+	    "gpt-4o": {
+	      "upstream_id": "gpt-4o-2024-08-06",  optional: the id sent to the provider
+	      "enabled": true,                     optional, default true
+	      "pricing": {"input": 2.5, "output": 10, "cache_read": 1.25},
+	      "max_output_tokens": 16384           optional: the budget reservation's output bound
+	    }
+	  }
+	}
+
+Prices are USD per million tokens as exact JSON numbers (at most six
+decimals); cache_write and reasoning are optional too. The file holds the
+provider key: keep it out of the checkout and remove it afterwards, or pipe
+it in with --file -.`,
 		RunE: func(*cobra.Command, []string) error {
 			var b []byte
 			var err error
@@ -153,7 +180,7 @@ func buildCommands(cmd *cobra.Command) {
 			return c.callRaw("POST", "/agentgate/workspaces/"+url.PathEscape(cWorkspace)+"/connections", b)
 		}}
 	connCreate.Flags().StringVar(&cWorkspace, "workspace", "", "Workspace id")
-	connCreate.Flags().StringVar(&cFile, "file", "", "JSON file: {name, kind, base_url, credential, headers?, models}")
+	connCreate.Flags().StringVar(&cFile, "file", "", "JSON file: {name, kind, base_url, credential, headers?, models?} (see the long help)")
 	conn.AddCommand(connCreate)
 
 	var tPerson, tWorkspace string
@@ -246,6 +273,9 @@ func (c *cmdContext) callRaw(method, path string, body []byte) error {
 	if err != nil {
 		return err
 	}
+	if c.field != "" {
+		return printField(out, c.field)
+	}
 	if len(bytes.TrimSpace(out)) > 0 {
 		var pretty bytes.Buffer
 		if json.Indent(&pretty, out, "", "  ") == nil {
@@ -253,5 +283,27 @@ func (c *cmdContext) callRaw(method, path string, body []byte) error {
 		}
 		os.Stdout.Write(out)
 	}
+	return nil
+}
+
+// printField prints one member of an answer's data as plain text: a string
+// as it is, anything else as JSON.
+func printField(answer []byte, field string) error {
+	var a struct {
+		Data map[string]json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(answer, &a); err != nil || a.Data == nil {
+		return fmt.Errorf("the answer has no data object to take %q from", field)
+	}
+	v, ok := a.Data[field]
+	if !ok {
+		return fmt.Errorf("the answer's data has no field %q", field)
+	}
+	var str string
+	if json.Unmarshal(v, &str) == nil {
+		fmt.Println(str)
+		return nil
+	}
+	fmt.Println(string(v))
 	return nil
 }
