@@ -308,7 +308,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 			pooled.put()
 		}
 	}()
-	fs := scanFields(body)
+	fs := scanFields(body, route.Format == formats.Google)
+	if fs.duplicate != "" {
+		return refuse(fail(http.StatusBadRequest, "InvalidRequest", "the request body repeats the key %q; send each key once", fs.duplicate))
+	}
 	if route.Format != formats.Google {
 		rec.Model = fs.model.String()
 	}
