@@ -83,6 +83,9 @@ type meterWriter struct {
 	status    int
 	firstByte time.Duration
 	start     time.Time
+	// unmetered passes the answer through without reading usage from it
+	// (a token count, which is never charged).
+	unmetered bool
 }
 
 func (w *meterWriter) WriteHeader(status int) {
@@ -91,7 +94,7 @@ func (w *meterWriter) WriteHeader(status int) {
 	}
 	w.status = status
 	w.firstByte = time.Since(w.start)
-	if status < 300 {
+	if status < 300 && !w.unmetered {
 		w.opts.ContentType = w.Header().Get("Content-Type")
 		w.meter = usage.NewMeter(w.ResponseWriterWrapper, w.opts)
 	}
