@@ -99,6 +99,20 @@ func TestDuplicateKeysRefused(t *testing.T) {
 			n++
 		}
 	}
+	// A key the gateway reads, spelled another way, is refused even alone.
+	for _, c := range []struct{ format, kind, path, body string }{
+		{"openai", "openai", "/chat/completions", `{"model":"gpt-4o","messages":[],"Stream":true}`},
+		{"anthropic", "anthropic", "/v1/messages", `{"model":"claude-sonnet","max_tokens":10,"messages":[],"ſtream":true}`},
+		{"google", "google", "/v1beta/models/gemini-pro:generateContent", `{"contents":[],"GenerationConfig":{"maxOutputTokens":60000}}`},
+	} {
+		resp, got := e.post(t, "/custom/"+e.conns[c.kind]+c.path, c.body, "Authorization", "Bearer "+e.key)
+		if resp.StatusCode != 400 || !strings.Contains(got, "another spelling") {
+			t.Errorf("%s: %d %s", c.body, resp.StatusCode, got)
+			continue
+		}
+		envelopeOf(t, c.format, got, 400, "InvalidRequest")
+		n++
+	}
 	for kind, p := range e.providers {
 		if r := p.Received(); len(r) != 0 {
 			t.Errorf("%s: %d requests with a repeated key reached the provider; first: %s", kind, len(r), r[0].Body)

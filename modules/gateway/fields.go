@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"net/http"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -23,6 +24,43 @@ type fields struct {
 	generationConfig, generationConfigSnakeCase gjson.Result
 	// duplicate is a key that the body repeats, or "".
 	duplicate string
+	// variant is a top-level key that is another spelling (by the rules of
+	// keySet) of variantOf, a key the gateway reads: the gateway would not
+	// see it, a provider might.
+	variant, variantOf string
+}
+
+// refusal is why the body is refused, or nil.
+func (f *fields) refusal() *failure {
+	if f.duplicate != "" {
+		return fail(http.StatusBadRequest, "InvalidRequest", "the request body repeats the key %q; send each key once", f.duplicate)
+	}
+	if f.variant != "" {
+		return fail(http.StatusBadRequest, "InvalidRequest", "the request body has the key %q, another spelling of %q; send it as %q", f.variant, f.variantOf, f.variantOf)
+	}
+	return nil
+}
+
+// readKeys are the top-level keys the gateway reads.
+var readKeys = [...]string{"model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "max_output_tokens",
+	"generationConfig", "generation_config"}
+
+// readKeyVariant returns the key the gateway reads that k is another
+// spelling of, or "". Only keys whose first letter could fold to m, s or g
+// are compared.
+func readKeyVariant(k string, google bool) string {
+	if k == "" {
+		return ""
+	}
+	if c := k[0] | 0x20; c != 'm' && c != 's' && c != 'g' && k[0] < utf8.RuneSelf {
+		return ""
+	}
+	for _, name := range readKeys {
+		if keysEqual(k, name, google) {
+			return name
+		}
+	}
+	return ""
 }
 
 // scanFields reads the members of a body that readBody validated as a
@@ -34,7 +72,9 @@ type fields struct {
 //
 // In the same pass it checks that no key repeats, in the top-level object
 // and in the nested objects the gateway reads (stream_options and the
-// generation config with its thinking config).
+// generation config with its thinking config), and that no top-level key
+// is another spelling of one the gateway reads ("Stream" alone would be
+// missed here and honoured by a provider whose decoder ignores case).
 func scanFields(body []byte, google bool) (f fields) {
 	keys := keySet{google: google}
 	gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))).ForEach(func(k, v gjson.Result) bool {
@@ -62,6 +102,10 @@ func scanFields(body []byte, google bool) (f fields) {
 		case "generation_config":
 			dst, nested = &f.generationConfigSnakeCase, true
 		default:
+			if name := readKeyVariant(k.Str, google); name != "" {
+				f.variant, f.variantOf = strings.Clone(k.Str), name
+				return false
+			}
 			return true
 		}
 		if nested {
@@ -144,11 +188,11 @@ func (s *keySet) add(k string) (seen bool) {
 }
 
 // nextKeyRune returns the canonical rune of a key at byte i and the index
-// after it: case folded, and for Google an underscore before a lower-case
-// ASCII letter dropped (max_output_tokens reads as maxOutputTokens).
+// after it: case folded, and for Google an underscore before an ASCII
+// letter dropped (max_output_tokens reads as maxOutputTokens).
 func nextKeyRune(s string, i int, google bool) (rune, int) {
 	c := s[i]
-	if google && c == '_' && i+1 < len(s) && 'a' <= s[i+1] && s[i+1] <= 'z' {
+	if google && c == '_' && i+1 < len(s) && ('a' <= s[i+1]|0x20 && s[i+1]|0x20 <= 'z') {
 		i++
 		c = s[i]
 	}

@@ -329,8 +329,8 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 		}
 	}()
 	fs := scanFields(body, route.Format == formats.Google)
-	if fs.duplicate != "" {
-		return refuse(fail(http.StatusBadRequest, "InvalidRequest", "the request body repeats the key %q; send each key once", fs.duplicate))
+	if f := fs.refusal(); f != nil {
+		return refuse(f)
 	}
 	if route.Format != formats.Google {
 		rec.Model = fs.model.String()
