@@ -542,21 +542,48 @@ func prepareModel(route formats.Route, conn *store.Connection, body []byte, fl *
 			}
 		}
 	}
-	if route.Format == formats.Google && route.Op == formats.CountTokens {
+	if route.Format == formats.Google {
 		var f *failure
-		if body, f = googleCountRequest(body, requested, upstream); f != nil {
+		if body, f = googleBodyModel(body, fl.model, "model", requested, upstream); f != nil {
 			return "", model, "", nil, f
+		}
+		if route.Op == formats.CountTokens {
+			if body, f = googleCountRequest(body, requested, upstream); f != nil {
+				return "", model, "", nil, f
+			}
 		}
 	}
 	return requested, model, upstream, body, nil
 }
 
-// googleCountRequest checks the model that a Google token count may also
-// name in its body (generateContentRequest.model, either spelling of the
-// outer name): it must be the path's model, and is rewritten to the
-// upstream id with it, so that the body cannot ask for a model the path
-// check did not see. (Both spellings at once are a repeated key, refused
-// before.)
+// googleBodyModel checks a model that a Google body names besides its path
+// (at path in the body): it must be the path's model, with or without
+// "models/", and is rewritten to the upstream id with it, so that the body
+// cannot ask for a model the path check did not see.
+func googleBodyModel(body []byte, m gjson.Result, path, requested, upstream string) ([]byte, *failure) {
+	if !m.Exists() {
+		return body, nil
+	}
+	if m.Type != gjson.String || (m.Str != requested && m.Str != "models/"+requested) {
+		return nil, fail(http.StatusBadRequest, "InvalidRequest", "%s must be the model of the path (%s)", path, requested)
+	}
+	if upstream == requested {
+		return body, nil
+	}
+	rewritten := upstream
+	if strings.HasPrefix(m.Str, "models/") {
+		rewritten = "models/" + upstream
+	}
+	body, err := sjson.SetBytes(body, path, rewritten)
+	if err != nil {
+		return nil, fail(http.StatusBadRequest, "InvalidRequest", "the model cannot be rewritten")
+	}
+	return body, nil
+}
+
+// googleCountRequest checks the model that a Google token count may name
+// in the request it wraps (generateContentRequest.model, either spelling of
+// the outer name; both at once are a repeated key, refused before).
 func googleCountRequest(body []byte, requested, upstream string) ([]byte, *failure) {
 	outer := "generateContentRequest"
 	gcr := gjson.GetBytes(body, outer)
@@ -569,21 +596,7 @@ func googleCountRequest(body []byte, requested, upstream string) ([]byte, *failu
 	if d := duplicateKey(gcr, true, 0); d != "" {
 		return nil, fail(http.StatusBadRequest, "InvalidRequest", "the request body repeats the key %q; send each key once", outer+"."+d)
 	}
-	m := gcr.Get("model")
-	if !m.Exists() {
-		return body, nil
-	}
-	if m.Type != gjson.String || (m.Str != requested && m.Str != "models/"+requested) {
-		return nil, fail(http.StatusBadRequest, "InvalidRequest", "%s.model must be the model of the path (%s)", outer, requested)
-	}
-	if upstream == requested {
-		return body, nil
-	}
-	body, err := sjson.SetBytes(body, outer+".model", "models/"+upstream)
-	if err != nil {
-		return nil, fail(http.StatusBadRequest, "InvalidRequest", "the model cannot be rewritten")
-	}
-	return body, nil
+	return googleBodyModel(body, gcr.Get("model"), outer+".model", requested, upstream)
 }
 
 // pathFailure answers a path that is not a gateway route.

@@ -128,6 +128,17 @@ func TestCountTokens(t *testing.T) {
 	if r := recs[counted]; r.Status != 403 {
 		t.Errorf("refused count record %+v", r)
 	}
+
+	// So must a model named at the top of a Google body, on any route.
+	resp, got = e.post(t, "/custom/"+e.conns["google"]+"/v1beta/models/gemini-pro:generateContent",
+		`{"model":"gemini-pro","contents":[]}`, "x-goog-api-key", e.key)
+	if b := string(e.providers["google"].Last().Body); resp.StatusCode != 200 || b != `{"model":"gemini-2.5-pro","contents":[]}` {
+		t.Fatalf("google body model: %d %s; upstream body %s", resp.StatusCode, got, b)
+	}
+	if resp, got = e.post(t, "/custom/"+e.conns["google"]+"/v1beta/models/gemini-pro:generateContent",
+		`{"model":"models/o1","contents":[]}`, "x-goog-api-key", e.key); resp.StatusCode != 400 {
+		t.Fatalf("google body naming another model: %d %s", resp.StatusCode, got)
+	}
 }
 
 // A member whose budget is spent can still count tokens: a count is never
