@@ -1,7 +1,9 @@
 // Package fakeprovider is a fake LLM provider for tests and benchmarks. It
 // speaks the four wire formats the gateway forwards — OpenAI Chat
 // Completions, OpenAI Responses, Anthropic Messages and Google Generative
-// AI — streaming and not, with realistic usage fields. It checks the
+// AI — streaming and not, with realistic usage fields — and the token
+// counting endpoints of Anthropic (/messages/count_tokens) and Google
+// (:countTokens). It checks the
 // provider credential in each format's native header, records what it
 // received, and can be told to be slow, fail, or cut a stream.
 package fakeprovider
@@ -165,9 +167,15 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	var f format
 	var model string
-	var stream bool
+	var stream, count bool
 	path := r.URL.Path
 	switch {
+	case strings.HasSuffix(path, "/messages/count_tokens"):
+		f, model, count = anthropic, gjson.GetBytes(body, "model").String(), true
+	case strings.Contains(path, "/models/") && strings.HasSuffix(path, ":countTokens"):
+		f, count = google, true
+		seg := path[strings.LastIndex(path, "/models/")+len("/models/"):]
+		model, _, _ = strings.Cut(seg, ":")
 	case strings.HasSuffix(path, "/chat/completions"):
 		f, model, stream = chat, gjson.GetBytes(body, "model").String(), gjson.GetBytes(body, "stream").Bool()
 	case strings.HasSuffix(path, "/responses"):
@@ -211,6 +219,11 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("x-ratelimit-remaining-requests", "99")
 	w.Header().Set("x-request-id", "req_fake")
+	if count {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, countAnswer(f))
+		return
+	}
 	if !stream {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, answer(f, model))
@@ -306,6 +319,17 @@ func writeError(w http.ResponseWriter, f format, status int, msg string) {
 		v = map[string]any{"error": map[string]any{"message": msg, "type": "server_error", "code": nil}}
 	}
 	json.NewEncoder(w).Encode(v)
+}
+
+// countAnswer is a token count in the provider's wire format: Anthropic's
+// count_tokens answers {"input_tokens": N}, Google's countTokens
+// {"totalTokens": N, "promptTokensDetails": [...]}. The count is always
+// InputTokens.
+func countAnswer(f format) string {
+	if f == anthropic {
+		return fmt.Sprintf(`{"input_tokens":%d}`, InputTokens)
+	}
+	return fmt.Sprintf(`{"totalTokens":%d,"promptTokensDetails":[{"modality":"TEXT","tokenCount":%d}]}`, InputTokens, InputTokens)
 }
 
 // Text is the answer's text; streams split it into chunks.

@@ -186,13 +186,17 @@ func TestPathTricks(t *testing.T) {
 
 func TestOtherPathsAndMethods(t *testing.T) {
 	e := setup(t)
+	// The credential is checked first: a GET without one is 401, with one 405.
 	resp, err := http.Get(e.base + "/custom/" + e.conns["openai"] + "/chat/completions")
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 405 {
-		t.Fatalf("GET on a gateway route: %d", resp.StatusCode)
+	if resp.StatusCode != 401 {
+		t.Fatalf("GET on a gateway route without a key: %d", resp.StatusCode)
+	}
+	if resp, got := e.do(t, "GET", "/custom/"+e.conns["openai"]+"/chat/completions", "", "Authorization", "Bearer "+e.key); resp.StatusCode != 405 || resp.Header.Get("Allow") != "POST" {
+		t.Fatalf("GET on a gateway route: %d %s", resp.StatusCode, got)
 	}
 	// Not a gateway path: the next handler (the Console) answers.
 	resp, err = http.Get(e.base + "/api/v2/config")

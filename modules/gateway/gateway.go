@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,18 +45,21 @@ func init() {
 
 // Gateway serves `{inference_url}/custom/<connection_id>/…`: Chat
 // Completions (`/chat/completions`), Responses (`/responses`), Anthropic
-// Messages (`/messages`) and Google (`/models/<model>:generateContent` and
-// `:streamGenerateContent`), also under the `/v1/` and `/v1beta/` prefixes
-// that the official SDKs add. Requests whose path does not start with
-// `/custom/` go to the next handler, so the gateway can share a site with
-// the Console.
+// Messages (`/messages`, and `/messages/count_tokens`) and Google
+// (`/models/<model>:generateContent`, `:streamGenerateContent` and
+// `:countTokens`), also under the `/v1/` and `/v1beta/` prefixes that the
+// official SDKs add; and `GET /models` (`/models/<id>`), answered from the
+// store in the list shape of the connection's kind. Requests whose path
+// does not start with `/custom/` go to the next handler, so the gateway can
+// share a site with the Console.
 //
 // The workspace credential is read from `Authorization: Bearer`,
-// `x-api-key`, `api-key`, `x-goog-api-key` or `?key=`; every client
-// credential, cookie and `x-org-id` is removed before forwarding, and the
-// connection's credential is set in the provider's native header. Gateway
-// errors are JSON with `_tag` and `message` inside the format's own error
-// envelope.
+// `x-api-key`, `api-key`, `x-goog-api-key` or `?key=`, and checked before
+// the path is; every client credential, cookie and `x-org-id` is removed
+// before forwarding, and the connection's credential is set in the
+// provider's native header. Gateway errors are JSON with `_tag` and
+// `message` inside the error envelope of the connection's format (before
+// the connection is known: the path's, else the credential slot's).
 type Gateway struct {
 	// MaxRequestBody is the largest request body in bytes; larger bodies
 	// answer 413. Default: 32 MiB.
@@ -236,32 +240,30 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return next.ServeHTTP(w, r)
 	}
 	route, perr := formats.ParseRoute(r.URL.EscapedPath())
-	if perr != nil {
-		tag := "InvalidRequest"
-		if perr.Status == http.StatusNotFound {
-			tag = "NotFound"
-		}
-		writeFailure(w, perr.Format, &failure{status: perr.Status, tag: tag, message: perr.Message})
-		return nil
-	}
-	if f := g.serve(w, r, route); f != nil {
-		writeFailure(w, route.Format, f)
+	// The envelope of gateway-made errors: what the path suggests until
+	// serve knows the connection, then the connection's format.
+	envelope := route.Format
+	if f := g.serve(w, r, route, perr, &envelope); f != nil {
+		writeFailure(w, envelope, f)
 	}
 	return nil
 }
 
-func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Route) *failure {
+// serve answers a request under /custom/. The credential is checked before
+// anything else, the path included: an unknown route with a bad key is 401.
+// perr is why the path is not a route, answered once the credential (and,
+// when the path names one, the connection) is known.
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Route, perr *formats.ParseError, envelope *formats.Format) *failure {
 	// Take the client's credential and remove it from the request at once,
 	// so that no later step (and no access log) sees it.
 	q := r.URL.Query()
 	cred := formats.ClientCredential(r.Header, q.Get("key"))
+	if *envelope == 0 {
+		*envelope = formats.CredentialFormat(r.Header, q.Get("key"))
+	}
 	orgID := r.Header.Get("X-Org-Id")
 	stripClientSecrets(r, q)
 
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		return fail(http.StatusMethodNotAllowed, "MethodNotAllowed", "gateway routes take POST")
-	}
 	svc, err := g.app.Service(r.Context())
 	if err != nil {
 		return fromAPI(err)
@@ -273,14 +275,32 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 	if err != nil {
 		return fromAPI(err)
 	}
+	if route.Connection == "" {
+		return pathFailure(perr)
+	}
 	conn, err := svc.LookupConnection(r.Context(), p, route.Connection)
 	if err != nil {
 		return fromAPI(err)
+	}
+	*envelope = formats.OfKind(conn.Kind, route.Format)
+	if perr != nil {
+		return pathFailure(perr)
+	}
+	if m := route.HTTPMethod(); r.Method != m {
+		w.Header().Set("Allow", m)
+		return fail(http.StatusMethodNotAllowed, "MethodNotAllowed", "this gateway route takes %s", m)
+	}
+	if route.Op == formats.ListModels || route.Op == formats.GetModel {
+		return listModels(w, conn, route)
 	}
 	// From here on the request belongs to a member and a connection: every
 	// outcome, refusals included, leaves a usage record.
 	rec := &store.UsageRecord{Workspace: p.Workspace, MemberID: p.MemberID(), MemberKind: store.MemberPerson,
 		KeyID: p.KeyID, FamilyID: p.FamilyID, Connection: conn.ID, Format: route.Format.String(), Model: route.Model}
+	counting := route.Op == formats.CountTokens
+	if counting {
+		rec.Operation = store.OpCountTokens
+	}
 	if p.Kind == service.KindServiceKey {
 		rec.MemberKind = store.MemberServiceAccount
 	}
@@ -308,7 +328,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 			pooled.put()
 		}
 	}()
-	fs := scanFields(body)
+	fs := scanFields(body, route.Format == formats.Google)
+	if f := fs.refusal(); f != nil {
+		return refuse(f)
+	}
 	if route.Format != formats.Google {
 		rec.Model = fs.model.String()
 	}
@@ -323,7 +346,12 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 		return refuse(fail(http.StatusBadGateway, "UpstreamCredentialUnavailable", "the connection's provider credential cannot be used"))
 	}
 
-	res, err := svc.Ledger.Reserve(r.Context(), p.Workspace, p.MemberID(), reservation(route.Format, model, &fs, len(body)))
+	// A token count is free: it is recorded but never reserved against a
+	// budget, so a member over budget can still count tokens.
+	var res *ledger.Reservation
+	if !counting {
+		res, err = svc.Ledger.Reserve(r.Context(), p.Workspace, p.MemberID(), reservation(route.Format, model, &fs, len(body)))
+	}
 	var exceeded *ledger.ExceededError
 	if errors.As(err, &exceeded) {
 		g.metrics.of(route.Format).refused.Inc()
@@ -341,13 +369,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 
 	// A chat stream reports usage only when asked: ask, and hide the extra
 	// chunk from a client that did not.
-	opts := usage.Options{Format: route.Format, StreamRequested: route.Stream() || fs.stream.Bool(), RequestBytes: int64(len(body))}
+	opts := usage.Options{Format: route.Format, StreamRequested: !counting && (route.Stream() || fs.stream.Bool()), RequestBytes: int64(len(body))}
 	if route.Format == formats.Chat && opts.StreamRequested && !fs.streamOptions.Get("include_usage").Bool() {
 		if patched, err := sjson.SetBytes(body, "stream_options.include_usage", true); err == nil {
 			body, opts.DropUsageChunk = patched, true
 		}
 	}
-	mw := &meterWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, opts: opts, start: time.Now()}
+	mw := &meterWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, opts: opts, start: time.Now(), unmetered: counting}
 	var fl *failure
 	// Account in a deferred call: the reverse proxy aborts a response cut
 	// by either side with a panic (http.ErrAbortHandler), and such a
@@ -491,7 +519,7 @@ func prepareModel(route formats.Route, conn *store.Connection, body []byte, fl *
 		}
 		requested = m.Str
 	}
-	if route.Format == formats.Anthropic {
+	if route.Format == formats.Anthropic && route.Op == formats.Generate {
 		mt := fl.maxTokens
 		if !mt.Exists() {
 			return "", model, "", nil, fail(http.StatusBadRequest, "InvalidRequest", "max_tokens is required for Anthropic Messages")
@@ -514,7 +542,108 @@ func prepareModel(route formats.Route, conn *store.Connection, body []byte, fl *
 			}
 		}
 	}
+	if route.Format == formats.Google {
+		var f *failure
+		if body, f = googleBodyModel(body, fl.model, "model", requested, upstream); f != nil {
+			return "", model, "", nil, f
+		}
+		if route.Op == formats.CountTokens {
+			if body, f = googleCountRequest(body, requested, upstream); f != nil {
+				return "", model, "", nil, f
+			}
+		}
+	}
 	return requested, model, upstream, body, nil
+}
+
+// googleBodyModel checks a model that a Google body names besides its path
+// (at path in the body): it must be the path's model, with or without
+// "models/", and is rewritten to the upstream id with it, so that the body
+// cannot ask for a model the path check did not see.
+func googleBodyModel(body []byte, m gjson.Result, path, requested, upstream string) ([]byte, *failure) {
+	if !m.Exists() {
+		return body, nil
+	}
+	if m.Type != gjson.String || (m.Str != requested && m.Str != "models/"+requested) {
+		return nil, fail(http.StatusBadRequest, "InvalidRequest", "%s must be the model of the path (%s)", path, requested)
+	}
+	if upstream == requested {
+		return body, nil
+	}
+	rewritten := upstream
+	if strings.HasPrefix(m.Str, "models/") {
+		rewritten = "models/" + upstream
+	}
+	body, err := sjson.SetBytes(body, path, rewritten)
+	if err != nil {
+		return nil, fail(http.StatusBadRequest, "InvalidRequest", "the model cannot be rewritten")
+	}
+	return body, nil
+}
+
+// googleCountRequest checks the model that a Google token count may name
+// in the request it wraps (generateContentRequest.model, either spelling of
+// the outer name; both at once are a repeated key, refused before).
+func googleCountRequest(body []byte, requested, upstream string) ([]byte, *failure) {
+	outer := "generateContentRequest"
+	gcr := gjson.GetBytes(body, outer)
+	if !gcr.Exists() {
+		outer = "generate_content_request"
+		if gcr = gjson.GetBytes(body, outer); !gcr.Exists() {
+			return body, nil
+		}
+	}
+	if d := duplicateKey(gcr, true, 0); d != "" {
+		return nil, fail(http.StatusBadRequest, "InvalidRequest", "the request body repeats the key %q; send each key once", outer+"."+d)
+	}
+	return googleBodyModel(body, gcr.Get("model"), outer+".model", requested, upstream)
+}
+
+// pathFailure answers a path that is not a gateway route.
+func pathFailure(perr *formats.ParseError) *failure {
+	tag := "InvalidRequest"
+	if perr.Status == http.StatusNotFound {
+		tag = "NotFound"
+	}
+	return &failure{status: perr.Status, tag: tag, message: perr.Message}
+}
+
+// listModels answers GET /models and GET /models/<id> from the store: the
+// connection's enabled models under the names clients send, sorted, in the
+// list shape of the connection's kind. No provider call, no usage record.
+func listModels(w http.ResponseWriter, conn *store.Connection, route formats.Route) *failure {
+	f := formats.OfKind(conn.Kind, 0)
+	info := func(id string, m store.Model) formats.ModelInfo {
+		return formats.ModelInfo{ID: id, Name: m.Name, Created: conn.Created, MaxOutputTokens: m.MaxOutputTokens}
+	}
+	var body []byte
+	if route.Op == formats.GetModel {
+		id := strings.TrimPrefix(route.Model, "models/")
+		m, ok := conn.Models[id]
+		if !ok || !m.Enabled {
+			return fail(http.StatusNotFound, "ModelNotFound", "model %q is not enabled on this connection", id)
+		}
+		body = formats.ModelObject(f, info(id, m), conn.Kind)
+	} else {
+		ids := make([]string, 0, len(conn.Models))
+		for id, m := range conn.Models {
+			if m.Enabled {
+				ids = append(ids, id)
+			}
+		}
+		sort.Strings(ids)
+		list := make([]formats.ModelInfo, len(ids))
+		for i, id := range ids {
+			list[i] = info(id, conn.Models[id])
+		}
+		body = formats.ModelList(f, list, conn.Kind)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	w.Write(body)
+	return nil
 }
 
 // forward sends the request upstream through Caddy's reverse proxy. The

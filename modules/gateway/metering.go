@@ -33,7 +33,7 @@ func outputCap(f formats.Format, fl *fields) int64 {
 	case formats.Anthropic:
 		cands = []gjson.Result{fl.maxTokens}
 	case formats.Google:
-		cands = []gjson.Result{fl.generationConfig.Get("maxOutputTokens"), fl.generationConfigSnakeCase.Get("max_output_tokens")}
+		cands = []gjson.Result{googleGet(fl.googleConfig(), "maxOutputTokens", "max_output_tokens")}
 	}
 	for _, v := range cands {
 		if v.Type == gjson.Number && v.Int() > 0 {
@@ -41,6 +41,24 @@ func outputCap(f formats.Format, fl *fields) int64 {
 		}
 	}
 	return 0
+}
+
+// googleConfig is a Google request's generation config, under either
+// spelling of its name (a body with both is refused).
+func (fl *fields) googleConfig() gjson.Result {
+	if fl.generationConfig.Exists() {
+		return fl.generationConfig
+	}
+	return fl.generationConfigSnakeCase
+}
+
+// googleGet reads a member of a Google object under either spelling of
+// its name, as Google's parser does.
+func googleGet(obj gjson.Result, camel, snake string) gjson.Result {
+	if v := obj.Get(camel); v.Exists() {
+		return v
+	}
+	return obj.Get(snake)
 }
 
 // reservation is an upper bound of a request's cost: every byte of the body
@@ -66,7 +84,8 @@ func reservation(f formats.Format, m store.Model, fl *fields, bodyLen int) money
 		maxOut = DefaultMaxOutputTokens
 	}
 	if f == formats.Google {
-		if tb := fl.generationConfig.Get("thinkingConfig.thinkingBudget"); tb.Type == gjson.Number && tb.Int() > 0 {
+		tc := googleGet(fl.googleConfig(), "thinkingConfig", "thinking_config")
+		if tb := googleGet(tc, "thinkingBudget", "thinking_budget"); tb.Type == gjson.Number && tb.Int() > 0 {
 			maxOut += tb.Int()
 		}
 	}
@@ -83,6 +102,9 @@ type meterWriter struct {
 	status    int
 	firstByte time.Duration
 	start     time.Time
+	// unmetered passes the answer through without reading usage from it
+	// (a token count, which is never charged).
+	unmetered bool
 }
 
 func (w *meterWriter) WriteHeader(status int) {
@@ -91,7 +113,7 @@ func (w *meterWriter) WriteHeader(status int) {
 	}
 	w.status = status
 	w.firstByte = time.Since(w.start)
-	if status < 300 {
+	if status < 300 && !w.unmetered {
 		w.opts.ContentType = w.Header().Get("Content-Type")
 		w.meter = usage.NewMeter(w.ResponseWriterWrapper, w.opts)
 	}

@@ -228,6 +228,7 @@ type UsageRecord struct {
 	FamilyID           string     `json:"token_family,omitempty"`
 	Connection         string     `json:"connection"`
 	Format             string     `json:"format"`
+	Operation          string     `json:"operation,omitempty"` // "" for a generation; OpCountTokens for a token count (never charged)
 	Model              string     `json:"model"`
 	UpstreamModel      string     `json:"upstream_model"`
 	Tokens             Tokens     `json:"tokens"`
@@ -238,6 +239,10 @@ type UsageRecord struct {
 	Estimated          bool       `json:"estimated"`
 	RequestID          string     `json:"request_id,omitempty"`
 }
+
+// OpCountTokens is the Operation of a usage record of a token count
+// (Anthropic count_tokens, Google countTokens).
+const OpCountTokens = "count_tokens"
 
 // Device grant states.
 const (

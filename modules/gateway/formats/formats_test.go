@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 )
 
 func TestParseRoute(t *testing.T) {
@@ -21,6 +22,15 @@ func TestParseRoute(t *testing.T) {
 		{"/custom/conn_a/models/gemini-2.5-pro:generateContent", Route{Connection: "conn_a", Format: Google, Model: "gemini-2.5-pro", Method: "generateContent"}, false},
 		{"/custom/conn_a/v1beta/models/g:streamGenerateContent", Route{Connection: "conn_a", Format: Google, Model: "g", Method: "streamGenerateContent"}, true},
 		{"/custom/conn_a/v1/models/g:generateContent", Route{Connection: "conn_a", Format: Google, Model: "g", Method: "generateContent"}, false},
+		{"/custom/conn_a/v1/messages/count_tokens", Route{Connection: "conn_a", Format: Anthropic, Op: CountTokens}, false},
+		{"/custom/conn_a/messages/count_tokens", Route{Connection: "conn_a", Format: Anthropic, Op: CountTokens}, false},
+		{"/custom/conn_a/v1beta/models/g:countTokens", Route{Connection: "conn_a", Format: Google, Op: CountTokens, Model: "g", Method: "countTokens"}, false},
+		{"/custom/conn_a/v1/models", Route{Connection: "conn_a", Op: ListModels}, false},
+		{"/custom/conn_a/models", Route{Connection: "conn_a", Op: ListModels}, false},
+		{"/custom/conn_a/v1beta/models", Route{Connection: "conn_a", Format: Google, Op: ListModels}, false},
+		{"/custom/conn_a/v1/models/gpt-4o", Route{Connection: "conn_a", Op: GetModel, Model: "gpt-4o"}, false},
+		{"/custom/conn_a/models/meta-llama/Llama-3", Route{Connection: "conn_a", Op: GetModel, Model: "meta-llama/Llama-3"}, false},
+		{"/custom/conn_a/v1beta/models/gemini-pro", Route{Connection: "conn_a", Format: Google, Op: GetModel, Model: "gemini-pro"}, false},
 	}
 	for _, c := range ok {
 		got, err := ParseRoute(c.path)
@@ -41,7 +51,9 @@ func TestParseRoute(t *testing.T) {
 		"/custom/conn_a/chat%2fcompletions":             400,
 		"/custom/conn_a/models/g%2E%2E:generateContent": 400,
 		"/custom/conn_a/models/g\\x:generateContent":    400,
-		"/custom/conn_a/models/g:countTokens":           404,
+		"/custom/conn_a/models/g:embedContent":          404,
+		"/custom/conn_a/messages/batches":               404,
+		"/custom/conn_a/models/a%20b":                   400,
 		"/custom/conn_a/models/:generateContent":        400,
 		"/custom/conn_a/models/a/b:generateContent":     400,
 		"/other/conn_a/chat/completions":                404,
@@ -50,6 +62,100 @@ func TestParseRoute(t *testing.T) {
 		if _, err := ParseRoute(path); err == nil || err.Status != status {
 			t.Errorf("%s: %+v, want status %d", path, err, status)
 		}
+	}
+}
+
+// A path that is not a route still tells the connection and the format
+// it suggests, for an error answered after the credential is checked.
+func TestParseRouteErrorsKeepConnectionAndFormat(t *testing.T) {
+	for path, want := range map[string]Format{
+		"/custom/conn_a/embeddings":                 0,
+		"/custom/conn_a/v1/models/x:embedContent":   Google,
+		"/custom/conn_a/v1beta/cachedContents":      Google,
+		"/custom/conn_a/v1/messages/batches":        Anthropic,
+		"/custom/conn_a/v1/chat/completions/x":      Chat,
+		"/custom/conn_a/v1/responses/resp_1":        Responses,
+		"/custom/conn_a/v1/messages/./count_tokens": Anthropic,
+	} {
+		rt, err := ParseRoute(path)
+		if err == nil || rt.Connection != "conn_a" || rt.Format != want || err.Format != want {
+			t.Errorf("%s: %+v %+v, want format %v", path, rt, err, want)
+		}
+	}
+	if rt, err := ParseRoute("/custom/conn.a/messages"); err == nil || rt.Connection != "" {
+		t.Errorf("an invalid connection id was kept: %+v", rt)
+	}
+}
+
+func TestHTTPMethodOfRoutes(t *testing.T) {
+	for _, c := range []struct {
+		r    Route
+		want string
+	}{
+		{Route{Format: Chat}, "POST"}, {Route{Format: Anthropic, Op: CountTokens}, "POST"},
+		{Route{Op: ListModels}, "GET"}, {Route{Op: GetModel}, "GET"},
+	} {
+		if got := c.r.HTTPMethod(); got != c.want {
+			t.Errorf("%+v: %s", c.r, got)
+		}
+	}
+}
+
+func TestEnvelopeFormats(t *testing.T) {
+	for _, c := range []struct {
+		kind string
+		f    Format
+		want Format
+	}{
+		{"openai", Responses, Responses}, {"openai", 0, Chat}, {"openai", Anthropic, Chat},
+		{"openai-compatible", Google, Chat}, {"anthropic", Chat, Anthropic}, {"anthropic", 0, Anthropic},
+		{"google", 0, Google}, {"google", Anthropic, Google},
+	} {
+		if got := OfKind(c.kind, c.f); got != c.want {
+			t.Errorf("OfKind(%s, %v) = %v, want %v", c.kind, c.f, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		h     http.Header
+		query string
+		want  Format
+	}{
+		{http.Header{}, "", Chat},
+		{http.Header{"Authorization": {"Bearer k"}}, "", Chat},
+		{http.Header{"Api-Key": {"k"}}, "", Chat},
+		{http.Header{"X-Api-Key": {"k"}}, "", Anthropic},
+		{http.Header{"X-Goog-Api-Key": {"k"}}, "", Google},
+		{http.Header{}, "k", Google},
+		{http.Header{"Authorization": {"Bearer k"}, "Anthropic-Version": {"2023-06-01"}}, "", Anthropic},
+		{http.Header{"Anthropic-Version": {"2023-06-01"}}, "", Anthropic},
+		{http.Header{"Authorization": {"Bearer k"}, "X-Goog-Api-Key": {"k"}}, "", Chat},
+	} {
+		if got := CredentialFormat(c.h, c.query); got != c.want {
+			t.Errorf("CredentialFormat(%v, %q) = %v, want %v", c.h, c.query, got, c.want)
+		}
+	}
+}
+
+func TestModelShapes(t *testing.T) {
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ms := []ModelInfo{{ID: "a", Name: "A", Created: created}, {ID: "b", Created: created, MaxOutputTokens: 8192}}
+	for f, want := range map[Format]string{
+		Chat: `{"object":"list","data":[{"id":"a","object":"model","created":1767323045,"owned_by":"openai"},` +
+			`{"id":"b","object":"model","created":1767323045,"owned_by":"openai"}]}`,
+		Anthropic: `{"data":[{"type":"model","id":"a","display_name":"A","created_at":"2026-01-02T03:04:05Z"},` +
+			`{"type":"model","id":"b","display_name":"b","created_at":"2026-01-02T03:04:05Z"}],"has_more":false,"first_id":"a","last_id":"b"}`,
+		Google: `{"models":[{"name":"models/a","baseModelId":"a","displayName":"A","supportedGenerationMethods":["generateContent","streamGenerateContent","countTokens"]},` +
+			`{"name":"models/b","baseModelId":"b","displayName":"b","outputTokenLimit":8192,"supportedGenerationMethods":["generateContent","streamGenerateContent","countTokens"]}]}`,
+	} {
+		if got := string(ModelList(f, ms, "openai")); got != want {
+			t.Errorf("%v list\n got %s\nwant %s", f, got, want)
+		}
+	}
+	if got := string(ModelList(Anthropic, nil, "")); got != `{"data":[],"has_more":false,"first_id":null,"last_id":null}` {
+		t.Errorf("empty anthropic list %s", got)
+	}
+	if got := string(ModelObject(Chat, ms[0], "openai")); got != `{"id":"a","object":"model","created":1767323045,"owned_by":"openai"}` {
+		t.Errorf("openai model %s", got)
 	}
 }
 
@@ -63,6 +169,8 @@ func TestUpstreamPath(t *testing.T) {
 		{Route{Format: Responses}, "m", "/responses"},
 		{Route{Format: Anthropic}, "m", "/messages"},
 		{Route{Format: Google, Method: "streamGenerateContent"}, "gemini-x", "/models/gemini-x:streamGenerateContent"},
+		{Route{Format: Anthropic, Op: CountTokens}, "m", "/messages/count_tokens"},
+		{Route{Format: Google, Op: CountTokens, Method: "countTokens"}, "gemini-x", "/models/gemini-x:countTokens"},
 	} {
 		if got := c.r.UpstreamPath(c.model); got != c.want {
 			t.Errorf("%v: %s, want %s", c.r, got, c.want)
