@@ -84,12 +84,7 @@ func setup(t testing.TB) *env {
 	cfg := fmt.Sprintf(`{
 		"admin": {"disabled": true},
 		"logging": {"logs": {"default": {"writer": {"output": "file", "filename": %q}, "level": "DEBUG",
-			"encoder": {"format": "filter", "wrap": {"format": "json"}, "fields": {
-				"request>headers>X-Api-Key": {"filter": "delete"},
-				"request>headers>Api-Key": {"filter": "delete"},
-				"request>headers>X-Goog-Api-Key": {"filter": "delete"},
-				"request>uri": {"filter": "query", "actions": [{"type": "delete", "parameter": "key"}]}
-			}}}}},
+			"encoder": {"format": "json"}}}},
 		"apps": {
 			"agentgate": {"storage": {"path": %q}},
 			"http": {"servers": {"gw": {
