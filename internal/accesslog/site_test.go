@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,8 +75,9 @@ func startSite(t *testing.T, format string) *site {
 		accessLog: filepath.Join(dir, "access.log"), defaultLog: filepath.Join(dir, "default.log")}
 
 	// The localhost site has no log, so its host goes in the server's
-	// skip_hosts. /teapot is answered by a handler
-	// after the gateway that returns an error.
+	// skip_hosts. /teapot and /boom are answered by a handler after the
+	// gateway that returns an error, which the site's error routes answer
+	// (418) or leave to the server (500).
 	caddyfile := fmt.Sprintf(`{
 	admin off
 	persist_config off
@@ -99,7 +101,11 @@ http://127.0.0.1:%[3]d {
 	route {
 		llm_gateway
 		error /teapot* 418
+		error /boom* 500
 		workspace_console
+	}
+	handle_errors 418 {
+		respond "short and stout" 418
 	}
 }
 
@@ -172,6 +178,7 @@ type call struct {
 	body    string
 	host    string // Host header; default the site's
 	status  int    // wanted response status
+	answer  string // wanted response body, if set
 	uri     string // wanted uri in the entry
 	metered bool   // the entry carries the gateway's agentgate object
 	logged  bool   // exactly one access-log entry; false: none
@@ -203,8 +210,8 @@ func (s *site) do(t *testing.T, id string, c call) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != c.status {
-		t.Fatalf("%s: status %d, want %d: %s", c.name, resp.StatusCode, c.status, b)
+	if resp.StatusCode != c.status || c.answer != "" && string(b) != c.answer {
+		t.Fatalf("%s: %d %q, want %d %q", c.name, resp.StatusCode, b, c.status, c.answer)
 	}
 }
 
@@ -304,7 +311,8 @@ func TestAccessLogHasNoKey(t *testing.T) {
 				{name: "console x-api-key", method: "GET", path: "/api/v2/config", header: []string{"X-Api-Key", s.allKey, "Authorization", "Bearer " + s.allKey}, status: 200, uri: "/api/v2/config", logged: true},
 				{name: "console query key", method: "GET", path: "/api/v2/config?key=" + s.allKey, status: 401, uri: "/api/v2/config", logged: true},
 				{name: "console bearer", method: "GET", path: "/api/v2/config", header: []string{"Authorization", "Bearer " + s.allKey}, status: 200, uri: "/api/v2/config", logged: true},
-				{name: "later handler's error", method: "GET", path: "/teapot?key=" + s.key, header: []string{"Api-Key", s.key}, status: 418, uri: "/teapot", logged: true},
+				{name: "later handler's error", method: "GET", path: "/teapot?key=" + s.key, header: []string{"Api-Key", s.key}, status: 418, answer: "short and stout", uri: "/teapot", logged: true},
+				{name: "later handler's error, no error route", method: "GET", path: "/boom?a=b&key=" + s.key, status: 500, uri: "/boom?a=b", logged: true},
 				{name: "no key", method: "GET", path: "/api/v2/config?x=1", status: 401, uri: "/api/v2/config?x=1", logged: true},
 				{name: "log_skip", method: "POST", path: gw + "?key=" + s.key, body: chat, header: []string{"X-Quiet", "1", "X-Api-Key", s.key}, status: 200, logged: false},
 				{name: "skipped host", method: "POST", path: gw + "?key=" + s.key, body: chat, host: fmt.Sprintf("localhost:%d", s.port), header: []string{"X-Api-Key", s.key}, status: 200, logged: false},
@@ -334,11 +342,11 @@ func TestAccessLogHasNoKey(t *testing.T) {
 						t.Errorf("%s: access entry in the default log: %v", c.name, e.fields)
 					}
 				}
-				if c.status == 418 {
+				if c.status == 418 || c.status == 500 {
 					// Caddy's error log entry for the later handler's error,
 					// with the request as the access entry shows it.
 					if len(d) != 1 || d[0].logger != "http.log.error.log0" || d[0].level != "debug" ||
-						get(d[0].fields, "status") != float64(418) || get(d[0].fields, "request.uri") != c.uri {
+						get(d[0].fields, "status") != float64(c.status) || get(d[0].fields, "request.uri") != c.uri {
 						t.Errorf("%s: error log entries %v", c.name, d)
 					}
 				}
@@ -358,6 +366,9 @@ func TestAccessLogHasNoKey(t *testing.T) {
 					t.Errorf("%s: message %q logger %q", c.name, e.msg, e.logger)
 				}
 				wantLevel := "info"
+				if c.status >= 500 {
+					wantLevel = "error"
+				}
 				if e.level != wantLevel {
 					t.Errorf("%s: level %q, want %q", c.name, e.level, wantLevel)
 				}
@@ -406,6 +417,36 @@ func TestAccessLogHasNoKey(t *testing.T) {
 					t.Errorf("%s: agentgate %v", c.name, ag)
 				}
 			}
+
+			// Caddy wrote the bearer request's entry (Authorization is
+			// redacted by Caddy itself); this package wrote the x-api-key
+			// request's: the two have the same fields.
+			ours, caddys := byReq(access, "r0"), byReq(access, "r4")
+			if len(ours) == 1 && len(caddys) == 1 {
+				for _, obj := range []string{"", "request", "agentgate"} {
+					a, b := keys(ours[0].fields, obj), keys(caddys[0].fields, obj)
+					if a != b {
+						t.Errorf("fields of %q: ours %s, Caddy's %s", obj, a, b)
+					}
+				}
+			}
 		})
 	}
+}
+
+// keys lists the members of the object at path ("" for the entry).
+func keys(fields map[string]any, path string) string {
+	var v any = fields
+	if path != "" {
+		v = get(fields, path)
+	}
+	m, _ := v.(map[string]any)
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		if k != "ts" && k != "headers" {
+			ks = append(ks, k)
+		}
+	}
+	slices.Sort(ks)
+	return strings.Join(ks, ",")
 }
