@@ -37,9 +37,11 @@ const providerSecret = "sk-provider-SECRET-accesslog"
 type site struct {
 	base       string // http://127.0.0.1:port
 	port       int
-	accessLog  string // the site's `log`
-	defaultLog string // Caddy's default log, at DEBUG
-	key        string // inference key
+	accessLog  string              // the site's `log`
+	consoleLog string              // the Console-only site's `log`
+	logNames   map[string][]string // host → its logs' names, as adapted
+	defaultLog string              // Caddy's default log, at DEBUG
+	key        string              // inference key
 	allKey     string
 	conn       string // an openai connection to a fake provider
 }
@@ -72,7 +74,8 @@ func startSite(t *testing.T, format string) *site {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	s := &site{base: fmt.Sprintf("http://127.0.0.1:%d", port), port: port,
-		accessLog: filepath.Join(dir, "access.log"), defaultLog: filepath.Join(dir, "default.log")}
+		accessLog: filepath.Join(dir, "access.log"), consoleLog: filepath.Join(dir, "console.log"),
+		defaultLog: filepath.Join(dir, "default.log")}
 
 	// The localhost site has no log, so its host goes in the server's
 	// skip_hosts. /teapot and /boom are answered by a handler after the
@@ -113,7 +116,15 @@ http://localhost:%[3]d {
 	llm_gateway
 	workspace_console
 }
-`, dir, s.defaultLog, port, s.accessLog, logFormats[format])
+
+http://console.test:%[3]d {
+	log {
+		output file %[6]s
+		%[5]s
+	}
+	workspace_console
+}
+`, dir, s.defaultLog, port, s.accessLog, logFormats[format], s.consoleLog)
 	cfg, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
 	if err != nil {
 		t.Fatalf("adapting: %v", err)
@@ -129,6 +140,26 @@ http://localhost:%[3]d {
 		t.Fatalf("no %s in %s", skipped, cfg)
 	}
 	cfg = bytes.Replace(cfg, []byte(skipped), []byte(`"skip_hosts":["localhost"]`), 1)
+	var adapted struct {
+		Apps struct {
+			HTTP struct {
+				Servers map[string]struct {
+					Logs struct {
+						LoggerNames map[string][]string `json:"logger_names"`
+					} `json:"logs"`
+				} `json:"servers"`
+			} `json:"http"`
+		} `json:"apps"`
+	}
+	if err := json.Unmarshal(cfg, &adapted); err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range adapted.Apps.HTTP.Servers {
+		s.logNames = srv.Logs.LoggerNames
+	}
+	if len(s.logNames["127.0.0.1"]) != 1 || len(s.logNames["console.test"]) != 1 {
+		t.Fatalf("logger names %v", s.logNames)
+	}
 	if err := caddy.Load(cfg, true); err != nil {
 		t.Fatalf("loading: %v", err)
 	}
@@ -181,6 +212,7 @@ type call struct {
 	answer  string // wanted response body, if set
 	uri     string // wanted uri in the entry
 	metered bool   // the entry carries the gateway's agentgate object
+	console bool   // sent to the Console-only site
 	logged  bool   // exactly one access-log entry; false: none
 }
 
@@ -203,6 +235,9 @@ func (s *site) do(t *testing.T, id string, c call) {
 	}
 	if c.host != "" {
 		req.Host = c.host
+	}
+	if c.console {
+		req.Host = fmt.Sprintf("console.test:%d", s.port)
 	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
@@ -313,6 +348,9 @@ func TestAccessLogHasNoKey(t *testing.T) {
 				{name: "console bearer", method: "GET", path: "/api/v2/config", header: []string{"Authorization", "Bearer " + s.allKey}, status: 200, uri: "/api/v2/config", logged: true},
 				{name: "later handler's error", method: "GET", path: "/teapot?key=" + s.key, header: []string{"Api-Key", s.key}, status: 418, answer: "short and stout", uri: "/teapot", logged: true},
 				{name: "later handler's error, no error route", method: "GET", path: "/boom?a=b&key=" + s.key, status: 500, uri: "/boom?a=b", logged: true},
+				{name: "Console site x-api-key", console: true, method: "GET", path: "/api/v2/config?a=1", header: []string{"X-Api-Key", s.allKey, "Authorization", "Bearer " + s.allKey}, status: 200, uri: "/api/v2/config?a=1", logged: true},
+				{name: "Console site query key", console: true, method: "GET", path: "/api/v2/config?key=" + s.allKey, status: 401, uri: "/api/v2/config", logged: true},
+				{name: "Console site bearer", console: true, method: "GET", path: "/api/v2/config", header: []string{"Authorization", "Bearer " + s.allKey}, status: 200, uri: "/api/v2/config", logged: true},
 				{name: "no key", method: "GET", path: "/api/v2/config?x=1", status: 401, uri: "/api/v2/config?x=1", logged: true},
 				{name: "log_skip", method: "POST", path: gw + "?key=" + s.key, body: chat, header: []string{"X-Quiet", "1", "X-Api-Key", s.key}, status: 200, logged: false},
 				{name: "skipped host", method: "POST", path: gw + "?key=" + s.key, body: chat, host: fmt.Sprintf("localhost:%d", s.port), header: []string{"X-Api-Key", s.key}, status: 200, logged: false},
@@ -324,7 +362,7 @@ func TestAccessLogHasNoKey(t *testing.T) {
 			// before the response ends, but give the files a moment.
 			time.Sleep(200 * time.Millisecond)
 
-			for _, path := range []string{s.accessLog, s.defaultLog} {
+			for _, path := range []string{s.accessLog, s.consoleLog, s.defaultLog} {
 				data, _ := os.ReadFile(path)
 				for _, k := range []string{s.key, s.allKey, bad} {
 					if bytes.Contains(data, []byte(k)) || bytes.Contains(data, []byte(k[len(k)-24:])) {
@@ -333,6 +371,7 @@ func TestAccessLogHasNoKey(t *testing.T) {
 				}
 			}
 			access := readEntries(t, s.accessLog, format)
+			consoleEntries := readEntries(t, s.consoleLog, format)
 			defaults := readEntries(t, s.defaultLog, "json")
 			for i, c := range calls {
 				id := fmt.Sprint("r", i)
@@ -345,12 +384,18 @@ func TestAccessLogHasNoKey(t *testing.T) {
 				if c.status == 418 || c.status == 500 {
 					// Caddy's error log entry for the later handler's error,
 					// with the request as the access entry shows it.
-					if len(d) != 1 || d[0].logger != "http.log.error.log0" || d[0].level != "debug" ||
+					if len(d) != 1 || d[0].logger != "http.log.error."+s.logNames["127.0.0.1"][0] || d[0].level != "debug" ||
 						get(d[0].fields, "status") != float64(c.status) || get(d[0].fields, "request.uri") != c.uri {
 						t.Errorf("%s: error log entries %v", c.name, d)
 					}
 				}
-				es := byReq(access, id)
+				es, others, host := byReq(access, id), byReq(consoleEntries, id), "127.0.0.1"
+				if c.console {
+					es, others, host = others, es, "console.test"
+				}
+				if len(others) != 0 {
+					t.Errorf("%s: entry in the other site's log", c.name)
+				}
 				if !c.logged {
 					if len(es) != 0 {
 						t.Errorf("%s: %d access entries, want none: %v", c.name, len(es), es[0].fields)
@@ -362,7 +407,7 @@ func TestAccessLogHasNoKey(t *testing.T) {
 					continue
 				}
 				e := es[0]
-				if e.msg != "handled request" || e.logger != "http.log.access.log0" {
+				if e.msg != "handled request" || e.logger != "http.log.access."+s.logNames[host][0] {
 					t.Errorf("%s: message %q logger %q", c.name, e.msg, e.logger)
 				}
 				wantLevel := "info"
@@ -381,7 +426,7 @@ func TestAccessLogHasNoKey(t *testing.T) {
 				if got := get(e.fields, "request.uri"); got != c.uri {
 					t.Errorf("%s: uri %v, want %s", c.name, got, c.uri)
 				}
-				if got := get(e.fields, "request.host"); got != fmt.Sprintf("127.0.0.1:%d", s.port) {
+				if got := get(e.fields, "request.host"); got != fmt.Sprintf("%s:%d", host, s.port) {
 					t.Errorf("%s: host %v", c.name, got)
 				}
 				for _, h := range []string{"X-Api-Key", "Api-Key", "X-Goog-Api-Key"} {
