@@ -43,7 +43,8 @@ type site struct {
 	defaultLog string              // Caddy's default log, at DEBUG
 	key        string              // inference key
 	allKey     string
-	conn       string // an openai connection to a fake provider
+	conn       string // an openai connection to the fake provider
+	provider   *fakeprovider.Provider
 }
 
 // logFormats are the site's `log { format … }` bodies under test.
@@ -195,7 +196,7 @@ http://console.test:%[3]d {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.conn = c.ID
+	s.conn, s.provider = c.ID, p
 	return s
 }
 
@@ -332,12 +333,14 @@ func TestAccessLogHasNoKey(t *testing.T) {
 		t.Run(format, func(t *testing.T) {
 			s := startSite(t, format)
 			chat := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+			stream := `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 			gw := "/custom/" + s.conn + "/chat/completions"
 			bad := "ag_sk_000000000000_notAValidKeyButSecretAnyway0123456789"
 			calls := []call{
 				{name: "x-api-key", method: "POST", path: gw, body: chat, header: []string{"X-Api-Key", s.key}, status: 200, uri: gw, metered: true, logged: true},
 				{name: "api-key", method: "POST", path: gw, body: chat, header: []string{"Api-Key", s.key}, status: 200, uri: gw, metered: true, logged: true},
 				{name: "x-goog-api-key", method: "POST", path: gw, body: chat, header: []string{"X-Goog-Api-Key", s.key}, status: 200, uri: gw, metered: true, logged: true},
+				{name: "x-api-key stream", method: "POST", path: gw, body: stream, header: []string{"X-Api-Key", s.key}, status: 200, uri: gw, metered: true, logged: true},
 				{name: "query key", method: "POST", path: gw + "?a=1&key=" + s.key + "&b=2", body: chat, status: 200, uri: gw + "?a=1&b=2", metered: true, logged: true},
 				{name: "bearer", method: "POST", path: gw, body: chat, header: []string{"Authorization", "Bearer " + s.key}, status: 200, uri: gw, metered: true, logged: true},
 				{name: "invalid x-api-key", method: "POST", path: gw, body: chat, header: []string{"X-Api-Key", bad}, status: 401, uri: gw, logged: true},
@@ -494,4 +497,38 @@ func keys(fields map[string]any, path string) string {
 	}
 	slices.Sort(ks)
 	return strings.Join(ks, ",")
+}
+
+// TestAccessLogCutStream: a stream the provider cuts is aborted by the
+// reverse proxy (the handler does not return normally); its entry is still
+// written once, without the key, with the gateway's metering.
+func TestAccessLogCutStream(t *testing.T) {
+	s := startSite(t, "json")
+	s.provider.SetBehavior(fakeprovider.Behavior{CutAfter: 2, Chunks: 5})
+	gw := "/custom/" + s.conn + "/chat/completions?key=" + s.key
+	req, _ := http.NewRequest("POST", s.base+gw, strings.NewReader(`{"model":"gpt-4o","stream":true,"messages":[]}`))
+	req.Header.Set("X-Req", "cut")
+	req.Header.Set("X-Api-Key", s.key)
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(resp.Body); err == nil {
+		t.Error("the cut stream ended cleanly")
+	}
+	resp.Body.Close()
+	time.Sleep(200 * time.Millisecond)
+	data, _ := os.ReadFile(s.accessLog)
+	if bytes.Contains(data, []byte(s.key[len(s.key)-24:])) {
+		t.Fatalf("the access log holds the key:\n%s", data)
+	}
+	es := byReq(readEntries(t, s.accessLog, "json"), "cut")
+	if len(es) != 1 {
+		t.Fatalf("%d entries, want 1:\n%s", len(es), data)
+	}
+	e := es[0]
+	if get(e.fields, "status") != float64(200) || get(e.fields, "request.uri") != "/custom/"+s.conn+"/chat/completions" ||
+		get(e.fields, "agentgate.streamed") != true || get(e.fields, "agentgate.connection") != s.conn {
+		t.Errorf("entry %v", e.fields)
+	}
 }
