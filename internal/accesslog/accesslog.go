@@ -13,8 +13,9 @@
 // site's error routes or the error's status), for the same reason: Caddy's
 // error log entry carries the same copy of the request.
 //
-// Requests without a key in those slots keep Caddy's own entries and cost
-// three header lookups and a scan of the query.
+// Requests without a key in those slots keep Caddy's own entries; telling
+// them apart costs a context lookup, three header lookups and a scan of the
+// query.
 package accesslog
 
 import (
@@ -71,7 +72,8 @@ func New(ctx caddy.Context) *Log {
 // key in one of the slots Caddy does not redact, and reports whether it
 // did. A handler calls it first thing in its ServeHTTP and returns at once
 // when it reports true; the call it makes to h finds the request claimed
-// and reports false, so h serves as usual.
+// and reports false, so h serves as usual. An error h returns is handled
+// here as Caddy's server would handle it, so the error is nil.
 func (l *Log) Serve(w http.ResponseWriter, r *http.Request, h caddyhttp.MiddlewareHandler, next caddyhttp.Handler) (bool, error) {
 	if l == nil || l.access == nil {
 		return false, nil
@@ -85,7 +87,8 @@ func (l *Log) Serve(w http.ResponseWriter, r *http.Request, h caddyhttp.Middlewa
 	}
 	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
 	if srv == nil || srv.Logs != nil && srv.Logs.ShouldLogCredentials {
-		// The operator asked for credentials in the log.
+		// Not served by a Caddy server, or the operator asked for
+		// credentials in the log (should_log_credentials).
 		return false, nil
 	}
 	if claimed, _ := caddyhttp.GetVar(r.Context(), claimedVar).(bool); claimed {
