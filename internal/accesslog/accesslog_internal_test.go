@@ -4,11 +4,13 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestWithoutParam(t *testing.T) {
@@ -118,5 +120,65 @@ func TestMatchWildcard(t *testing.T) {
 		if got := matchWildcard(c.host, c.pattern); got != c.want {
 			t.Errorf("matchWildcard(%q, %q) = %v", c.host, c.pattern, got)
 		}
+	}
+}
+
+// TestWhereEntriesGo: the same hosts are logged or skipped, and under the
+// same logger names, as by Caddy's server.
+func TestWhereEntriesGo(t *testing.T) {
+	logs := &caddyhttp.ServerLogConfig{
+		LoggerNames: map[string]caddyhttp.StringArray{"a.example.com": {"one"}, "*.example.com": {"two", ""}},
+		SkipHosts:   []string{"skip.example.com", "*.skip.test"},
+	}
+	req := func(host string, vars map[string]any) *http.Request {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Host = host
+		return r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, vars))
+	}
+	for host, want := range map[string]bool{
+		"a.example.com:8443": true, "b.example.com": true, "skip.example.com": true, // mapped wins over skipped
+		"x.skip.test": false, "other.test": true, "[::1]:80": true,
+	} {
+		if got := shouldLog(logs, req(host, nil)); got != want {
+			t.Errorf("shouldLog(%s) = %v", host, got)
+		}
+	}
+	logs.SkipUnmappedHosts = true
+	if shouldLog(logs, req("other.test", nil)) || !shouldLog(logs, req("b.example.com", nil)) {
+		t.Error("skip_unmapped_hosts not honoured")
+	}
+	if shouldLog(nil, req("a.example.com", nil)) {
+		t.Error("logged without access logs")
+	}
+
+	core, seen := observer.New(zapcore.DebugLevel)
+	base := zap.New(core).Named("http.log.access")
+	names := func(r *http.Request) []string {
+		seen.TakeAll()
+		for _, l := range loggersFor(base, logs, r) {
+			l.Info("x")
+		}
+		var out []string
+		for _, e := range seen.TakeAll() {
+			out = append(out, e.LoggerName)
+		}
+		return out
+	}
+	for host, want := range map[string]string{
+		"A.example.com":      "http.log.access.one",
+		"b.example.com":      "http.log.access.two,http.log.access",
+		"other.test:80":      "http.log.access",
+		"deep.b.example.com": "http.log.access",
+	} {
+		if got := strings.Join(names(req(host, nil)), ","); got != want {
+			t.Errorf("loggers of %s: %s, want %s", host, got, want)
+		}
+	}
+	byVar := req("a.example.com", map[string]any{caddyhttp.AccessLoggerNameVarKey: []any{"", "three"}})
+	if got := strings.Join(names(byVar), ","); got != "http.log.access,http.log.access.three" {
+		t.Errorf("loggers by access_logger_names: %s", got)
+	}
+	if got := loggersFor(base, nil, req("a.example.com", nil)); len(got) != 1 || got[0] != base {
+		t.Errorf("loggers with no server log config: %v", got)
 	}
 }
