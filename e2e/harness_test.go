@@ -206,12 +206,9 @@ func (s *server) caddyfile(c config) string {
 	b.WriteString("\t}\n}\n\n")
 	fmt.Fprintf(&b, "http://%s {\n\tbind 127.0.0.1\n", s.httpAddr)
 	if c.AccessLog {
-		// The access-log filter the README recommends for gateway sites:
-		// Caddy redacts Authorization and Cookie itself, not the other
-		// headers and the query parameter a workspace key can travel in.
-		b.WriteString("\tlog {\n\t\toutput stderr\n\t\tformat filter {\n" +
-			"\t\t\trequest>headers>X-Api-Key delete\n\t\t\trequest>headers>Api-Key delete\n" +
-			"\t\t\trequest>headers>X-Goog-Api-Key delete\n\t\t\trequest>uri query {\n\t\t\t\tdelete key\n\t\t\t}\n\t\t}\n\t}\n")
+		// A plain access log, as an operator writes it: the gateway and
+		// the Console keep workspace keys out of it themselves.
+		b.WriteString("\tlog {\n\t\toutput stderr\n\t\tformat json\n\t}\n")
 	}
 	b.WriteString("\tllm_gateway\n")
 	if c.MaxBody != "" || len(c.DeviceClients) > 0 {

@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/agentgate/agentgate/internal/accesslog"
 	"github.com/agentgate/agentgate/modules/agentgate"
 	"github.com/agentgate/agentgate/modules/console/api"
 	"github.com/agentgate/agentgate/modules/console/oauth"
@@ -53,10 +54,11 @@ type Console struct {
 	// (RFC 8628); any other gets 401 invalid_client. Default: agentgate-cli.
 	DeviceClients []string `json:"device_clients,omitempty"`
 
-	api    *api.API
-	oauth  *oauth.Handler
-	web    *web.Web
-	logger *zap.Logger
+	api       *api.API
+	oauth     *oauth.Handler
+	web       *web.Web
+	logger    *zap.Logger
+	accessLog *accesslog.Log
 }
 
 // CaddyModule returns the Caddy module information.
@@ -67,6 +69,7 @@ func (*Console) CaddyModule() caddy.ModuleInfo {
 // Provision wires the handler to the agentgate app.
 func (c *Console) Provision(ctx caddy.Context) error {
 	c.logger = ctx.Logger()
+	c.accessLog = accesslog.New(ctx)
 	app, err := agentgate.FromContext(ctx)
 	if err != nil {
 		return fmt.Errorf("loading agentgate app: %v", err)
@@ -123,7 +126,10 @@ func (c *Console) Validate() error {
 }
 
 // ServeHTTP serves the Console routes.
-func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if taken, err := c.accessLog.Serve(w, r, c, next); taken {
+		return err // logged without the key (internal/accesslog)
+	}
 	switch p := r.URL.Path; {
 	case oauth.Handles(p):
 		c.oauth.ServeHTTP(w, r)

@@ -30,6 +30,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/agentgate/agentgate/internal/accesslog"
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/ledger"
 	"github.com/agentgate/agentgate/internal/service"
@@ -84,6 +85,7 @@ type Gateway struct {
 	upstreams      sync.Map // base URL → *upstream
 	metrics        *metrics
 	logger         *zap.Logger
+	accessLog      *accesslog.Log
 }
 
 // CaddyModule returns the Caddy module information.
@@ -96,6 +98,7 @@ const varUpstream = "agentgate.upstream"
 // Provision sets defaults and provisions the two reverse proxies.
 func (g *Gateway) Provision(ctx caddy.Context) error {
 	g.logger = ctx.Logger()
+	g.accessLog = accesslog.New(ctx)
 	app, err := agentgate.FromContext(ctx)
 	if err != nil {
 		return fmt.Errorf("loading agentgate app: %v", err)
@@ -236,6 +239,9 @@ func fromAPI(err error) *failure {
 
 // ServeHTTP forwards a gateway request, or passes other paths on.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if taken, err := g.accessLog.Serve(w, r, g, next); taken {
+		return err // logged without the key (internal/accesslog)
+	}
 	if !strings.HasPrefix(r.URL.Path, formats.Prefix) {
 		return next.ServeHTTP(w, r)
 	}

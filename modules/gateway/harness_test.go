@@ -94,12 +94,7 @@ func setup(t testing.TB) *env {
 		"admin": {"disabled": true, "config": {"persist": false}},
 		"storage": {"module": "file_system", "root": %q},
 		"logging": {"logs": {"default": {"writer": {"output": "file", "filename": %q}, "level": "DEBUG",
-			"encoder": {"format": "filter", "wrap": {"format": "json"}, "fields": {
-				"request>headers>X-Api-Key": {"filter": "delete"},
-				"request>headers>Api-Key": {"filter": "delete"},
-				"request>headers>X-Goog-Api-Key": {"filter": "delete"},
-				"request>uri": {"filter": "query", "actions": [{"type": "delete", "parameter": "key"}]}
-			}}}}},
+			"encoder": {"format": "json"}}}},
 		"apps": {
 			"agentgate": {"storage": {"path": %q}},
 			"http": {"servers": {"gw": {

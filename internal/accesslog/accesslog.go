@@ -1,0 +1,455 @@
+// Package accesslog keeps workspace keys out of Caddy's access log.
+//
+// Caddy copies every request for its access log before any handler runs
+// and redacts only Authorization, Cookie and Proxy-Authorization in that
+// copy, so a key sent as x-api-key, api-key, x-goog-api-key or ?key= would
+// be written as it came, and no handler can edit the copy. For a request
+// that carries a key in one of those slots, the handler that takes it
+// (llm_gateway, workspace_console) therefore writes the entry itself: the
+// same message, level and fields as Caddy's, to the same loggers, with the
+// key removed from the request object, and sets Caddy's log_skip variable
+// so that Caddy writes nothing more. An error returned by a later handler
+// is handled the way Caddy's server handles it (error log entry, the
+// site's error routes or the error's status), for the same reason: Caddy's
+// error log entry carries the same copy of the request.
+//
+// Requests without a key in those slots keep Caddy's own entries; telling
+// them apart costs a context lookup, three header lookups and a scan of the
+// query.
+package accesslog
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Headers are the request headers a workspace key can travel in that Caddy
+// does not redact by itself (it redacts Authorization).
+var Headers = []string{"X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
+
+// QueryParam is the query parameter a workspace key can travel in.
+const QueryParam = "key"
+
+// claimedVar marks a request whose entry a handler has taken over, so that
+// a second agentgate handler in the same chain does not take it again.
+const claimedVar = "agentgate.access_log"
+
+// Log writes access and error log entries under the names Caddy's HTTP
+// server uses. The zero value and nil write nothing and take no request.
+type Log struct {
+	access *zap.Logger // "http.log.access"
+	errors *zap.Logger // "http.log.error"
+}
+
+// httpAppModule stands for the http app when asking the config for a
+// logger: a log's include and exclude lists select its outputs by module
+// name, so the loggers must be the http app's for an entry to reach
+// exactly the logs Caddy's own entry would reach.
+type httpAppModule struct{}
+
+func (httpAppModule) CaddyModule() caddy.ModuleInfo { return caddy.ModuleInfo{ID: "http"} }
+
+// New returns the access and error loggers of ctx's config, named as the
+// http app names them.
+func New(ctx caddy.Context) *Log {
+	l := ctx.Logger(httpAppModule{})
+	return &Log{access: l.Named("log.access"), errors: l.Named("log.error")}
+}
+
+// Serve runs h for r and writes r's log entries itself when r carries a
+// key in one of the slots Caddy does not redact, and reports whether it
+// did. A handler calls it first thing in its ServeHTTP and returns at once
+// when it reports true; the call it makes to h finds the request claimed
+// and reports false, so h serves as usual. An error h returns is handled
+// here as Caddy's server would handle it, so the error is nil.
+func (l *Log) Serve(w http.ResponseWriter, r *http.Request, h caddyhttp.MiddlewareHandler, next caddyhttp.Handler) (bool, error) {
+	if l == nil || l.access == nil {
+		return false, nil
+	}
+	orig, _ := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request)
+	if orig.URL == nil {
+		orig = http.Request{Method: r.Method, RemoteAddr: r.RemoteAddr, RequestURI: r.RequestURI, URL: r.URL}
+	}
+	if !Carries(r.Header, orig.RequestURI) {
+		return false, nil
+	}
+	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if srv == nil || srv.Logs != nil && srv.Logs.ShouldLogCredentials {
+		// Not served by a Caddy server, or the operator asked for
+		// credentials in the log (should_log_credentials).
+		return false, nil
+	}
+	if claimed, _ := caddyhttp.GetVar(r.Context(), claimedVar).(bool); claimed {
+		return false, nil
+	}
+	caddyhttp.SetVar(r.Context(), claimedVar, true)
+	return true, l.serve(srv, w, r, orig, h, next)
+}
+
+// Carries reports whether a request with these headers and request URI
+// carries a value in one of the slots Caddy's log does not redact.
+func Carries(h http.Header, requestURI string) bool {
+	for _, name := range Headers {
+		if len(h[name]) > 0 {
+			return true
+		}
+	}
+	_, query, _ := strings.Cut(requestURI, "?")
+	return hasParam(query, QueryParam)
+}
+
+// hasParam reports whether a raw query has the parameter name.
+func hasParam(query, name string) bool {
+	for query != "" {
+		var part string
+		part, query, _ = strings.Cut(query, "&")
+		k, _, _ := strings.Cut(part, "=")
+		if k == name {
+			return true
+		}
+		if strings.Contains(k, "%") || strings.Contains(k, "+") {
+			if u, err := url.QueryUnescape(k); err == nil && u == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// WithoutParam returns a request URI with every name parameter removed
+// from its query; the other parameters keep their order and encoding.
+func WithoutParam(requestURI, name string) string {
+	path, query, ok := strings.Cut(requestURI, "?")
+	if !ok || !hasParam(query, name) {
+		return requestURI
+	}
+	kept := make([]string, 0, strings.Count(query, "&")+1)
+	for _, part := range strings.Split(query, "&") {
+		if part != "" && !hasParam(part, name) {
+			kept = append(kept, part)
+		}
+	}
+	if len(kept) == 0 {
+		return path
+	}
+	return path + "?" + strings.Join(kept, "&")
+}
+
+// redacted is the request as Caddy's entry shows it (method, remote
+// address and request URI as they arrived), without the key's slots.
+func redacted(r *http.Request, orig http.Request) *http.Request {
+	h := r.Header.Clone()
+	for _, name := range Headers {
+		delete(h, name)
+	}
+	c := &http.Request{
+		Method:           orig.Method,
+		RemoteAddr:       orig.RemoteAddr,
+		RequestURI:       WithoutParam(orig.RequestURI, QueryParam),
+		Proto:            r.Proto,
+		Host:             r.Host,
+		Header:           h,
+		TransferEncoding: r.TransferEncoding,
+		TLS:              r.TLS,
+	}
+	// The context carries the client IP that the entry shows.
+	return c.WithContext(r.Context())
+}
+
+func (l *Log) serve(srv *caddyhttp.Server, w http.ResponseWriter, r *http.Request, orig http.Request,
+	h caddyhttp.MiddlewareHandler, next caddyhttp.Handler) error {
+	start := time.Now()
+	req := zap.Object("request", caddyhttp.LoggableHTTPRequest{Request: redacted(r, orig)})
+	logAccess := shouldLog(srv.Logs, r)
+	var body *countingReader
+	if r.Body != nil && r.Body != http.NoBody {
+		body = &countingReader{ReadCloser: r.Body}
+		r.Body = body
+		defer func() { r.Body = body.ReadCloser }()
+	}
+	rec := caddyhttp.NewResponseRecorder(w, nil, nil)
+	var duration time.Duration
+	// Deferred, so that a response the reverse proxy aborts with a panic
+	// is logged too, as Caddy logs it.
+	defer func() {
+		if duration == 0 {
+			duration = time.Since(start)
+		}
+		if logAccess {
+			l.writeAccess(srv, rec, r, req, duration, body)
+		}
+	}()
+	err := h.ServeHTTP(rec, r, next)
+	duration = time.Since(start)
+	if err != nil {
+		l.handleError(srv, rec, r, orig, req, duration, err)
+	}
+	return nil
+}
+
+// writeAccess writes the entry Caddy's server would write after the
+// handlers, and tells Caddy's server not to write its own.
+func (l *Log) writeAccess(srv *caddyhttp.Server, rec caddyhttp.ResponseRecorder, r *http.Request,
+	req zap.Field, duration time.Duration, body *countingReader) {
+	ctx := r.Context()
+	if skip, _ := caddyhttp.GetVar(ctx, caddyhttp.LogSkipVar).(bool); skip {
+		return // skipped by the operator: Caddy writes nothing either
+	}
+	caddyhttp.SetVar(ctx, caddyhttp.LogSkipVar, true)
+
+	status, size := rec.Status(), rec.Size()
+	message := "handled request"
+	if nop, _ := caddyhttp.GetVar(ctx, "unhandled").(bool); nop {
+		message = "NOP"
+	}
+	level := zapcore.InfoLevel
+	if status >= 500 {
+		level = zapcore.ErrorLevel
+	}
+	if name, ok := caddyhttp.GetVar(ctx, caddyhttp.LogLevelVar).(string); ok {
+		if lv, err := zapcore.ParseLevel(name); err == nil && lv >= zapcore.DebugLevel && lv <= zapcore.ErrorLevel {
+			level = lv
+		}
+	}
+	var fields []zapcore.Field
+	for _, lg := range loggersFor(l.access.With(req), srv.Logs, r) {
+		c := lg.Check(level, message)
+		if c == nil {
+			continue
+		}
+		if fields == nil {
+			var userID string
+			if repl, ok := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+				userID, _ = repl.GetString("http.auth.user.id")
+			}
+			read := 0
+			if body != nil {
+				read = body.n
+			}
+			extra := extraFields(ctx)
+			fields = make([]zapcore.Field, 0, 6+len(extra))
+			fields = append(fields,
+				zap.Int("bytes_read", read),
+				zap.String("user_id", userID),
+				zap.Duration("duration", duration),
+				zap.Int("size", size),
+				zap.Int("status", status),
+				zap.Object("resp_headers", caddyhttp.LoggableHTTPHeader{Header: rec.Header()}),
+			)
+			fields = append(fields, extra...)
+		}
+		c.Write(fields...)
+	}
+}
+
+// handleError does with an error from a later handler what Caddy's server
+// does with an error from its handler chain: log it with the request
+// (here without the key), then run the site's error routes, or else answer
+// with the error's status.
+func (l *Log) handleError(srv *caddyhttp.Server, w http.ResponseWriter, r *http.Request, orig http.Request,
+	req zap.Field, duration time.Duration, err error) {
+	// The error routes see the request as it arrived.
+	r.Method, r.RemoteAddr, r.RequestURI = orig.Method, orig.RemoteAddr, orig.RequestURI
+	if orig.URL != nil && orig.URL != r.URL {
+		u := *orig.URL
+		r.URL = &u
+	}
+	errLoggers := loggersFor(l.errors.With(req, zap.Duration("duration", duration)), srv.Logs, r)
+	status, msg, fields := errValues(err)
+	r = srv.Errors.WithError(r, err)
+	write := func(level zapcore.Level, msg string, fields []zapcore.Field) {
+		for _, lg := range errLoggers {
+			if c := lg.Check(level, msg); c != nil {
+				c.Write(fields...)
+			}
+		}
+	}
+	if srv.Errors != nil && len(srv.Errors.Routes) > 0 {
+		if err2 := srv.Errors.Routes.Compile(errorEmptyHandler).ServeHTTP(w, r); err2 == nil {
+			write(zapcore.DebugLevel, msg, fields)
+		} else {
+			write(zapcore.ErrorLevel, "error handling handler error", append([]zapcore.Field{
+				zap.String("error", err2.Error()), zap.Namespace("first_error"), zap.String("msg", msg),
+			}, fields...))
+			w.WriteHeader(status)
+		}
+		return
+	}
+	level := zapcore.DebugLevel
+	if status >= 500 {
+		level = zapcore.ErrorLevel
+	}
+	write(level, msg, fields)
+	w.WriteHeader(status)
+}
+
+// errorEmptyHandler ends the error routes as Caddy's server ends them: an
+// error no route answered gets its status.
+var errorEmptyHandler = caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+	status := http.StatusInternalServerError
+	if he, ok := r.Context().Value(caddyhttp.ErrorCtxKey).(caddyhttp.HandlerError); ok {
+		status = he.StatusCode
+	}
+	w.WriteHeader(status)
+	return nil
+})
+
+// errValues are the status, message and fields Caddy's server logs an
+// error with.
+func errValues(err error) (int, string, []zapcore.Field) {
+	if he, ok := errors.AsType[caddyhttp.HandlerError](err); ok {
+		msg := err.Error()
+		if he.Err != nil {
+			msg = he.Err.Error()
+		}
+		return he.StatusCode, msg, []zapcore.Field{
+			zap.Int("status", he.StatusCode), zap.String("err_id", he.ID), zap.String("err_trace", he.Trace),
+		}
+	}
+	return http.StatusInternalServerError, err.Error(), []zapcore.Field{zap.Error(err)}
+}
+
+// shouldLog reports whether Caddy's server writes an access log entry for
+// r: access logging is on for the server and r's host is neither skipped
+// nor, with skip_unmapped_hosts, unmapped.
+func shouldLog(logs *caddyhttp.ServerLogConfig, r *http.Request) bool {
+	if logs == nil {
+		return false
+	}
+	host := hostOf(r)
+	for name := range logs.LoggerNames {
+		if matchWildcard(host, name) {
+			return true
+		}
+	}
+	for _, skip := range logs.SkipHosts {
+		if matchWildcard(host, skip) {
+			return false
+		}
+	}
+	return !logs.SkipUnmappedHosts
+}
+
+// loggersFor names base after r's loggers as Caddy's server does: the
+// access_logger_names variable if set, else the logger names mapped to r's
+// host, else the server's default logger name ("" is base itself).
+func loggersFor(base *zap.Logger, logs *caddyhttp.ServerLogConfig, r *http.Request) []*zap.Logger {
+	if logs == nil {
+		return []*zap.Logger{base}
+	}
+	var names []string
+	if v, ok := caddyhttp.GetVar(r.Context(), caddyhttp.AccessLoggerNameVarKey).([]any); ok {
+		for _, n := range v {
+			s, _ := n.(string)
+			names = append(names, s)
+		}
+	} else {
+		names = loggerNames(logs, strings.ToLower(hostOf(r)))
+	}
+	loggers := make([]*zap.Logger, 0, len(names))
+	for _, n := range names {
+		if n == "" {
+			loggers = append(loggers, base)
+		} else {
+			loggers = append(loggers, base.Named(n))
+		}
+	}
+	return loggers
+}
+
+// loggerNames are the logger names mapped to host: an exact match first,
+// then the most specific wildcard, else the default name.
+func loggerNames(logs *caddyhttp.ServerLogConfig, host string) []string {
+	if names, ok := logs.LoggerNames[host]; ok {
+		return names
+	}
+	labels := strings.Split(host, ".")
+	for i := range labels {
+		if labels[i] == "" {
+			continue
+		}
+		labels[i] = "*"
+		if names, ok := logs.LoggerNames[strings.Join(labels, ".")]; ok {
+			return names
+		}
+	}
+	return []string{logs.DefaultLoggerName}
+}
+
+func hostOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		return r.Host
+	}
+	return host
+}
+
+// matchWildcard reports whether host matches pattern, where each "*"
+// label of the pattern stands for one label of the host.
+func matchWildcard(host, pattern string) bool {
+	host = strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	pattern = strings.ToLower(pattern)
+	if host == pattern {
+		return true
+	}
+	if !strings.Contains(pattern, "*") {
+		return false
+	}
+	labels := strings.Split(host, ".")
+	for i := range labels {
+		if labels[i] == "" {
+			continue
+		}
+		labels[i] = "*"
+		if strings.Join(labels, ".") == pattern {
+			return true
+		}
+	}
+	return false
+}
+
+// countingReader counts the request body bytes the handlers read.
+type countingReader struct {
+	io.ReadCloser
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n += n
+	return n, err
+}
+
+// extraFieldsOffset locates the fields handlers add to a request's access
+// log entry with caddyhttp.ExtraLogFields.Add and Set. caddyhttp offers no
+// way to read them back, and the entry written here must carry them (the
+// gateway's "agentgate" metering object among them). The layout is checked
+// once; if it ever changes, entries go without the extra fields rather than
+// read memory wrongly, and this package's tests fail.
+var extraFieldsOffset = func() uintptr {
+	f, ok := reflect.TypeFor[caddyhttp.ExtraLogFields]().FieldByName("fields")
+	if !ok || f.Type != reflect.TypeFor[[]zapcore.Field]() {
+		return ^uintptr(0)
+	}
+	return f.Offset
+}()
+
+func extraFields(ctx interface{ Value(any) any }) []zapcore.Field {
+	e, _ := ctx.Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
+	if e == nil || extraFieldsOffset == ^uintptr(0) {
+		return nil
+	}
+	return *(*[]zapcore.Field)(unsafe.Add(unsafe.Pointer(e), extraFieldsOffset))
+}
