@@ -151,7 +151,10 @@ func NewAuthLimiter(clk clock.Clock) *ratelimit.Limiter {
 // credentials, or redeems a pairing code, is refused with 429 and
 // Retry-After until the window has passed, even one with the right password:
 // a guesser learns nothing from answers while limited. Other addresses are
-// not affected.
+// not affected. The check and the count are not one atomic step, so
+// requests racing in parallel can pass the limit by the few that are
+// checked in the microseconds between; the password check itself is a
+// constant-time compare, never a slow hash.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Auth.Enabled() {
 		if wait := s.opts.Limiter.RetryAfter(s.addressKey(r)); wait > 0 {
