@@ -100,9 +100,27 @@ func CookieName(host string) string {
 }
 
 // Check authenticates a request.
-func (a *Auth) Check(r *http.Request) bool {
+func (a *Auth) Check(r *http.Request) bool { return a.check(r) == authOK }
+
+// authResult is what check found.
+type authResult int
+
+const (
+	authOK      authResult = iota
+	authMissing            // no credential at all
+	authWrong              // a wrong password or token (Basic or ?auth_token=): a guess
+	authStale              // a cookie that is not (or no longer) a valid token
+)
+
+func (a *Auth) check(r *http.Request) authResult {
 	if !a.Enabled() {
-		return true
+		return authOK
+	}
+	verdict := func(ok bool) authResult {
+		if ok {
+			return authOK
+		}
+		return authWrong
 	}
 	if t := r.URL.Query().Get("auth_token"); t != "" {
 		raw, err := base64.StdEncoding.DecodeString(t)
@@ -111,23 +129,26 @@ func (a *Auth) Check(r *http.Request) bool {
 		}
 		if err == nil {
 			user, secret, ok := strings.Cut(string(raw), ":")
-			return ok && a.validSecret(user, secret)
+			return verdict(ok && a.validSecret(user, secret))
 		}
-		return false
+		return authWrong
 	}
 	if user, secret, ok := r.BasicAuth(); ok {
-		return a.validSecret(user, secret)
+		return verdict(a.validSecret(user, secret))
 	}
 	if c, err := r.Cookie(CookieName(r.Host)); err == nil {
 		if origin := r.Header.Get("Origin"); origin != "" {
 			u, err := url.Parse(origin)
 			if err != nil || u.Host != r.Host {
-				return false
+				return authStale
 			}
 		}
-		return a.ValidToken(c.Value)
+		if a.ValidToken(c.Value) {
+			return authOK
+		}
+		return authStale
 	}
-	return false
+	return authMissing
 }
 
 // Pairing holds single-use pairing codes: 16 random bytes base64url, five

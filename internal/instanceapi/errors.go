@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/agentgate/agentgate/internal/apierr"
 )
@@ -19,6 +21,9 @@ type Error struct {
 	Status int
 	Tag    string
 	Fields map[string]any
+	// RetryAfter, when positive, is sent as the Retry-After header (whole
+	// seconds, rounded up).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Tag + ": " + fmt.Sprint(e.Fields["message"]) }
@@ -40,6 +45,14 @@ func invalidRequest(kind, msg string) *Error {
 }
 
 func unauthorized(msg string) *Error { return newErr(401, "UnauthorizedError", msg) }
+
+// tooManyRequests refuses a client address that failed authentication too
+// often; wait is how long it stays refused.
+func tooManyRequests(wait time.Duration) *Error {
+	e := newErr(429, "TooManyRequestsError", "Too many failed authentication attempts from this address; try again later")
+	e.RetryAfter = wait
+	return e
+}
 
 func locationNotFound(dir, msg string) *Error {
 	return newErr(404, "LocationNotFoundError", msg, "location", map[string]string{"directory": dir})
@@ -91,6 +104,9 @@ func writeError(w http.ResponseWriter, err error) {
 	h.Set("Cache-Control", "no-store")
 	if e.Status == 401 {
 		h.Set("WWW-Authenticate", `Basic realm="Secure Area"`)
+	}
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64((e.RetryAfter+time.Second-1)/time.Second), 10))
 	}
 	w.WriteHeader(e.Status)
 	json.NewEncoder(w).Encode(body)

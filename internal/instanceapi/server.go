@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/clock"
 	"github.com/agentgate/agentgate/internal/jsonio"
+	"github.com/agentgate/agentgate/internal/ratelimit"
 	"github.com/agentgate/agentgate/internal/router"
 	"github.com/agentgate/agentgate/modules/store"
 )
@@ -24,6 +27,13 @@ type Options struct {
 	Auth    *Auth
 	Pairing *Pairing // shared across config reloads by the caller
 	Bus     *Bus     // shared across config reloads by the caller
+	// Limiter counts failed authentications per client address (see
+	// ServeHTTP); shared across config reloads by the caller. Default: a
+	// new one with AuthFailuresPerAddress in AuthFailureWindow.
+	Limiter *ratelimit.Limiter
+	// ClientIP returns the address a request comes from (the caller honours
+	// trusted proxies). Default: the host of RemoteAddr.
+	ClientIP func(r *http.Request) string
 	// DefaultDirectory is the location used when a request names none.
 	DefaultDirectory string
 	// AllowedRoots, when not empty, are the only directories (and their
@@ -83,6 +93,12 @@ func New(opts Options) *Server {
 	if opts.Pairing == nil {
 		opts.Pairing = NewPairing(opts.Clock)
 	}
+	if opts.Limiter == nil {
+		opts.Limiter = NewAuthLimiter(opts.Clock)
+	}
+	if opts.ClientIP == nil {
+		opts.ClientIP = remoteHost
+	}
 	s := &Server{opts: opts, router: &router.Router{OnError: func(w http.ResponseWriter, _ *http.Request, err error) { writeError(w, err) }},
 		locations: map[string]*Location{}, active: map[string]struct{}{}}
 	rt := s.router
@@ -112,13 +128,77 @@ func Handles(path string) bool {
 	return path == "/api" || strings.HasPrefix(path, "/api/") || strings.HasPrefix(path, "/auth/connect/")
 }
 
+// Failed authentications allowed per client address within
+// AuthFailureWindow; then the address gets 429 TooManyRequestsError until
+// enough of its failures leave the window.
+const (
+	AuthFailuresPerAddress = 10
+	AuthFailureWindow      = 15 * time.Minute
+)
+
+// NewAuthLimiter returns the limiter of failed authentications.
+func NewAuthLimiter(clk clock.Clock) *ratelimit.Limiter {
+	return ratelimit.New(AuthFailuresPerAddress, AuthFailureWindow, clk)
+}
+
 // ServeHTTP authenticates (except the pairing link) and dispatches.
+//
+// With authentication on, failures are counted per client address: a wrong
+// password or token in Basic or ?auth_token=, and a pairing code that is not
+// live. A request without credentials, or with a stale cookie (a paired
+// browser after a password change), is not a guess and is not counted. Once
+// an address has used up its failures, every request from it that needs
+// credentials, or redeems a pairing code, is refused with 429 and
+// Retry-After until the window has passed, even one with the right password:
+// a guesser learns nothing from answers while limited. Other addresses are
+// not affected. The check and the count are not one atomic step, so
+// requests racing in parallel can pass the limit by the few that are
+// checked in the microseconds between; the password check itself is a
+// constant-time compare, never a slow hash.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !strings.HasPrefix(r.URL.Path, "/auth/connect/") && !s.opts.Auth.Check(r) {
-		writeError(w, unauthorized("Authentication required"))
-		return
+	if s.opts.Auth.Enabled() {
+		if wait := s.opts.Limiter.RetryAfter(s.addressKey(r)); wait > 0 {
+			writeError(w, tooManyRequests(wait))
+			return
+		}
+	}
+	if !strings.HasPrefix(r.URL.Path, "/auth/connect/") {
+		switch s.opts.Auth.check(r) {
+		case authOK:
+		case authWrong:
+			s.opts.Limiter.Fail(s.addressKey(r))
+			fallthrough
+		default:
+			writeError(w, unauthorized("Authentication required"))
+			return
+		}
 	}
 	s.router.ServeHTTP(w, r)
+}
+
+// addressKey is the limiter key of a request's client address. IPv6
+// addresses count per /64, the block one host usually holds, so that
+// cycling through its addresses buys no attempts.
+func (s *Server) addressKey(r *http.Request) string {
+	ip := s.opts.ClientIP(r)
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	a = a.Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.String()
+	}
+	return a.String()
+}
+
+func remoteHost(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // ServerInfo is GET /api/info.
@@ -164,6 +244,9 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, p router.Params
 	ok := s.opts.Pairing.Redeem(p["code"]) && s.opts.Auth.Enabled()
 	browser := strings.Contains(r.Header.Get("Accept"), "text/html")
 	if !ok {
+		if s.opts.Auth.Enabled() {
+			s.opts.Limiter.Fail(s.addressKey(r))
+		}
 		if browser {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusUnauthorized)

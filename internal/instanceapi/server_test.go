@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,12 +15,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/ratelimit"
 )
 
 const testPassword = "s3cret-pw"
@@ -1035,5 +1038,144 @@ func TestPluginBodies(t *testing.T) {
 	}
 	if r := h.do("POST", "/api/plugin/update", strings.NewReader(`{"targets": []}`), jsonCT...); r.status != 204 {
 		t.Fatalf("update of nothing: %d %s", r.status, r.body)
+	}
+}
+
+// ---- failed authentications per client address ------------------------------
+
+// limitedHarness is a server whose client address is the X-Test-Client
+// header (the Caddy glue passes the address Caddy determined).
+func limitedHarness(t *testing.T, mod func(o *Options)) *srvHarness {
+	return newSrvHarness(t, func(o *Options) {
+		o.ClientIP = func(r *http.Request) string { return r.Header.Get("X-Test-Client") }
+		if mod != nil {
+			mod(o)
+		}
+	})
+}
+
+func wantLimited(t *testing.T, r reply) {
+	t.Helper()
+	wantError(t, r, 429, "TooManyRequestsError", nil)
+	if n, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || n < 1 || n > int(AuthFailureWindow/time.Second) {
+		t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
+	}
+}
+
+func TestAuthFailuresLimitedPerAddress(t *testing.T) {
+	h := limitedHarness(t, nil)
+	a := []string{"X-Test-Client", "203.0.113.7"}
+	wrong := append([]string{"Authorization", basicHeader("opencode", "guess")}, a...)
+	for i := 0; i < 30; i++ {
+		r := h.get("/api/info", wrong...)
+		if i < AuthFailuresPerAddress {
+			wantError(t, r, 401, "UnauthorizedError", nil)
+			continue
+		}
+		wantLimited(t, r)
+	}
+	// The clock has not moved: the whole window is left.
+	if got := h.get("/api/info", wrong...).header.Get("Retry-After"); got != "900" {
+		t.Fatalf("Retry-After %q, want 900", got)
+	}
+	// While limited, the right password from that address is refused too.
+	wantLimited(t, h.get("/api/info", a...))
+	wantLimited(t, h.get("/auth/connect/"+h.pairCode(), append([]string{"auth", "none", "Accept", "application/json"}, a...)...))
+	// Another address is not affected.
+	if r := h.get("/api/info", "X-Test-Client", "198.51.100.1"); r.status != 200 {
+		t.Fatalf("right password from another address: %d %s", r.status, r.body)
+	}
+	// Once the window has passed the address may try again.
+	h.clk.Advance(AuthFailureWindow - time.Second)
+	wantLimited(t, h.get("/api/info", a...))
+	h.clk.Advance(time.Second)
+	if r := h.get("/api/info", a...); r.status != 200 {
+		t.Fatalf("right password after the window: %d %s", r.status, r.body)
+	}
+	wantError(t, h.get("/api/info", wrong...), 401, "UnauthorizedError", nil)
+}
+
+func TestAuthFailuresEveryCredentialPath(t *testing.T) {
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	jsonAccept := []string{"auth", "none", "Accept", "application/json"}
+	for _, tc := range []struct {
+		name    string
+		path    string
+		headers []string
+	}{
+		{"basic password", "/api/info", []string{"Authorization", basicHeader("opencode", "guess")}},
+		{"basic username", "/api/info", []string{"Authorization", basicHeader("root", testPassword)}},
+		{"basic token", "/api/info", []string{"Authorization", basicHeader("opencode", "4102444800.forged")}},
+		{"auth_token", "/api/info?auth_token=" + url.QueryEscape(b64("opencode:guess")), []string{"auth", "none"}},
+		{"auth_token not base64", "/api/info?auth_token=%25%25", []string{"auth", "none"}},
+		{"pairing code", "/auth/connect/AAAAAAAAAAAAAAAAAAAAAA", jsonAccept},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := limitedHarness(t, nil)
+			hdr := append([]string{"X-Test-Client", "203.0.113.7"}, tc.headers...)
+			for i := 0; i < AuthFailuresPerAddress; i++ {
+				wantError(t, h.get(tc.path, hdr...), 401, "UnauthorizedError", nil)
+			}
+			wantLimited(t, h.get(tc.path, hdr...))
+			wantLimited(t, h.get("/api/info", "X-Test-Client", "203.0.113.7"))
+		})
+	}
+}
+
+// Requests without credentials and stale cookies are not guesses: a
+// browser left with an old cookie does not lock its address out.
+func TestAuthFailuresNotCounted(t *testing.T) {
+	h := limitedHarness(t, nil)
+	host := strings.TrimPrefix(h.ts.URL, "http://")
+	for i := 0; i < 3*AuthFailuresPerAddress; i++ {
+		wantError(t, h.get("/api/info", "auth", "none", "X-Test-Client", "203.0.113.7"), 401, "UnauthorizedError", nil)
+		wantError(t, h.get("/api/info", "auth", "none", "X-Test-Client", "203.0.113.7",
+			"Cookie", CookieName(host)+"=1.stale"), 401, "UnauthorizedError", nil)
+	}
+	if r := h.get("/api/info", "X-Test-Client", "203.0.113.7"); r.status != 200 {
+		t.Fatalf("right password: %d %s", r.status, r.body)
+	}
+	// Without a password nothing is counted (there is nothing to guess).
+	h = limitedHarness(t, func(o *Options) { o.Auth = &Auth{Clock: o.Clock} })
+	for i := 0; i < 3*AuthFailuresPerAddress; i++ {
+		h.get("/auth/connect/x", "auth", "none", "X-Test-Client", "203.0.113.7")
+	}
+	if r := h.get("/api/info", "X-Test-Client", "203.0.113.7"); r.status != 200 {
+		t.Fatalf("auth off: %d %s", r.status, r.body)
+	}
+}
+
+// IPv6 clients count per /64; mapped IPv4 counts as IPv4.
+func TestAuthFailuresIPv6Prefix(t *testing.T) {
+	h := limitedHarness(t, nil)
+	for i := 0; i < AuthFailuresPerAddress; i++ {
+		h.get("/api/info", "X-Test-Client", fmt.Sprintf("2001:db8::%x", i+1), "Authorization", basicHeader("opencode", "guess"))
+	}
+	wantLimited(t, h.get("/api/info", "X-Test-Client", "2001:db8::ffff:1234"))
+	if r := h.get("/api/info", "X-Test-Client", "2001:db8:0:1::1"); r.status != 200 {
+		t.Fatalf("another /64: %d", r.status)
+	}
+	for i := 0; i < AuthFailuresPerAddress; i++ {
+		h.get("/api/info", "X-Test-Client", "::ffff:192.0.2.1", "Authorization", basicHeader("opencode", "guess"))
+	}
+	wantLimited(t, h.get("/api/info", "X-Test-Client", "192.0.2.1"))
+}
+
+// Many addresses never grow the limiter past its cap.
+func TestAuthFailuresMemoryBound(t *testing.T) {
+	var lim *ratelimit.Limiter
+	h := limitedHarness(t, func(o *Options) {
+		lim = NewAuthLimiter(o.Clock)
+		lim.Cap = 50
+		o.Limiter = lim
+	})
+	for i := 0; i < 500; i++ {
+		h.get("/api/info", "X-Test-Client", fmt.Sprintf("10.0.%d.%d", i/256, i%256), "Authorization", basicHeader("opencode", "guess"))
+		if n := lim.Len(); n > 50 {
+			t.Fatalf("%d addresses tracked, cap 50", n)
+		}
+	}
+	if NewAuthLimiter(nil).Cap <= 0 || NewAuthLimiter(nil).Cap > ratelimit.DefaultCap {
+		t.Fatal("the default limiter is not bounded")
 	}
 }

@@ -24,9 +24,10 @@ const MasterKeySize = 32
 // Keys are the keys derived from one master key. A Keys value is immutable and
 // safe for concurrent use.
 type Keys struct {
-	mac  []byte      // HMAC key for key and token secrets
-	aead cipher.AEAD // AES-256-GCM for provider credentials
-	id   string      // a fingerprint of the master key, safe to store
+	mac    []byte      // HMAC key for key and token secrets
+	cursor []byte      // HMAC key for list cursors
+	aead   cipher.AEAD // AES-256-GCM for provider credentials
+	id     string      // a fingerprint of the master key, safe to store
 }
 
 // ErrBadMasterKey is returned for a master key that cannot be parsed.
@@ -114,9 +115,10 @@ func NewKeys(master []byte) (*Keys, error) {
 		return nil, err
 	}
 	return &Keys{
-		mac:  derive(master, "agentgate/v1/secret-mac"),
-		aead: aead,
-		id:   hex.EncodeToString(derive(master, "agentgate/v1/key-id")[:8]),
+		mac:    derive(master, "agentgate/v1/secret-mac"),
+		cursor: derive(master, "agentgate/v1/list-cursor"),
+		aead:   aead,
+		id:     hex.EncodeToString(derive(master, "agentgate/v1/key-id")[:8]),
 	}, nil
 }
 
@@ -135,6 +137,15 @@ func (k *Keys) Fingerprint() string { return k.id }
 func (k *Keys) MAC(secret string) []byte {
 	m := hmac.New(sha256.New, k.mac)
 	m.Write([]byte(secret))
+	return m.Sum(nil)
+}
+
+// CursorMAC returns the HMAC-SHA-256 of a list cursor's contents, under a
+// key of its own: cursors issued by one node are honoured by every node
+// that shares the master key, and after a restart.
+func (k *Keys) CursorMAC(msg []byte) []byte {
+	m := hmac.New(sha256.New, k.cursor)
+	m.Write(msg)
 	return m.Sum(nil)
 }
 

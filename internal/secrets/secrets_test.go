@@ -357,3 +357,19 @@ func TestOpenNil(t *testing.T) {
 		t.Fatalf("Open(nil) err = %v, want ErrOpen", err)
 	}
 }
+
+// Cursor MACs are the same for every Keys of one master key (restarts,
+// other nodes), differ between master keys, and use a key of their own.
+func TestCursorMAC(t *testing.T) {
+	a, a2, b := mustKeys(t, testKey(1)), mustKeys(t, testKey(1)), mustKeys(t, testKey(2))
+	msg := []byte("usage/wrk_x\x00\x01id")
+	if !Equal(a.CursorMAC(msg), a2.CursorMAC(msg)) {
+		t.Fatal("one master key gave two cursor MACs")
+	}
+	if Equal(a.CursorMAC(msg), b.CursorMAC(msg)) {
+		t.Fatal("two master keys gave one cursor MAC")
+	}
+	if Equal(a.CursorMAC(msg), a.MAC(string(msg))) {
+		t.Fatal("cursor MACs share the secret MAC key")
+	}
+}

@@ -5,7 +5,6 @@ package console
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -83,21 +82,8 @@ func (c *Console) Provision(ctx caddy.Context) error {
 	for _, id := range clients {
 		c.oauth.Clients[id] = true
 	}
-	c.web = web.New(web.Options{Service: app.Service, InferenceURL: c.InferenceURL, Logger: c.logger, ClientIP: clientIP})
+	c.web = web.New(web.Options{Service: app.Service, InferenceURL: c.InferenceURL, Logger: c.logger, ClientIP: agentgate.ClientIP})
 	return nil
-}
-
-// clientIP is the client address Caddy determined (honouring the server's
-// trusted_proxies), for the web pages' per-IP rate limits.
-func clientIP(r *http.Request) string {
-	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && ip != "" {
-		return ip
-	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }
 
 // Validate checks the configuration.

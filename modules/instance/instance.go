@@ -22,6 +22,7 @@ import (
 	"github.com/agentgate/agentgate/internal/clock"
 	"github.com/agentgate/agentgate/internal/instanceapi"
 	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/ratelimit"
 	"github.com/agentgate/agentgate/modules/agentgate"
 	"github.com/agentgate/agentgate/modules/store"
 )
@@ -31,12 +32,14 @@ func init() {
 }
 
 // shared keeps what must survive a config reload (pairing codes, event
-// subscribers) per instance name.
+// subscribers, the counts of failed authentications per client address)
+// per instance name.
 var shared = caddy.NewUsagePool()
 
 type sharedState struct {
 	pairing *instanceapi.Pairing
 	bus     *instanceapi.Bus
+	limiter *ratelimit.Limiter  // a reload does not forgive a guesser
 	runner  *instanceapi.Runner // session drains: they survive config reloads
 }
 
@@ -118,7 +121,8 @@ func (p *Provider) config(repl *caddy.Replacer) (instanceapi.ProviderConfig, err
 // the password or a pairing token; `?auth_token=` carries the same for
 // event-stream clients, and a paired browser's cookie is honoured for
 // same-origin requests. Without a password, authentication is off (a
-// warning is logged).
+// warning is logged). Failed authentications are limited per client
+// address as Caddy determines it (trusted_proxies honoured).
 type Instance struct {
 	// Name identifies the instance; pairing codes and event subscribers are
 	// kept across config reloads per name. Default: "default".
@@ -220,7 +224,8 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 	}
 	in.key = in.Name
 	val, _, err := shared.LoadOrNew(in.key, func() (caddy.Destructor, error) {
-		return sharedState{pairing: instanceapi.NewPairing(clock.Real{}), bus: instanceapi.NewBus(0, clock.Real{}), runner: instanceapi.NewRunner()}, nil
+		return sharedState{pairing: instanceapi.NewPairing(clock.Real{}), bus: instanceapi.NewBus(0, clock.Real{}),
+			limiter: instanceapi.NewAuthLimiter(clock.Real{}), runner: instanceapi.NewRunner()}, nil
 	})
 	if err != nil {
 		return err
@@ -249,7 +254,8 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 	}
 	in.server = instanceapi.New(instanceapi.Options{
 		Auth:    &instanceapi.Auth{Username: in.Username, Password: password, Clock: clock.Real{}},
-		Pairing: st.pairing, Bus: st.bus, DefaultDirectory: dir, AllowedRoots: roots, Agents: in.Agents,
+		Pairing: st.pairing, Bus: st.bus, Limiter: st.limiter, ClientIP: agentgate.ClientIP,
+		DefaultDirectory: dir, AllowedRoots: roots, Agents: in.Agents,
 		Plugins: plugins, Version: caddy.CustomVersion, Heartbeat: time.Duration(in.Heartbeat), Logger: in.logger,
 		Instance: in.Name, Runner: runner,
 		Store: func(ctx context.Context) (store.Store, error) {

@@ -16,6 +16,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/agentgate/agentgate/internal/instanceapi"
 )
 
 // provisionCtx makes a config context holding the agentgate app (its data
@@ -144,6 +146,51 @@ func TestPairingSurvivesReload(t *testing.T) {
 	later := provision(t, &Instance{Name: name, Password: "pw"})
 	if status, _ := connect(t, later, code2); status != 401 {
 		t.Fatalf("code outlived every config of its instance: %d", status)
+	}
+}
+
+// serveFrom serves a request whose client address, as Caddy determined it
+// (the client_ip variable), is ip; RemoteAddr is the same for every call.
+func serveFrom(t *testing.T, in *Instance, ip, target string, headers ...string) result {
+	t.Helper()
+	req := httptest.NewRequest("GET", target, nil)
+	req = req.WithContext(context.WithValue(req.Context(), caddyhttp.VarsCtxKey, map[string]any{caddyhttp.ClientIPVarKey: ip}))
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	rec := httptest.NewRecorder()
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error { return nil })
+	if err := in.ServeHTTP(rec, req, next); err != nil {
+		t.Fatalf("ServeHTTP: %v", err)
+	}
+	return result{status: rec.Code, body: rec.Body.String(), header: rec.Header()}
+}
+
+// Failed authentications count per client address as Caddy determined it,
+// and a config reload does not forgive them.
+func TestAuthLimitPerClientIPAcrossReload(t *testing.T) {
+	name := "limit-" + t.Name()
+	old := provision(t, &Instance{Name: name, Password: "pw"})
+	for i := 0; i < instanceapi.AuthFailuresPerAddress; i++ {
+		if r := serveFrom(t, old, "203.0.113.9", "/api/info", "Authorization", basic("guess")); r.status != 401 {
+			t.Fatalf("wrong password %d: %d", i+1, r.status)
+		}
+	}
+	r := serveFrom(t, old, "203.0.113.9", "/api/info", "Authorization", basic("pw"))
+	if r.status != 429 || r.header.Get("Retry-After") == "" || !strings.Contains(r.body, `"TooManyRequestsError"`) {
+		t.Fatalf("limited address: %d Retry-After %q %s", r.status, r.header.Get("Retry-After"), r.body)
+	}
+	// Same RemoteAddr, another client_ip: not limited.
+	if r := serveFrom(t, old, "198.51.100.2", "/api/info", "Authorization", basic("pw")); r.status != 200 {
+		t.Fatalf("another client address: %d", r.status)
+	}
+
+	fresh := provision(t, &Instance{Name: name, Password: "pw"})
+	if err := old.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if r := serveFrom(t, fresh, "203.0.113.9", "/api/info", "Authorization", basic("pw")); r.status != 429 {
+		t.Fatalf("the limit was reset by a reload: %d", r.status)
 	}
 }
 

@@ -6,7 +6,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
 	"time"
@@ -155,7 +154,7 @@ func (a *API) listServiceAccounts(w http.ResponseWriter, r *http.Request, _ rout
 	for i, sa := range sas {
 		out[i] = saView(sa)
 	}
-	return WritePage(w, r, out, func(v ServiceAccountView) string { return v.ID })
+	return WritePage(w, r, svc.Secrets, scopeOf("service-accounts", p.Workspace), out, func(v ServiceAccountView) string { return v.ID })
 }
 
 func (a *API) createServiceAccount(w http.ResponseWriter, r *http.Request, _ router.Params) error {
@@ -237,7 +236,7 @@ func (a *API) listKeys(w http.ResponseWriter, r *http.Request, ps router.Params)
 	for i, k := range keys {
 		out[i] = KeyViewOf(k)
 	}
-	return WritePage(w, r, out, func(v KeyView) string { return v.ID })
+	return WritePage(w, r, svc.Secrets, scopeOf("keys", p.Workspace, ps["sa"]), out, func(v KeyView) string { return v.ID })
 }
 
 func (a *API) createKey(w http.ResponseWriter, r *http.Request, ps router.Params) error {
@@ -280,7 +279,7 @@ func (a *API) listMembers(w http.ResponseWriter, r *http.Request, _ router.Param
 	if err != nil {
 		return err
 	}
-	return WritePage(w, r, ms, func(v service.MemberView) string { return v.MemberID })
+	return WritePage(w, r, svc.Secrets, scopeOf("members", p.Workspace), ms, func(v service.MemberView) string { return v.MemberID })
 }
 
 func (a *API) addMember(w http.ResponseWriter, r *http.Request, _ router.Params) error {
@@ -340,7 +339,7 @@ func (a *API) listConnections(w http.ResponseWriter, r *http.Request, _ router.P
 	if err != nil {
 		return err
 	}
-	return WritePage(w, r, cs, func(v *service.ConnectionView) string { return v.ID })
+	return WritePage(w, r, svc.Secrets, scopeOf("connections", p.Workspace), cs, func(v *service.ConnectionView) string { return v.ID })
 }
 
 func (a *API) createConnection(w http.ResponseWriter, r *http.Request, _ router.Params) error {
@@ -458,8 +457,7 @@ func (a *API) listBudgets(w http.ResponseWriter, r *http.Request, _ router.Param
 	if err != nil {
 		return err
 	}
-	jsonio.Write(w, http.StatusOK, bs)
-	return nil
+	return WritePage(w, r, svc.Secrets, scopeOf("budgets", p.Workspace), bs, func(v service.BudgetView) string { return v.MemberID })
 }
 
 func (a *API) setBudget(w http.ResponseWriter, r *http.Request, ps router.Params) error {
@@ -487,7 +485,13 @@ func (a *API) listUsage(w http.ResponseWriter, r *http.Request, _ router.Params)
 		return err
 	}
 	q := r.URL.Query()
-	uq := service.UsageQuery{Member: q.Get("member"), Model: q.Get("model"), Connection: q.Get("connection"), Cursor: q.Get("cursor"), Limit: DefaultPageSize}
+	scope := scopeOf("usage", p.Workspace)
+	uq := service.UsageQuery{Member: q.Get("member"), Model: q.Get("model"), Connection: q.Get("connection"), Limit: DefaultPageSize}
+	if c := q.Get("cursor"); c != "" {
+		if uq.Cursor, err = decodeCursor(svc.Secrets, scope, c); err != nil {
+			return err
+		}
+	}
 	for name, dst := range map[string]*time.Time{"from": &uq.From, "to": &uq.To} {
 		if v := q.Get(name); v != "" {
 			t, err := time.Parse(time.RFC3339, v)
@@ -510,7 +514,7 @@ func (a *API) listUsage(w http.ResponseWriter, r *http.Request, _ router.Params)
 	}
 	var nc any
 	if next != "" {
-		nc = next
+		nc = encodeCursor(svc.Secrets, scope, next)
 	}
 	jsonio.WriteRaw(w, http.StatusOK, map[string]any{"data": recs, "next_cursor": nc})
 	return nil
@@ -523,8 +527,9 @@ const (
 )
 
 // WritePage answers {"data": [...], "next_cursor": …} with items ordered by
-// id, starting after ?cursor= and at most ?limit= long.
-func WritePage[T any](w http.ResponseWriter, r *http.Request, items []T, id func(T) string) error {
+// id, starting after ?cursor= and at most ?limit= long. Cursors are issued
+// for, and only honoured by, the list named by scope (see encodeCursor).
+func WritePage[T any](w http.ResponseWriter, r *http.Request, keys *secrets.Keys, scope string, items []T, id func(T) string) error {
 	q := r.URL.Query()
 	limit := DefaultPageSize
 	if s := q.Get("limit"); s != "" {
@@ -536,9 +541,9 @@ func WritePage[T any](w http.ResponseWriter, r *http.Request, items []T, id func
 	}
 	sort.Slice(items, func(i, j int) bool { return id(items[i]) < id(items[j]) })
 	if c := q.Get("cursor"); c != "" {
-		after, err := url.QueryUnescape(c)
+		after, err := decodeCursor(keys, scope, c)
 		if err != nil {
-			return apierr.BadRequest("malformed cursor")
+			return err
 		}
 		i := sort.Search(len(items), func(i int) bool { return id(items[i]) > after })
 		items = items[i:]
@@ -546,7 +551,7 @@ func WritePage[T any](w http.ResponseWriter, r *http.Request, items []T, id func
 	var next any
 	if len(items) > limit {
 		items = items[:limit]
-		next = id(items[limit-1])
+		next = encodeCursor(keys, scope, id(items[limit-1]))
 	}
 	if items == nil {
 		items = []T{}
