@@ -25,6 +25,7 @@ import (
 	"github.com/agentgate/agentgate/internal/fakeprovider"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/testenv"
 	"github.com/agentgate/agentgate/modules/agentgate"
 	"github.com/agentgate/agentgate/modules/store"
 )
@@ -531,4 +532,11 @@ func TestAccessLogCutStream(t *testing.T) {
 		get(e.fields, "agentgate.streamed") != true || get(e.fields, "agentgate.connection") != s.conn {
 		t.Errorf("entry %v", e.fields)
 	}
+}
+
+// TestSitesWriteOnlyTempDirs runs the site tests (Caddy in this process
+// with file logs, the store, fake providers) with an empty home and empty
+// XDG and temporary directories: all stay empty.
+func TestSitesWriteOnlyTempDirs(t *testing.T) {
+	testenv.RunIsolated(t, "^(TestAccessLogHasNoKey|TestAccessLogCutStream)$")
 }
