@@ -479,15 +479,16 @@ func (a *API) setBudget(w http.ResponseWriter, r *http.Request, ps router.Params
 	return nil
 }
 
-// listUsage answers GET /api/v1/usage?member=&model=&connection=&from=&to=&limit=&cursor=
-// (from and to in RFC 3339; from inclusive, to exclusive), oldest first.
+// listUsage answers GET /api/v1/usage?member=&model=&connection=&session=&from=&to=&limit=&cursor=
+// (session is the agent session, exact match; from and to in RFC 3339,
+// from inclusive, to exclusive), oldest first.
 func (a *API) listUsage(w http.ResponseWriter, r *http.Request, _ router.Params) error {
 	svc, p, err := a.auth(r)
 	if err != nil {
 		return err
 	}
 	q := r.URL.Query()
-	uq := service.UsageQuery{Member: q.Get("member"), Model: q.Get("model"), Connection: q.Get("connection"), Cursor: q.Get("cursor"), Limit: DefaultPageSize}
+	uq := service.UsageQuery{Member: q.Get("member"), Model: q.Get("model"), Connection: q.Get("connection"), Session: q.Get("session"), Cursor: q.Get("cursor"), Limit: DefaultPageSize}
 	for name, dst := range map[string]*time.Time{"from": &uq.From, "to": &uq.To} {
 		if v := q.Get(name); v != "" {
 			t, err := time.Parse(time.RFC3339, v)
