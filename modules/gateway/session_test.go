@@ -1,8 +1,10 @@
 package gateway_test
 
 import (
+	"bytes"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -84,5 +86,20 @@ func TestAgentSessionIsRecorded(t *testing.T) {
 				}
 			}
 		})
+	}
+	// The access log entry's agentgate object names the session too.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(e.logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(`"session":"ses_01JX9ABCDEF"`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no access log entry with the session")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
