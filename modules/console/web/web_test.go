@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -662,5 +663,28 @@ func TestBudgetsPageSessions(t *testing.T) {
 	wantContains(t, "member filters by another's session", p, "total <strong>$0.00</strong>", "No agent sessions in the last 30 days.")
 	if got := rows(p); len(got) != 0 {
 		t.Fatalf("member sees rows %q of another member's session", got)
+	}
+}
+
+// TestBudgetsPageSessionsTopN: the table lists the dearest sessions only
+// and says how many there were.
+func TestBudgetsPageSessionsTopN(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleOwner)
+	sa, _ := e.svc.CreateServiceAccount(ctx, service.Operator(ws), "robot")
+	for i := range 27 {
+		at := t0.Add(-time.Duration(i+1) * time.Minute)
+		if err := e.svc.Ledger.Record(ctx, &store.UsageRecord{ID: ledger.UsageID(at), Time: at, Workspace: ws, MemberID: sa.ID,
+			MemberKind: store.MemberServiceAccount, Cost: money.Pico(i+1) * 1_000_000_000_000, Status: 200, Session: fmt.Sprintf("ses_%02d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := e.signedIn(email)
+	p := b.get("/w/" + ws + "/budgets")
+	wantContains(t, "budgets", p, "The 25 dearest of 27 sessions are shown.", "?session=ses_26", "?session=ses_02")
+	wantNotContains(t, "budgets", p, "?session=ses_01", "?session=ses_00")
+	if i, j := strings.Index(p.body, "?session=ses_26"), strings.Index(p.body, "?session=ses_25"); i < 0 || j < i {
+		t.Fatal("sessions are not dearest first")
 	}
 }
