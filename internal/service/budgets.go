@@ -177,6 +177,7 @@ func (s *Service) SetBudget(ctx context.Context, p *Principal, memberID string, 
 // UsageQuery filters usage records. Zero values do not filter.
 type UsageQuery struct {
 	Member, Model, Connection string
+	Session                   string    // the agent session, exact match
 	From, To                  time.Time // [From, To)
 	Cursor                    string    // the last id of the previous page
 	Limit                     int
@@ -212,7 +213,7 @@ func (s *Service) Usage(ctx context.Context, p *Principal, q UsageQuery) (record
 				return false, nil
 			}
 			if (q.Member != "" && u.MemberID != q.Member) || (q.Model != "" && u.Model != q.Model) ||
-				(q.Connection != "" && u.Connection != q.Connection) {
+				(q.Connection != "" && u.Connection != q.Connection) || (q.Session != "" && u.Session != q.Session) {
 				return true, nil
 			}
 			if len(records) == q.Limit {

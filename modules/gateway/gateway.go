@@ -303,6 +303,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route formats.Ro
 	// outcome, refusals included, leaves a usage record.
 	rec := &store.UsageRecord{Workspace: p.Workspace, MemberID: p.MemberID(), MemberKind: store.MemberPerson,
 		KeyID: p.KeyID, FamilyID: p.FamilyID, Connection: conn.ID, Format: route.Format.String(), Model: route.Model}
+	rec.Session = requestSession(r.Header)
 	counting := route.Op == formats.CountTokens
 	if counting {
 		rec.Operation = store.OpCountTokens

@@ -100,6 +100,7 @@ func setup(t testing.TB) *env {
 			"http": {"servers": {"gw": {
 				"listen": ["127.0.0.1:%d"],
 				"logs": {},
+				"expected_underscore_headers": ["session_id"],
 				"routes": [{"handle": [
 					{"handler": "llm_gateway", "max_request_body": 12582912, "tls_trusted_ca_certs": [%q]},
 					{"handler": "workspace_console"}

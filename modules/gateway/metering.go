@@ -251,7 +251,8 @@ func (m *metrics) observe(f formats.Format, status int, t store.Tokens, cost mon
 	}
 }
 
-// logFields adds the request's metering to Caddy's access log entry.
+// logFields adds the request's metering (and the agent session, when the
+// request named one) to Caddy's access log entry.
 func logFields(r *http.Request, rec *store.UsageRecord) {
 	extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
 	if !ok {
@@ -276,5 +277,8 @@ func (z zapRecord) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddString("cost_usd", z.Cost.String())
 	enc.AddBool("streamed", z.Streamed)
 	enc.AddBool("estimated", z.Estimated)
+	if z.Session != "" {
+		enc.AddString("session", z.Session)
+	}
 	return nil
 }

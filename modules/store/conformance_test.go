@@ -886,13 +886,22 @@ func testBudgets(t *testing.T, s Store) {
 
 func usageID(i int) string { return fmt.Sprintf("u%06d", i) }
 
+// usageSession is the agent session of conformance usage record i: none
+// for every third record, else one of two sessions of the longest length.
+func usageSession(i int) string {
+	if i%3 == 0 {
+		return ""
+	}
+	return fmt.Sprintf("ses-%d-%0*d", i%3, MaxSessionLen-6, 0)
+}
+
 func testUsage(t *testing.T, s Store) {
 	const n = 250 // more than one page of a paged backend
 	update(t, s, func(tx Tx) error {
 		for i := n - 1; i >= 0; i-- {
 			u := &UsageRecord{ID: usageID(i), Time: t0.Add(time.Duration(i) * time.Second), Workspace: "ws1", MemberID: "p1",
 				MemberKind: MemberPerson, Connection: "conn_1", Format: "chat", Model: "m", UpstreamModel: "m-1",
-				Tokens: Tokens{Input: int64(i), Output: 2}, Cost: money.Pico(i * 1000), Status: 200}
+				Tokens: Tokens{Input: int64(i), Output: 2}, Cost: money.Pico(i * 1000), Status: 200, Session: usageSession(i)}
 			if err := tx.PutUsage(u); err != nil {
 				return err
 			}
@@ -936,6 +945,19 @@ func testUsage(t *testing.T, s Store) {
 		equal(t, "record", got, &UsageRecord{ID: usageID(42), Time: t0.Add(42 * time.Second), Workspace: "ws1", MemberID: "p1",
 			MemberKind: MemberPerson, Connection: "conn_1", Format: "chat", Model: "m", UpstreamModel: "m-1",
 			Tokens: Tokens{Input: 42, Output: 2}, Cost: 42_000, Status: 200})
+		tx.Usage("ws1", usageID(42), func(u *UsageRecord) (bool, error) { got = u; return false, nil })
+		equal(t, "record with a session", got, &UsageRecord{ID: usageID(43), Time: t0.Add(43 * time.Second), Workspace: "ws1", MemberID: "p1",
+			MemberKind: MemberPerson, Connection: "conn_1", Format: "chat", Model: "m", UpstreamModel: "m-1",
+			Tokens: Tokens{Input: 43, Output: 2}, Cost: 43_000, Status: 200, Session: usageSession(43)})
+		// Every record keeps its session (or none), across pages.
+		i := 0
+		tx.Usage("ws1", "", func(u *UsageRecord) (bool, error) {
+			if u.Session != usageSession(i) {
+				t.Errorf("record %s: session %q, want %q", u.ID, u.Session, usageSession(i))
+			}
+			i++
+			return true, nil
+		})
 		boom := errors.New("boom")
 		if err := tx.Usage("ws1", "", func(*UsageRecord) (bool, error) { return true, boom }); !errors.Is(err, boom) {
 			t.Fatalf("callback error: %v", err)

@@ -238,11 +238,18 @@ type UsageRecord struct {
 	ClientDisconnected bool       `json:"client_disconnected"`
 	Estimated          bool       `json:"estimated"`
 	RequestID          string     `json:"request_id,omitempty"`
+	// Session is the coding agent's session id sent with the request (see
+	// the gateway's sessionHeaders): printable ASCII, at most
+	// MaxSessionLen bytes, "" when the request named none.
+	Session string `json:"session,omitempty"`
 }
 
 // OpCountTokens is the Operation of a usage record of a token count
 // (Anthropic count_tokens, Google countTokens).
 const OpCountTokens = "count_tokens"
+
+// MaxSessionLen bounds the length of UsageRecord.Session.
+const MaxSessionLen = 128
 
 // Device grant states.
 const (

@@ -477,8 +477,9 @@ func (a *API) setBudget(w http.ResponseWriter, r *http.Request, ps router.Params
 	return nil
 }
 
-// listUsage answers GET /api/v1/usage?member=&model=&connection=&from=&to=&limit=&cursor=
-// (from and to in RFC 3339; from inclusive, to exclusive), oldest first.
+// listUsage answers GET /api/v1/usage?member=&model=&connection=&session=&from=&to=&limit=&cursor=
+// (session is the agent session, exact match; from and to in RFC 3339,
+// from inclusive, to exclusive), oldest first.
 func (a *API) listUsage(w http.ResponseWriter, r *http.Request, _ router.Params) error {
 	svc, p, err := a.auth(r)
 	if err != nil {
@@ -486,7 +487,7 @@ func (a *API) listUsage(w http.ResponseWriter, r *http.Request, _ router.Params)
 	}
 	q := r.URL.Query()
 	scope := scopeOf("usage", p.Workspace)
-	uq := service.UsageQuery{Member: q.Get("member"), Model: q.Get("model"), Connection: q.Get("connection"), Limit: DefaultPageSize}
+	uq := service.UsageQuery{Member: q.Get("member"), Model: q.Get("model"), Connection: q.Get("connection"), Session: q.Get("session"), Limit: DefaultPageSize}
 	if c := q.Get("cursor"); c != "" {
 		if uq.Cursor, err = decodeCursor(svc.Secrets, scope, c); err != nil {
 			return err

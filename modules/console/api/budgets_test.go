@@ -689,3 +689,106 @@ func TestUsageListing(t *testing.T) {
 		wantStatus(t, "GET usage"+bad, r, 400, "InvalidRequest")
 	}
 }
+
+// TestUsageSessionFilter: ?session= selects one agent session's records
+// (exact match), combines with the other filters and pages; a member
+// sees only their own records of a session, even one another member's
+// requests named too.
+func TestUsageSessionFilter(t *testing.T) {
+	e := newEnv(t)
+	f := e.fixture("acme")
+	other := e.fixture("other")
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Minute) }
+	type rec struct{ member, kind, conn, model, session string }
+	recs := []rec{
+		{f.member, store.MemberPerson, "conn_a", "m1", "ses_A"},
+		{f.member, store.MemberPerson, "conn_a", "m1", ""},
+		{f.sa, store.MemberServiceAccount, "conn_b", "m2", "ses_B"},
+		{f.member, store.MemberPerson, "conn_b", "m2", "ses_A"},
+		{f.admin, store.MemberPerson, "conn_a", "m1", "ses_A"}, // another member naming the same session
+		{f.member, store.MemberPerson, "conn_a", "m1", "ses_A"},
+		{f.member, store.MemberPerson, "conn_a", "m1", "ses_AB"},
+		{f.member, store.MemberPerson, "conn_a", "m1", "SES_A"},
+	}
+	var made []*store.UsageRecord
+	for i, r := range recs {
+		at := at(i + 1)
+		res, err := e.svc.Ledger.Reserve(ctx, f.ws, r.member, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &store.UsageRecord{ID: ledger.UsageID(at), Time: at, Workspace: f.ws, MemberID: r.member, MemberKind: r.kind,
+			Connection: r.conn, Model: r.model, UpstreamModel: r.model, Cost: usdMicros(int64(i + 1)), Status: 200, Session: r.session}
+		if err := res.Settle(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, u)
+	}
+	// The same session id in another workspace is not this one's.
+	res, _ := e.svc.Ledger.Reserve(ctx, other.ws, other.member, 0)
+	res.Settle(ctx, &store.UsageRecord{ID: ledger.UsageID(at(3)), Time: at(3), Workspace: other.ws, MemberID: other.member,
+		MemberKind: store.MemberPerson, Status: 200, Session: "ses_A"})
+
+	want := func(cred, query string, idx ...int) {
+		t.Helper()
+		r := e.do(req{method: "GET", path: "/api/v1/usage" + query, cred: cred})
+		wantStatus(t, "GET usage"+query, r, 200, "")
+		var wantIDs []string
+		for _, i := range idx {
+			wantIDs = append(wantIDs, made[i].ID)
+		}
+		if got := ids(r.list(), "id"); strings.Join(got, ",") != strings.Join(wantIDs, ",") {
+			t.Errorf("GET usage%s: ids %v, want records %v", query, got, idx)
+		}
+	}
+	q := func(kv ...string) string {
+		v := url.Values{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			v.Set(kv[i], kv[i+1])
+		}
+		return "?" + v.Encode()
+	}
+	want(f.adminTok, q("session", "ses_A"), 0, 3, 4, 5)
+	want(f.adminTok, q("session", "ses_B"), 2)
+	want(f.adminTok, q("session", "ses_"))
+	want(f.adminTok, q("session", "ses_none"))
+	want(f.adminTok, q("session", "ses_A", "member", f.member), 0, 3, 5)
+	want(f.adminTok, q("session", "ses_A", "connection", "conn_b"), 3)
+	want(f.adminTok, q("session", "ses_A", "model", "m1", "from", at(2).Format(time.RFC3339), "to", at(6).Format(time.RFC3339)), 4)
+	want(f.adminTok, q("session", ""), 0, 1, 2, 3, 4, 5, 6, 7) // empty: no filter
+	// A member: their own records of the session, not the admin's one.
+	want(f.memberTok, q("session", "ses_A"), 0, 3, 5)
+	want(f.memberTok, q("session", "ses_B"))
+	r := e.do(req{method: "GET", path: "/api/v1/usage" + q("session", "ses_A", "member", f.admin), cred: f.memberTok})
+	wantStatus(t, "member asks for the admin's session records", r, 403, "Forbidden")
+
+	// The record carries its session; none means no field.
+	r = e.do(req{method: "GET", path: "/api/v1/usage" + q("limit", "2"), cred: f.adminTok})
+	wantStatus(t, "GET usage", r, 200, "")
+	if l := r.list(); l[0]["session"] != "ses_A" {
+		t.Errorf("record 0: session %v", l[0]["session"])
+	} else if _, ok := l[1]["session"]; ok {
+		t.Errorf("record 1 has no session but the field is there: %v", l[1])
+	}
+
+	// Paging through one session, one record a page.
+	var got []string
+	cursor := ""
+	for page := 0; page < 10; page++ {
+		qq := q("session", "ses_A", "limit", "1", "cursor", cursor)
+		if cursor == "" {
+			qq = q("session", "ses_A", "limit", "1")
+		}
+		r := e.do(req{method: "GET", path: "/api/v1/usage" + qq, cred: f.adminTok})
+		wantStatus(t, "page", r, 200, "")
+		got = append(got, ids(r.list(), "id")...)
+		nc, _ := r.json["next_cursor"].(string)
+		if nc == "" {
+			break
+		}
+		cursor = nc
+	}
+	if w := []string{made[0].ID, made[3].ID, made[4].ID, made[5].ID}; strings.Join(got, ",") != strings.Join(w, ",") {
+		t.Errorf("paging a session: %v, want %v", got, w)
+	}
+}

@@ -55,6 +55,8 @@ var funcs = template.FuncMap{
 		return p.String()
 	},
 	"eq2": func(a string, b *string) bool { return b != nil && *b == a },
+	// count writes a whole number with thousands separators.
+	"count": func(n int64) string { return commas(strconv.FormatInt(n, 10)) },
 }
 
 // usd formats an amount of dollars for people: cents from a cent up,

@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -571,4 +572,119 @@ func TestBudgetsPage(t *testing.T) {
 	p = b.post(w+"/"+sa.ID, form(tok, "limit_usd", "", "period", "monthly"))
 	wantStatus(t, "remove budget", p, http.StatusSeeOther)
 	wantContains(t, "after remove", b.get(p.location()), "Budget removed.")
+}
+
+// TestBudgetsPageSessions: the budgets page shows the spend per agent
+// session over the chart's 30 days, dearest first; each row links to the
+// page filtered by that session; a member sees their own sessions only.
+func TestBudgetsPageSessions(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, ownerEmail := e.person(ws, store.RoleOwner)
+	memberID, memberEmail := e.person(ws, store.RoleMember)
+	sa, _ := e.svc.CreateServiceAccount(ctx, service.Operator(ws), "robot")
+	const odd = `ses B/<x>&y "z"` // printable ASCII that needs escaping in HTML and URLs
+	for _, u := range []struct {
+		ago     time.Duration
+		member  string
+		session string
+		tokens  int64
+		cost    money.Pico
+	}{
+		{1 * time.Hour, sa.ID, "ses_A", 100, 1_000_000_000_000},
+		{2 * time.Hour, sa.ID, "ses_A", 50, 500_000_000_000},
+		{3 * time.Hour, memberID, "ses_M", 10, 2_000_000_000_000},
+		{24 * time.Hour, sa.ID, odd, 1_234_567, 250_000_000_000},
+		{10 * 24 * time.Hour, sa.ID, "", 5, 3_000_000_000_000},
+		{40 * 24 * time.Hour, sa.ID, "ses_old", 5, 9_000_000_000_000},
+	} {
+		at := t0.Add(-u.ago)
+		kind := store.MemberServiceAccount
+		if u.member == memberID {
+			kind = store.MemberPerson
+		}
+		if err := e.svc.Ledger.Record(ctx, &store.UsageRecord{ID: ledger.UsageID(at), Time: at, Workspace: ws, MemberID: u.member,
+			MemberKind: kind, Cost: u.cost, Status: 200, Session: u.session, Tokens: store.Tokens{Input: u.tokens}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := "/w/" + ws + "/budgets"
+	links := regexp.MustCompile(`href="(/w/[^"]*\?session=[^"]*)"`)
+	rows := func(p page) []string { // the sessions of the table, in order
+		t.Helper()
+		var out []string
+		for _, m := range links.FindAllStringSubmatch(p.body, -1) {
+			u, err := url.Parse(strings.ReplaceAll(m[1], "&amp;", "&"))
+			if err != nil {
+				t.Fatalf("bad link %q: %v", m[1], err)
+			}
+			if u.Path != w {
+				t.Fatalf("link %q goes to %s, want %s", m[1], u.Path, w)
+			}
+			out = append(out, u.Query().Get("session"))
+		}
+		return out
+	}
+
+	b, _ := e.signedIn(ownerEmail)
+	p := b.get(w)
+	wantStatus(t, "budgets", p, 200)
+	wantContains(t, "budgets", p, "Spend per agent session", "total <strong>$6.75</strong>",
+		`<td class="num">2</td>`, `<td class="num">150</td>`, "$1.50", "1,234,567", "2025-06-01 09:00 UTC",
+		"ses B/&lt;x&gt;&amp;y &#34;z&#34;")
+	wantNotContains(t, "budgets", p, "ses_old", `<x>`)
+	if got := rows(p); strings.Join(got, "|") != strings.Join([]string{"ses_M", "ses_A", odd}, "|") {
+		t.Fatalf("session rows %q, want ses_M, ses_A, the odd one (dearest first)", got)
+	}
+
+	// Each row's link shows that session only: chart, total and table.
+	for _, c := range []struct{ session, total string }{{"ses_A", "$1.50"}, {odd, "$0.25"}, {"ses_M", "$2.00"}} {
+		p := b.get(w + "?session=" + url.QueryEscape(c.session))
+		wantStatus(t, "filtered by "+c.session, p, 200)
+		wantContains(t, "filtered by "+c.session, p, "Showing the agent session", "total <strong>"+c.total+"</strong>", `href="`+w+`">Show every session`)
+		if got := rows(p); len(got) != 1 || got[0] != c.session {
+			t.Errorf("filtered by %q: rows %q", c.session, got)
+		}
+	}
+	p = b.get(w + "?session=ses_none")
+	wantContains(t, "unknown session", p, "total <strong>$0.00</strong>", "No agent sessions in the last 30 days.")
+
+	// A member sees their own session, not the service account's.
+	mb, _ := e.signedIn(memberEmail)
+	p = mb.get(w)
+	wantStatus(t, "member budgets", p, 200)
+	wantContains(t, "member budgets", p, "Spend per agent session", "your requests", "total <strong>$2.00</strong>")
+	if got := rows(p); len(got) != 1 || got[0] != "ses_M" {
+		t.Fatalf("member sees sessions %q, want only ses_M", got)
+	}
+	wantNotContains(t, "member budgets", p, "ses_A", "ses B")
+	p = mb.get(w + "?session=ses_A")
+	wantStatus(t, "member filters by another's session", p, 200)
+	wantContains(t, "member filters by another's session", p, "total <strong>$0.00</strong>", "No agent sessions in the last 30 days.")
+	if got := rows(p); len(got) != 0 {
+		t.Fatalf("member sees rows %q of another member's session", got)
+	}
+}
+
+// TestBudgetsPageSessionsTopN: the table lists the dearest sessions only
+// and says how many there were.
+func TestBudgetsPageSessionsTopN(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleOwner)
+	sa, _ := e.svc.CreateServiceAccount(ctx, service.Operator(ws), "robot")
+	for i := range 27 {
+		at := t0.Add(-time.Duration(i+1) * time.Minute)
+		if err := e.svc.Ledger.Record(ctx, &store.UsageRecord{ID: ledger.UsageID(at), Time: at, Workspace: ws, MemberID: sa.ID,
+			MemberKind: store.MemberServiceAccount, Cost: money.Pico(i+1) * 1_000_000_000_000, Status: 200, Session: fmt.Sprintf("ses_%02d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := e.signedIn(email)
+	p := b.get("/w/" + ws + "/budgets")
+	wantContains(t, "budgets", p, "The 25 dearest of 27 sessions are shown.", "?session=ses_26", "?session=ses_02")
+	wantNotContains(t, "budgets", p, "?session=ses_01", "?session=ses_00")
+	if i, j := strings.Index(p.body, "?session=ses_26"), strings.Index(p.body, "?session=ses_25"); i < 0 || j < i {
+		t.Fatal("sessions are not dearest first")
+	}
 }

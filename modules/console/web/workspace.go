@@ -359,6 +359,21 @@ type budgetsData struct {
 	Periods []string
 	Chart   chart
 	OwnOnly bool
+	// Session is the agent session the page is filtered by ("": all).
+	Session string
+	// Sessions are the agent sessions with the most spend over the chart's
+	// days, dearest first; SessionCount is how many there were in all.
+	Sessions     []sessionSpend
+	SessionCount int
+}
+
+// sessionSpend is what one agent session cost over the shown days.
+type sessionSpend struct {
+	Session  string
+	Requests int64
+	Tokens   int64
+	Cost     money.Pico
+	LastSeen time.Time
 }
 
 func (h *Web) budgetsPage(w http.ResponseWriter, r *http.Request, q *req) {
@@ -369,7 +384,7 @@ func (h *Web) renderBudgets(w http.ResponseWriter, r *http.Request, q *req, stat
 	d := q.data("Budgets and usage")
 	d.Nav, d.Flash = "budgets", fl
 	bd := budgetsData{Periods: []string{store.PeriodMonthly, store.PeriodWeekly, store.PeriodDaily, store.PeriodTotal},
-		OwnOnly: service.Check(q.p, service.OpReadSpend) == service.OwnOnly}
+		OwnOnly: service.Check(q.p, service.OpReadSpend) == service.OwnOnly, Session: r.URL.Query().Get("session")}
 	bs, err := q.svc.Budgets(r.Context(), q.p)
 	if err != nil {
 		if !h.shown(w, q, err, d, &msg, &status) {
@@ -384,7 +399,7 @@ func (h *Web) renderBudgets(w http.ResponseWriter, r *http.Request, q *req, stat
 	})
 	bd.Budgets = bs
 	if err == nil {
-		days, truncated, err := h.dailySpend(r, q)
+		days, sessions, truncated, err := h.spendSummary(r, q, bd.Session)
 		if err != nil {
 			if !h.refused(w, q, err, d) {
 				return
@@ -392,6 +407,8 @@ func (h *Web) renderBudgets(w http.ResponseWriter, r *http.Request, q *req, stat
 			msg = d.Error
 		}
 		bd.Chart = buildChart(days, truncated)
+		bd.SessionCount = len(sessions)
+		bd.Sessions = sessions[:min(len(sessions), maxSessionRows)]
 	}
 	d.Error = msg
 	d.Data = bd
@@ -404,33 +421,71 @@ const chartDays = 30
 // maxUsagePages bounds the usage read for the chart (1000 records a page).
 const maxUsagePages = 100
 
-// dailySpend sums the workspace's spend (a member's own, for the member
-// role) per UTC day over the last chartDays days, today included.
-func (h *Web) dailySpend(r *http.Request, q *req) ([]daySpend, bool, error) {
+// maxSessionRows bounds the table of spend per agent session.
+const maxSessionRows = 25
+
+// spendSummary reads the workspace's usage (a member's own, for the member
+// role; one agent session's, when session is set) over the last chartDays
+// days, today included, in one pass: the spend per UTC day, and the spend
+// per agent session, dearest first (requests without a session are in the
+// days only).
+func (h *Web) spendSummary(r *http.Request, q *req, session string) ([]daySpend, []sessionSpend, bool, error) {
 	today := q.svc.Clock.Now().UTC().Truncate(24 * time.Hour)
 	from := today.AddDate(0, 0, -(chartDays - 1))
 	days := make([]daySpend, chartDays)
 	for i := range days {
 		days[i].Day = from.AddDate(0, 0, i)
 	}
+	bySession := map[string]*sessionSpend{}
+	truncated := true
 	cursor := ""
 	for page := 0; page < maxUsagePages; page++ {
-		recs, next, err := q.svc.Usage(r.Context(), q.p, service.UsageQuery{From: from, Cursor: cursor, Limit: 1000})
+		recs, next, err := q.svc.Usage(r.Context(), q.p, service.UsageQuery{Session: session, From: from, Cursor: cursor, Limit: 1000})
 		if err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		for _, u := range recs {
 			i := int(u.Time.UTC().Sub(from) / (24 * time.Hour))
-			if i >= 0 && i < chartDays {
-				days[i].Cost += u.Cost
+			if i < 0 || i >= chartDays {
+				continue
+			}
+			days[i].Cost += u.Cost
+			if u.Session == "" {
+				continue
+			}
+			ss := bySession[u.Session]
+			if ss == nil {
+				ss = &sessionSpend{Session: u.Session}
+				bySession[u.Session] = ss
+			}
+			ss.Requests++
+			ss.Tokens += u.Tokens.Total()
+			ss.Cost += u.Cost
+			if u.Time.After(ss.LastSeen) {
+				ss.LastSeen = u.Time
 			}
 		}
 		if next == "" {
-			return days, false, nil
+			truncated = false
+			break
 		}
 		cursor = next
 	}
-	return days, true, nil
+	sessions := make([]sessionSpend, 0, len(bySession))
+	for _, ss := range bySession {
+		sessions = append(sessions, *ss)
+	}
+	sort.Slice(sessions, func(i, j int) bool {
+		a, b := sessions[i], sessions[j]
+		if a.Cost != b.Cost {
+			return a.Cost > b.Cost
+		}
+		if !a.LastSeen.Equal(b.LastSeen) {
+			return a.LastSeen.After(b.LastSeen)
+		}
+		return a.Session < b.Session
+	})
+	return days, sessions, truncated, nil
 }
 
 // setBudget is POST /w/{wrk}/budgets/{member}: limit_usd (empty removes
