@@ -375,17 +375,32 @@ func loggerNames(logs *caddyhttp.ServerLogConfig, host string) []string {
 	if names, ok := logs.LoggerNames[host]; ok {
 		return names
 	}
+	var names []string
+	if wildcards(host, func(pattern string) bool {
+		var ok bool
+		names, ok = logs.LoggerNames[pattern]
+		return ok
+	}) {
+		return names
+	}
+	return []string{logs.DefaultLoggerName}
+}
+
+// wildcards calls f with host's wildcard forms, most specific first (its
+// labels replaced by "*" one more at a time, from the left), until f
+// reports true, and reports whether it did.
+func wildcards(host string, f func(pattern string) bool) bool {
 	labels := strings.Split(host, ".")
 	for i := range labels {
 		if labels[i] == "" {
 			continue
 		}
 		labels[i] = "*"
-		if names, ok := logs.LoggerNames[strings.Join(labels, ".")]; ok {
-			return names
+		if f(strings.Join(labels, ".")) {
+			return true
 		}
 	}
-	return []string{logs.DefaultLoggerName}
+	return false
 }
 
 func hostOf(r *http.Request) string {
@@ -404,20 +419,7 @@ func matchWildcard(host, pattern string) bool {
 	if host == pattern {
 		return true
 	}
-	if !strings.Contains(pattern, "*") {
-		return false
-	}
-	labels := strings.Split(host, ".")
-	for i := range labels {
-		if labels[i] == "" {
-			continue
-		}
-		labels[i] = "*"
-		if strings.Join(labels, ".") == pattern {
-			return true
-		}
-	}
-	return false
+	return strings.Contains(pattern, "*") && wildcards(host, func(p string) bool { return p == pattern })
 }
 
 // countingReader counts the request body bytes the handlers read.
