@@ -67,11 +67,16 @@ func installed(dir string, pkgs ...string) bool {
 }
 
 // runClient runs one SDK program and decodes the JSON it prints.
+// Through the gateway (disabled names a disabled model) the program also
+// lists the models, which the gateway answers without the provider.
 func runClient(t *testing.T, ctx context.Context, dir, script, baseURL, key, model, disabled string) map[string]any {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, "node", script)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "AGENTGATE_BASE_URL="+baseURL, "AGENTGATE_API_KEY="+key, "MODEL="+model, "DISABLED_MODEL="+disabled)
+	if disabled != "" {
+		cmd.Env = append(cmd.Env, "LIST_MODELS=1")
+	}
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.Output()
 	if err != nil {
@@ -164,6 +169,24 @@ func TestOfficialSDKs(t *testing.T) {
 					t.Errorf("%s: usage through the gateway %v differs from direct %v", a, g, d)
 				}
 			}
+			switch c.kind {
+			case "anthropic":
+				if d, g := field(direct, "countTokens.input_tokens"), field(gw, "countTokens.input_tokens"); g == nil || !jsonEqual(d, g) {
+					t.Errorf("count_tokens through the gateway: %v, directly: %v", g, d)
+				}
+			case "google":
+				if d, g := field(direct, "countTokens.totalTokens"), field(gw, "countTokens.totalTokens"); g == nil || !jsonEqual(d, g) {
+					t.Errorf("countTokens through the gateway: %v, directly: %v", g, d)
+				}
+			}
+			// The model list holds the enabled alias only, as each SDK reads it.
+			want := []any{c.model}
+			if c.kind == "google" {
+				want = []any{"models/" + c.model}
+			}
+			if got := field(gw, "models"); !jsonEqual(got, want) {
+				t.Errorf("the SDK listed the models %v through the gateway, want %v", got, want)
+			}
 			if field(gw, "disabled.status") != float64(403) || !strings.Contains(toString(field(gw, "disabled.message")), "not enabled") {
 				t.Errorf("a disabled model: the SDK raised %v", field(gw, "disabled"))
 			}
@@ -195,9 +218,10 @@ func TestOfficialSDKs(t *testing.T) {
 	// gateway's metrics are on Caddy's admin /metrics.
 	var page struct {
 		Data []struct {
-			Status int     `json:"status"`
-			Cost   float64 `json:"cost_usd"`
-			Tokens struct {
+			Status    int     `json:"status"`
+			Cost      float64 `json:"cost_usd"`
+			Operation string  `json:"operation"`
+			Tokens    struct {
 				Input, Output int64
 			} `json:"tokens"`
 		} `json:"data"`
@@ -206,9 +230,11 @@ func TestOfficialSDKs(t *testing.T) {
 	if err != nil || st != 200 || json.Unmarshal(b, &page) != nil {
 		t.Fatalf("usage: %d %v %s", st, err, b)
 	}
-	ok, refused := 0, 0
+	ok, refused, counted := 0, 0, 0
 	for _, u := range page.Data {
 		switch {
+		case u.Operation == "count_tokens" && u.Status == 200 && u.Cost == 0:
+			counted++
 		case u.Status == 200 && u.Cost > 0 && u.Tokens.Input > 0 && u.Tokens.Output > 0:
 			ok++
 		case u.Status == 403 && u.Cost == 0:
@@ -217,8 +243,8 @@ func TestOfficialSDKs(t *testing.T) {
 			t.Errorf("unexpected usage record %+v", u)
 		}
 	}
-	if ok != 8 || refused != 3 {
-		t.Errorf("%d metered and %d refused requests recorded, want 8 and 3", ok, refused)
+	if ok != 8 || refused != 3 || counted != 2 {
+		t.Errorf("%d metered, %d refused and %d token-count requests recorded, want 8, 3 and 2", ok, refused, counted)
 	}
 	_, metrics, err := call(ctx, httpClient, "GET", "http://"+s.adminAddr+"/metrics", nil, nil)
 	if err != nil || !strings.Contains(string(metrics), `caddy_llm_gateway_requests_total{code="2xx",format="chat"}`) ||

@@ -17,6 +17,22 @@ stream.on("text", (t) => { text += t; });
 const final = await stream.finalMessage();
 out.messagesStream = { text, usage: final.usage };
 
+// Claude Code counts tokens (for /context and more) with the token-counting
+// beta header; the gateway forwards it like a message.
+const count = await client.messages.countTokens(
+  { model, messages: [{ role: "user", content: "Say hello" }] },
+  { headers: { "anthropic-beta": "token-counting-2024-11-01" } },
+);
+out.countTokens = count;
+
+// Model discovery (what Claude Code's gateway model discovery calls):
+// the gateway answers from its store, so only through the gateway.
+if (process.env.LIST_MODELS) {
+  const ids = [];
+  for await (const m of client.models.list({ limit: 1000 })) ids.push(m.id);
+  out.models = ids;
+}
+
 if (process.env.DISABLED_MODEL) {
   try {
     await client.messages.create({ model: process.env.DISABLED_MODEL, max_tokens: 8, messages: [{ role: "user", content: "x" }] });

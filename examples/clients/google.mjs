@@ -15,6 +15,17 @@ let text = "";
 for await (const chunk of await ai.models.generateContentStream({ model, contents: "Say hello" })) text += chunk.text ?? "";
 out.generateStream = { text };
 
+// Gemini CLI counts tokens of prompts with files.
+const count = await ai.models.countTokens({ model, contents: "Say hello" });
+out.countTokens = { totalTokens: count.totalTokens };
+
+// models.list() is answered by the gateway from its store: only through it.
+if (process.env.LIST_MODELS) {
+  const names = [];
+  for await (const m of await ai.models.list()) names.push(m.name);
+  out.models = names;
+}
+
 if (process.env.DISABLED_MODEL) {
   try {
     await ai.models.generateContent({ model: process.env.DISABLED_MODEL, contents: "x" });

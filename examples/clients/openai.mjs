@@ -27,6 +27,13 @@ const rstream = await client.responses.create({ model, input: "Say hello", strea
 for await (const ev of rstream) if (ev.type === "response.output_text.delta") text += ev.delta;
 out.responsesStream = { text };
 
+// models.list() is answered by the gateway from its store: only through it.
+if (process.env.LIST_MODELS) {
+  const ids = [];
+  for await (const m of client.models.list()) ids.push(m.id);
+  out.models = ids;
+}
+
 if (process.env.DISABLED_MODEL) {
   try {
     await client.chat.completions.create({ model: process.env.DISABLED_MODEL, messages: [{ role: "user", content: "x" }] });
