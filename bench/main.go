@@ -1,4 +1,4 @@
-// Command bench is agentgate's side-by-side benchmark harness (issue 9). It
+// Command bench is agentgate's side-by-side benchmark harness. It
 // builds the caddy binary, starts the fake provider (no delay, and 20 ms
 // delay with 64-delta streams at a 20 ms pace), starts the binary with a
 // plain reverse_proxy site and an llm_gateway site, bootstraps a workspace,

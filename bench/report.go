@@ -244,12 +244,12 @@ func (res *results) targets() []target {
 		if len(res.lat["p"]) > 0 {
 			lat = fmt.Sprintf("; p99 %s vs %s", us(medianLat(res.lat["p"], p99)), us(medianLat(res.lat["c"], p99)))
 		}
-		ts = append(ts, target{"PostgreSQL (issue 10)", "(p) vs (c): the cost of a shared store", fmt.Sprintf("%.0f vs %.0f req/s = %s%s", p, c, ratio(p, c), lat), nil})
+		ts = append(ts, target{"PostgreSQL", "(p) vs (c): the cost of a shared store", fmt.Sprintf("%.0f vs %.0f req/s = %s%s", p, c, ratio(p, c), lat), nil})
 		ts = append(ts, target{"Usage exactness (p)", "spend on PostgreSQL = counts × price",
 			fmt.Sprintf("%d answers × %s USD = %s USD; spend %s USD, reserved %s USD", res.pgCount, costPerAnswer, res.pgWant, res.pgSpent, res.pgReserved),
 			yes(res.pgSpent == res.pgWant && res.pgReserved == 0)})
 	} else if res.r.pgMsg != "" {
-		ts = append(ts, target{"PostgreSQL (issue 10)", "(p) vs (c): the cost of a shared store", res.r.pgMsg, nil})
+		ts = append(ts, target{"PostgreSQL", "(p) vs (c): the cost of a shared store", res.r.pgMsg, nil})
 	}
 	ts = append(ts, target{"Usage exactness", "ledger = provider's counts × price",
 		fmt.Sprintf("%d answers × %s USD = %s USD; spend %s USD, reserved %s USD", res.usageCount, costPerAnswer, res.usageWant, res.usageSpent, res.usageReserved),
@@ -314,7 +314,7 @@ func (res *results) markdown(svgName string) string {
 	}
 	w("\n\nOn two cores, lane (a) has the load generator and the fake provider on one core while (b), (c), (d) get a second core for the proxy: throughput of (b)/(c) can exceed (a), and the ratios that matter are against (b).\n\n")
 
-	w("## Targets (issue 9)\n\n| Figure | Target | Measured | Met |\n|---|---|---|---|\n")
+	w("## Targets\n\n| Figure | Target | Measured | Met |\n|---|---|---|---|\n")
 	for _, t := range res.targets() {
 		m := "not measured"
 		if t.met != nil {

@@ -271,7 +271,7 @@ func (r *rig) profile(ctx context.Context, d time.Duration, file string) chan er
 // startPostgresLane runs lane (p): a second agentgate process with the same
 // llm_gateway site, storing in a throwaway PostgreSQL cluster on loopback
 // (started by internal/pgtest, so it runs beside the load generator, off
-// the proxies' core) instead of Badger. It is the figure of issue 10: the
+// the proxies' core) instead of Badger. It measures the
 // cost of a store that several nodes share, where nothing is cached and
 // every request reads the database.
 func (r *rig) startPostgresLane(ctx context.Context, logf func(string, ...any)) (*lane, error) {

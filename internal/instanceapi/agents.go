@@ -18,7 +18,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// AgentInfo is Agent.Info (instance-api.md §4.5).
+// AgentInfo is Agent.Info's wire record.
 type AgentInfo struct {
 	ID          string           `json:"id"`
 	Name        string           `json:"name"`

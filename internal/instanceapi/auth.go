@@ -17,7 +17,7 @@ import (
 	"github.com/agentgate/agentgate/internal/clock"
 )
 
-// Auth checks instance credentials (instance-api.md §2): HTTP Basic with
+// Auth checks instance credentials: HTTP Basic with
 // the configured username and either the password or a pairing token; the
 // same payload in ?auth_token= for EventSource clients; or the session
 // cookie of a paired browser, honoured only for same-origin requests.

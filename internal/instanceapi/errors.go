@@ -36,7 +36,7 @@ func newErr(status int, tag, msg string, fields ...any) *Error {
 	return &Error{Status: status, Tag: tag, Fields: f}
 }
 
-// Errors of the catalogue (instance-api.md §1.1).
+// The errors the instance API answers with, by _tag.
 func invalidRequest(kind, msg string) *Error {
 	if len(msg) > 1024 {
 		msg = fmt.Sprintf("%s... (%d more chars)", msg[:1024], len(msg)-1024)

@@ -9,7 +9,7 @@ import (
 	"github.com/agentgate/agentgate/internal/clock"
 )
 
-// Event is one frame of the event stream (instance-api.md §8).
+// Event is one frame of the event stream.
 type Event struct {
 	ID       string         `json:"id"`
 	Created  int64          `json:"created,omitempty"`

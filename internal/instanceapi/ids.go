@@ -18,7 +18,7 @@ func randomID(n int) string {
 	return string(b)
 }
 
-// idGen makes ids of instance-api.md §3: prefix_ + 14 hex digits of
+// idGen makes the instance API's ids: prefix_ + 14 hex digits of
 // (ms×4096 + counter) + 12 base62 characters; descending ids complement the
 // time value so that newer ids sort first.
 type idGen struct {

@@ -25,7 +25,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// PluginInfo is Plugin.Info (instance-api.md §4.6).
+// PluginInfo is Plugin.Info's wire record.
 type PluginInfo struct {
 	ID       string         `json:"id,omitempty"`
 	Source   PluginSource   `json:"source"`

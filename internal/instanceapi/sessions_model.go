@@ -68,7 +68,7 @@ type SessionTime struct {
 	Archived *int64 `json:"archived,omitempty"`
 }
 
-// SessionInfo is Session.Info (instance-api.md §4.7).
+// SessionInfo is Session.Info's wire record.
 type SessionInfo struct {
 	ID          string                     `json:"id"`
 	ParentID    string                     `json:"parentID,omitempty"`
@@ -117,7 +117,7 @@ func (s *Server) unknownErr(what string, err error) *Error {
 	return newErr(500, "UnknownError", "Unexpected server error. Check server logs for details.", "ref", ref)
 }
 
-// checkSessionID applies the seed's rule (starts with "ses") and refuses
+// checkSessionID applies the API's rule for session ids (starts with "ses") and refuses
 // what no id can hold.
 func checkSessionID(field, id string) error {
 	if !strings.HasPrefix(id, "ses") {
@@ -253,7 +253,7 @@ func (s *Server) update(ctx context.Context, fn func(tx store.Tx) error) error {
 	return mapStoreErr(st.Update(ctx, fn))
 }
 
-// Active drains: the agent loop (issue 8) marks sessions whose foreground
+// Active drains: the agent loop marks sessions whose foreground
 // drain runs in this process.
 
 // SetActive marks or clears a running drain of a session.

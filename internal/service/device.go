@@ -15,7 +15,7 @@ import (
 	"github.com/agentgate/agentgate/modules/store"
 )
 
-// Device flow constants (RFC 8628 and the seed).
+// Device flow constants (RFC 8628 and the Console's device sign-in).
 const (
 	DeviceCodeLifetime = 600 * time.Second
 	DeviceInterval     = 5 // seconds

@@ -5,7 +5,7 @@ import (
 	"github.com/agentgate/agentgate/modules/store"
 )
 
-// Op is a row of the permission matrix (console-and-gateway.md §3).
+// Op is a row of the permission matrix: which credential may do what.
 type Op int
 
 // The rows of the permission matrix.

@@ -8,9 +8,9 @@ import (
 	"github.com/agentgate/agentgate/modules/store"
 )
 
-// TestPermissionMatrix walks every row of the matrix (console-and-gateway.md
-// §3) for every credential kind, with principals made by Authenticate from
-// real credentials, and compares Check with the spec's answer.
+// TestPermissionMatrix walks every row of the matrix for every credential
+// kind, with principals made by Authenticate from real credentials, and
+// compares Check with the expected answer.
 func TestPermissionMatrix(t *testing.T) {
 	const (
 		A = service.Allow
