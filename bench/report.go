@@ -298,7 +298,7 @@ func (res *results) markdown(svgName string) string {
 	w("| CPUs (nproc) | %d |\n| CPU model | %s |\n| Go | %s |\n| Caddy | %s |\n| Commit | %s |\n", cpuCount(), cpuModel(), runtime.Version(), res.r.caddyVersion, gitDescribe(res.r.root))
 	pin := "none (taskset missing or fewer than 2 CPUs)"
 	if res.r.pin {
-		pin = "servers (caddy, Node) on core 1 with GOMAXPROCS=1; load generator and fake provider on core 0"
+		pin = "servers (caddy, Node) on core 1, caddy with GOMAXPROCS=" + serverProcs() + "; load generator and fake provider on core 0"
 	}
 	w("| Pinning | %s |\n| Load average at the end | %s |\n\n", pin, loadAvg())
 	w("Lanes, interleaved (a b c …, a b c …) against the same in-process fake provider (`internal/fakeprovider`):\n\n")

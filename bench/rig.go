@@ -304,6 +304,16 @@ func (r *rig) startPostgresLane(ctx context.Context, logf func(string, ...any)) 
 	return l, nil
 }
 
+// serverProcs is the GOMAXPROCS of every server lane: 2 (a lane pinned to
+// one core would otherwise get one P, and the store's blocking fsync would
+// stall its requests), or AGENTGATE_BENCH_GOMAXPROCS.
+func serverProcs() string {
+	if v := os.Getenv("AGENTGATE_BENCH_GOMAXPROCS"); v != "" {
+		return v
+	}
+	return "2"
+}
+
 // startCaddy writes a Caddyfile and runs the binary on it (pinned when
 // pinning is on); both processes log to caddy.log.
 func (r *rig) startCaddy(name, caddyfile string) (*exec.Cmd, error) {
@@ -319,9 +329,7 @@ func (r *rig) startCaddy(name, caddyfile string) (*exec.Cmd, error) {
 	}
 	c := r.serverCommand(r.bin, "run", "--config", cfPath, "--adapter", "caddyfile")
 	c.Env = append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(r.work, "xdg-data-"+name), "XDG_CONFIG_HOME="+filepath.Join(r.work, "xdg-config-"+name))
-	if v := os.Getenv("AGENTGATE_BENCH_GOMAXPROCS"); v != "" {
-		c.Env = append(c.Env, "GOMAXPROCS="+v)
-	}
+	c.Env = append(c.Env, "GOMAXPROCS="+serverProcs())
 	c.Stdout, c.Stderr = r.caddyLog, r.caddyLog
 	if err := c.Start(); err != nil {
 		return nil, err

@@ -257,7 +257,6 @@ func (a *App) start() error {
 			}
 			return pooledStore{Store: pg, ledger: ledger.New(pg, a.Clock)}, nil
 		}
-		ensureProcs(a.logger)
 		b, err := store.OpenBadger(store.BadgerOptions{Dir: filepath.Join(a.dir, "badger"), Logger: a.logger.Named("badger")})
 		if err != nil {
 			return nil, err
