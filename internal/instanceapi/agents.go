@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/tailscale/hujson"
 	"github.com/tidwall/gjson"
 )
 
@@ -594,65 +595,23 @@ func describeJSONError(b []byte, err error) string {
 	return err.Error()
 }
 
-// StripJSONC turns JSONC into JSON: // and /* */ comments outside strings
-// become spaces (line breaks are kept, so that error offsets still point
-// into the original text), and so does a comma that is followed only by
-// white space or comments before a closing } or ].
+// StripJSONC turns JSONC into JSON with hujson: // and /* */ comments and
+// trailing commas become spaces (line breaks are kept, so that error
+// offsets still point into the original text). Anything else must already
+// be JSON; an error names the line and column.
 func StripJSONC(in []byte) ([]byte, error) {
-	out := bytes.Clone(in)
-	blank := func(from, to int) {
-		for i := from; i < to; i++ {
-			if out[i] != '\n' && out[i] != '\r' {
-				out[i] = ' '
-			}
-		}
+	// hujson edits the buffer it parses, and wants a // comment to end with
+	// a line break, which the last line of a file may lack: it gets a copy
+	// with one more line break, dropped again below.
+	src := make([]byte, len(in), len(in)+1)
+	copy(src, in)
+	src = append(src, '\n')
+	out, err := hujson.Standardize(src)
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), "hujson: ")
+		return nil, errors.New(strings.Replace(msg, "parsing comment: unexpected EOF", "unterminated /* comment", 1))
 	}
-	lastComma := -1 // position of a comma that may turn out trailing
-	for i := 0; i < len(out); i++ {
-		c := out[i]
-		switch {
-		case c == '"':
-			lastComma = -1
-			j := i + 1
-			for ; j < len(out); j++ {
-				if out[j] == '\\' {
-					j++
-					continue
-				}
-				if out[j] == '"' {
-					break
-				}
-			}
-			i = j
-		case c == '/' && i+1 < len(out) && out[i+1] == '/':
-			j := i
-			for j < len(out) && out[j] != '\n' {
-				j++
-			}
-			blank(i, j)
-			i = j - 1
-		case c == '/' && i+1 < len(out) && out[i+1] == '*':
-			end := bytes.Index(out[i+2:], []byte("*/"))
-			if end < 0 {
-				line := 1 + bytes.Count(in[:i], []byte("\n"))
-				return nil, fmt.Errorf("line %d: unterminated /* comment", line)
-			}
-			j := i + 2 + end + 2
-			blank(i, j)
-			i = j - 1
-		case c == ',':
-			lastComma = i
-		case c == '}' || c == ']':
-			if lastComma >= 0 {
-				out[lastComma] = ' '
-			}
-			lastComma = -1
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-		default:
-			lastComma = -1
-		}
-	}
-	return out, nil
+	return out[:len(out)-1], nil
 }
 
 // ParseAgentMarkdown turns an agent markdown file into a JSON definition:

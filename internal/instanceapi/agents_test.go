@@ -256,6 +256,22 @@ func TestStripJSONC(t *testing.T) {
 		{`["\\", 1,]`, `["\\", 1 ]`},
 		{`{"a":[1,],"b":2}`, `{"a":[1 ],"b":2}`},
 		{`{"a":1,"b":2}`, `{"a":1,"b":2}`},
+		// A // comment may end the file without a line break.
+		{"{\"a\":1} // end", "{\"a\":1}       "},
+		{"{\"a\":1,} // end", "{\"a\":1 }       "},
+		// Comment starts inside comments, and CRLF line ends.
+		{"{/* // */\"a\":1}", "{        \"a\":1}"},
+		{"{// /* \r\n\"a\":1}", "{      \r\n\"a\":1}"},
+		{"[1, // c\r\n]", "[1      \r\n]"},
+		{"{\"a\":1 // x\r\n,}", "{\"a\":1     \r\n }"},
+		// Comment-like and comma-like text inside strings stays.
+		{`{"u":"http://x/*y*/", "e":"\\", "q":"\"//", "c":",}"}`, `{"u":"http://x/*y*/", "e":"\\", "q":"\"//", "c":",}"}`},
+		{`{"k//":"/*",}`, `{"k//":"/*" }`},
+		// A comma after a comment, and comments in empty containers.
+		{`[1,/*x*/]`, `[1      ]`},
+		{`{/* none */}`, `{          }`},
+		{"{\"a\":\"caf\xe9\"} // caf\u00e9", "{\"a\":\"caf\xe9\"}         "},
+		{"[\n  1,\n  2, /* two */\n]\n", "[\n  1,\n  2           \n]\n"},
 	} {
 		got, err := StripJSONC([]byte(tc.in))
 		if err != nil || string(got) != tc.want {
@@ -267,6 +283,25 @@ func TestStripJSONC(t *testing.T) {
 	}
 	if _, err := StripJSONC([]byte("{ /* open")); err == nil || !strings.Contains(err.Error(), "unterminated") {
 		t.Fatalf("unterminated comment: %v", err)
+	}
+	// The input is not changed.
+	in := []byte(`{"a":1, /* c */}`)
+	if _, err := StripJSONC(in); err != nil || string(in) != `{"a":1, /* c */}` {
+		t.Fatalf("input changed to %q (%v)", in, err)
+	}
+	// Errors name the line and column.
+	if _, err := StripJSONC([]byte("{\n  \"a\": ,\n}")); err == nil || !strings.Contains(err.Error(), "line 2, column 8") {
+		t.Fatalf("error %v does not name line 2, column 8", err)
+	}
+	// A comma with no value before it is not a trailing comma: an error,
+	// as any JSON parser says (the hand-written stripper blanked it).
+	// hujson also refuses a comment that is not UTF-8 (the hand-written
+	// stripper blanked its bytes); bytes in strings are left to the JSON
+	// decoder as before.
+	for _, bad := range []string{`{,}`, `[,]`, `[1,,]`, `{"a":1,,}`, "{} // caf\xe9", "{} /* caf\xe9 */"} {
+		if out, err := StripJSONC([]byte(bad)); err == nil {
+			t.Errorf("StripJSONC(%q) = %q, want an error", bad, out)
+		}
 	}
 }
 
