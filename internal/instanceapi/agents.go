@@ -5,17 +5,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/tailscale/hujson"
 	"github.com/tidwall/gjson"
+	yaml "go.yaml.in/yaml/v3"
 )
 
 // AgentInfo is Agent.Info's wire record.
@@ -83,11 +87,13 @@ type PermissionRule struct {
 // than * and ?; ties keep the file's order): the most specific rule wins
 // whatever order the file lists them in.
 //
-// A markdown agent file may start with front matter between two "---"
-// lines: "key: value" lines (strings, quoted strings, numbers, booleans,
-// null, JSON flow values, | and > block scalars) and indented nested maps
-// (permission:). The body, when not empty, is the system prompt; the file
-// name without .md is the id.
+// A markdown agent file may start with YAML front matter between two "---"
+// lines: one mapping of the definition keys, read by the YAML library
+// (quoted strings, lists, nested maps, | and > blocks, flow values; a
+// number only in JSON's syntax, other YAML number forms stay text; see
+// parseFrontMatter for the two leniencies kept for hand-written files).
+// The body, when not empty, is the system prompt; the file name without
+// .md is the id.
 //
 // The result lists the built-in agents in their fixed order, then the
 // others by id. Any malformed source (unreadable file, bad JSON or front
@@ -594,65 +600,23 @@ func describeJSONError(b []byte, err error) string {
 	return err.Error()
 }
 
-// StripJSONC turns JSONC into JSON: // and /* */ comments outside strings
-// become spaces (line breaks are kept, so that error offsets still point
-// into the original text), and so does a comma that is followed only by
-// white space or comments before a closing } or ].
+// StripJSONC turns JSONC into JSON with hujson: // and /* */ comments and
+// trailing commas become spaces (line breaks are kept, so that error
+// offsets still point into the original text). Anything else must already
+// be JSON; an error names the line and column.
 func StripJSONC(in []byte) ([]byte, error) {
-	out := bytes.Clone(in)
-	blank := func(from, to int) {
-		for i := from; i < to; i++ {
-			if out[i] != '\n' && out[i] != '\r' {
-				out[i] = ' '
-			}
-		}
+	// hujson edits the buffer it parses, and wants a // comment to end with
+	// a line break, which the last line of a file may lack: it gets a copy
+	// with one more line break, dropped again below.
+	src := make([]byte, len(in), len(in)+1)
+	copy(src, in)
+	src = append(src, '\n')
+	out, err := hujson.Standardize(src)
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), "hujson: ")
+		return nil, errors.New(strings.Replace(msg, "parsing comment: unexpected EOF", "unterminated /* comment", 1))
 	}
-	lastComma := -1 // position of a comma that may turn out trailing
-	for i := 0; i < len(out); i++ {
-		c := out[i]
-		switch {
-		case c == '"':
-			lastComma = -1
-			j := i + 1
-			for ; j < len(out); j++ {
-				if out[j] == '\\' {
-					j++
-					continue
-				}
-				if out[j] == '"' {
-					break
-				}
-			}
-			i = j
-		case c == '/' && i+1 < len(out) && out[i+1] == '/':
-			j := i
-			for j < len(out) && out[j] != '\n' {
-				j++
-			}
-			blank(i, j)
-			i = j - 1
-		case c == '/' && i+1 < len(out) && out[i+1] == '*':
-			end := bytes.Index(out[i+2:], []byte("*/"))
-			if end < 0 {
-				line := 1 + bytes.Count(in[:i], []byte("\n"))
-				return nil, fmt.Errorf("line %d: unterminated /* comment", line)
-			}
-			j := i + 2 + end + 2
-			blank(i, j)
-			i = j - 1
-		case c == ',':
-			lastComma = i
-		case c == '}' || c == ']':
-			if lastComma >= 0 {
-				out[lastComma] = ' '
-			}
-			lastComma = -1
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-		default:
-			lastComma = -1
-		}
-	}
-	return out, nil
+	return out[:len(out)-1], nil
 }
 
 // ParseAgentMarkdown turns an agent markdown file into a JSON definition:
@@ -677,13 +641,9 @@ func ParseAgentMarkdown(data []byte) ([]byte, error) {
 		fm = lines[1:end]
 		body = strings.Join(lines[end+1:], "\n")
 	}
-	p := &yamlParser{lines: fm}
-	m, err := p.parseMap(0)
+	m, err := parseFrontMatter(fm)
 	if err != nil {
 		return nil, err
-	}
-	if p.i < len(p.lines) {
-		return nil, fmt.Errorf("front matter line %d: unexpected indentation", p.i+2)
 	}
 	if b := strings.TrimSpace(body); b != "" {
 		m = m.set("prompt", mustJSON(b))
@@ -739,212 +699,243 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
-// yamlParser reads the small YAML subset of agent front matter.
-type yamlParser struct {
-	lines []string
-	i     int
+// parseFrontMatter reads the front matter lines (the file's lines 2, 3, …)
+// with the YAML library into a definition that keeps the file's key order
+// (permission rules of equal specificity keep it). Agent files are often
+// written by hand for opencode and carry two habits that strict YAML reads
+// otherwise; both keep the meaning they have always had here:
+//
+//   - a value that YAML refuses but reads as text (description: Use when:
+//     …, or [WIP] …) is that text: when the front matter does not parse,
+//     such values are quoted and it is read once more;
+//   - a value starting with # (color: #38bdf8) is text, not a comment that
+//     leaves the key null.
+func parseFrontMatter(lines []string) (orderedMap, error) {
+	doc, err := decodeFrontMatter(lines)
+	if err != nil {
+		if quoted, ok := quoteTextValues(lines); ok {
+			if retry, rerr := decodeFrontMatter(quoted); rerr == nil {
+				doc, err = retry, nil
+			}
+		}
+	}
+	if err != nil {
+		return nil, frontMatterError(lines, err)
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 { // empty, or only comments
+		return orderedMap{}, nil
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("front matter line %d: expected \"key: value\" lines", root.Line+1)
+	}
+	c := &frontMatterReader{budget: frontMatterMaxValues}
+	return c.mapping(root)
+}
+
+// decodeFrontMatter parses the lines as one YAML document. A second one
+// (after a "..." line) is refused rather than dropped.
+func decodeFrontMatter(lines []string) (*yaml.Node, error) {
+	// The last line ends with a line break too: a | block ending there keeps it.
+	dec := yaml.NewDecoder(strings.NewReader(strings.Join(lines, "\n") + "\n"))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	var more yaml.Node
+	switch err := dec.Decode(&more); {
+	case errors.Is(err, io.EOF):
+		return &doc, nil
+	case err != nil:
+		return nil, err
+	}
+	return nil, fmt.Errorf("line %d: only one YAML document is allowed", more.Line)
+}
+
+// frontMatterMaxValues bounds the values a front matter may expand to
+// (aliases can repeat a value many times over).
+const frontMatterMaxValues = 10000
+
+// frontMatterReader converts YAML nodes to JSON values.
+type frontMatterReader struct {
+	budget int
+}
+
+func (r *frontMatterReader) mapping(n *yaml.Node) (orderedMap, error) {
+	m := orderedMap{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		line := k.Line + 1 // line number in the file (after the opening ---)
+		switch {
+		case k.Kind != yaml.ScalarNode:
+			return nil, fmt.Errorf("front matter line %d: a key must be text", line)
+		case k.ShortTag() == "!!merge":
+			return nil, fmt.Errorf("front matter line %d: merge keys (<<) are not supported", line)
+		case k.ShortTag() == "!!null" && k.Value == "":
+			return nil, fmt.Errorf("front matter line %d: empty key", line)
+		case m.has(k.Value):
+			return nil, fmt.Errorf("front matter line %d: %q is set twice", line, k.Value)
+		}
+		var value json.RawMessage
+		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" && v.Value == "" && k.LineComment != "" {
+			// key: #text — the "comment" is the value (see parseFrontMatter).
+			text := k.LineComment
+			if j := strings.Index(text, " #"); j >= 0 {
+				text = strings.TrimSpace(text[:j])
+			}
+			value = mustJSON(text)
+		} else {
+			var err error
+			if value, err = r.value(v); err != nil {
+				return nil, err
+			}
+		}
+		m = m.set(k.Value, value)
+	}
+	return m, nil
+}
+
+// jsonNumberText is the JSON number syntax.
+var jsonNumberText = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+
+func (r *frontMatterReader) value(n *yaml.Node) (json.RawMessage, error) {
+	if r.budget--; r.budget < 0 {
+		return nil, errors.New("front matter: too many values (aliases expand too far)")
+	}
+	switch n.Kind {
+	case yaml.AliasNode:
+		return r.value(n.Alias)
+	case yaml.MappingNode:
+		m, err := r.mapping(n)
+		if err != nil {
+			return nil, err
+		}
+		return m.json(), nil
+	case yaml.SequenceNode:
+		items := make([]json.RawMessage, 0, len(n.Content))
+		for _, c := range n.Content {
+			v, err := r.value(c)
+			if err != nil {
+				return nil, err
+			}
+			items = append(items, v)
+		}
+		return mustJSON(items), nil
+	}
+	switch n.ShortTag() {
+	case "!!null":
+		return json.RawMessage("null"), nil
+	case "!!bool":
+		var b bool
+		if err := n.Decode(&b); err != nil {
+			return nil, fmt.Errorf("front matter line %d: %v", n.Line+1, err)
+		}
+		return mustJSON(b), nil
+	case "!!int", "!!float":
+		// A number is a JSON number, as in opencode.json; YAML's other
+		// number forms (0x1F, 0o17, 017, +5, 1_000, .5, .inf, .nan), which
+		// JSON cannot write or agent files do not mean as numbers, stay text.
+		if jsonNumberText.MatchString(n.Value) {
+			return json.RawMessage(n.Value), nil
+		}
+	}
+	if strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!") {
+		// A local tag means nothing to an agent definition: "!x y" is the
+		// text it always was here, not "y".
+		return mustJSON(strings.TrimSpace(n.Tag + " " + n.Value)), nil
+	}
+	// Strings, and the other scalar types (timestamps, binary): the text as
+	// written.
+	return mustJSON(n.Value), nil
+}
+
+// yamlKeyValue matches a "key: value" line with a plain or quoted key and
+// a value that is neither quoted, nor a comment, nor a | or > block.
+var yamlKeyValue = regexp.MustCompile(`^( *)("(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^\s"'#{}\[\]&*!|>%@?,-][^:]*?)[ \t]*:[ \t]+([^\s"'#|>].*)$`)
+
+// quoteTextValues quotes the "key: value" lines whose value YAML refuses
+// on its own line but which read as text (Use when: …, [WIP] …, `code`,
+// *bold*); a " #" ends the text, as a comment. Lines of | and > blocks are
+// left alone. It reports whether it changed a line.
+func quoteTextValues(lines []string) ([]string, bool) {
+	out := slices.Clone(lines)
+	changed := false
+	inBlock := blockScalarLines(lines)
+	for i, line := range lines {
+		m := yamlKeyValue.FindStringSubmatch(line)
+		if m == nil || inBlock[i] {
+			continue
+		}
+		var probe yaml.Node
+		if yaml.Unmarshal([]byte("k: "+m[3]), &probe) == nil {
+			continue
+		}
+		value := m[3]
+		if j := strings.Index(value, " #"); j >= 0 {
+			value = value[:j]
+		}
+		out[i] = m[1] + m[2] + ": " + strconv.Quote(strings.TrimSpace(value))
+		changed = true
+	}
+	return out, changed
+}
+
+// blockScalarLines marks the lines of | and > blocks (not their key line).
+func blockScalarLines(lines []string) []bool {
+	in := make([]bool, len(lines))
+	block := -1 // indentation of the key line of the block
+	for i, line := range lines {
+		ind := indentOf(line)
+		if block >= 0 && (strings.TrimSpace(line) == "" || ind > block) {
+			in[i] = true
+			continue
+		}
+		block = -1
+		if _, v, ok := strings.Cut(line, ": "); ok {
+			if v = strings.TrimSpace(v); strings.HasPrefix(v, "|") || strings.HasPrefix(v, ">") {
+				block = ind
+			}
+		}
+	}
+	return in
 }
 
 func indentOf(line string) int { return len(line) - len(strings.TrimLeft(line, " ")) }
 
-func isBlankOrComment(line string) bool {
-	t := strings.TrimSpace(line)
-	return t == "" || strings.HasPrefix(t, "#")
-}
+// yamlErrorLine is the "line N: " the YAML library puts before most of its
+// messages (N counts the front matter's lines).
+var yamlErrorLine = regexp.MustCompile(`^line ([0-9]+): `)
 
-// skip moves past blank and comment lines.
-func (p *yamlParser) skip() {
-	for p.i < len(p.lines) && isBlankOrComment(p.lines[p.i]) {
-		p.i++
-	}
-}
-
-// parseMap reads the "key: value" lines indented exactly by indent.
-func (p *yamlParser) parseMap(indent int) (orderedMap, error) {
-	m := orderedMap{}
-	for {
-		p.skip()
-		if p.i >= len(p.lines) {
-			return m, nil
-		}
-		line := p.lines[p.i]
-		n := p.i + 2 // line number in the file (after the opening ---)
-		if strings.HasPrefix(strings.TrimLeft(line, " "), "\t") {
-			return nil, fmt.Errorf("front matter line %d: indent with spaces, not tabs", n)
-		}
-		ind := indentOf(line)
-		if ind < indent {
-			return m, nil
-		}
-		if ind > indent {
-			return nil, fmt.Errorf("front matter line %d: unexpected indentation", n)
-		}
-		key, rest, err := splitKey(strings.TrimSpace(line))
-		if err != nil {
-			return nil, fmt.Errorf("front matter line %d: %v", n, err)
-		}
-		if m.has(key) {
-			return nil, fmt.Errorf("front matter line %d: %q is set twice", n, key)
-		}
-		p.i++
-		var value json.RawMessage
-		switch {
-		case rest == "":
-			p.skip()
-			if p.i < len(p.lines) && indentOf(p.lines[p.i]) > indent {
-				if strings.HasPrefix(strings.TrimSpace(p.lines[p.i]), "- ") || strings.TrimSpace(p.lines[p.i]) == "-" {
-					return nil, fmt.Errorf("front matter line %d: lists are not supported", p.i+2)
-				}
-				sub, err := p.parseMap(indentOf(p.lines[p.i]))
-				if err != nil {
-					return nil, err
-				}
-				value = sub.json()
-			} else {
-				value = json.RawMessage("null")
-			}
-		case rest == "|" || rest == ">" || rest == "|-" || rest == ">-":
-			value = mustJSON(p.blockScalar(indent, rest))
-		default:
-			value, err = scalar(rest)
-			if err != nil {
-				return nil, fmt.Errorf("front matter line %d: %v", n, err)
-			}
-		}
-		m = m.set(key, value)
-	}
-}
-
-// blockScalar reads the lines of a | (literal) or > (folded) value.
-func (p *yamlParser) blockScalar(indent int, style string) string {
-	var parts []string
-	base := -1
-	for p.i < len(p.lines) {
-		line := p.lines[p.i]
-		if strings.TrimSpace(line) == "" {
-			parts = append(parts, "")
-			p.i++
+// frontMatterError words a front matter the YAML library refused: the two
+// mistakes hand-written front matter most often has are named as such,
+// anything else is the library's message with the file's line number.
+func frontMatterError(lines []string, err error) error {
+	prev, prevScalar := -1, false // the previous line's indentation, and whether it set a scalar
+	inBlock := blockScalarLines(lines)
+	for i, line := range lines {
+		n := i + 2 // line number in the file (after the opening ---)
+		t := strings.TrimSpace(line)
+		if t == "" || strings.HasPrefix(t, "#") || inBlock[i] {
 			continue
 		}
+		if strings.Contains(line[:len(line)-len(strings.TrimLeft(line, " \t"))], "\t") {
+			return fmt.Errorf("front matter line %d: indent with spaces, not tabs", n)
+		}
 		ind := indentOf(line)
-		if ind <= indent {
-			break
+		if ind > prev && prevScalar && strings.Contains(t, ": ") {
+			return fmt.Errorf("front matter line %d: unexpected indentation", n)
 		}
-		if base < 0 {
-			base = ind
-		}
-		parts = append(parts, line[min(base, ind):])
-		p.i++
+		_, v, ok := strings.Cut(t, ": ")
+		v = strings.TrimSpace(v)
+		prev, prevScalar = ind, ok && v != "" && !strings.HasPrefix(v, "#") && !strings.ContainsAny(v[:1], "|>[{\"'&*!")
 	}
-	for len(parts) > 0 && parts[len(parts)-1] == "" {
-		parts = parts[:len(parts)-1]
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	// The library's only "end of stream" error is an open quote.
+	msg = strings.Replace(msg, "found unexpected end of stream", "unterminated quoted string", 1)
+	if m := yamlErrorLine.FindStringSubmatch(msg); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		// The library's line numbers can be one short: "near".
+		return fmt.Errorf("front matter, near line %d: %s", n+1, msg[len(m[0]):])
 	}
-	sep := "\n"
-	if strings.HasPrefix(style, ">") {
-		sep = " "
-	}
-	s := strings.Join(parts, sep)
-	if !strings.HasSuffix(style, "-") && s != "" {
-		s += "\n"
-	}
-	return s
-}
-
-// splitKey splits "key: value" (the key plain or quoted).
-func splitKey(line string) (string, string, error) {
-	if strings.HasPrefix(line, "- ") || line == "-" {
-		return "", "", errors.New("lists are not supported")
-	}
-	if line[0] == '"' || line[0] == '\'' {
-		key, rest, err := quoted(line)
-		if err != nil {
-			return "", "", err
-		}
-		rest = strings.TrimLeft(rest, " ")
-		if !strings.HasPrefix(rest, ":") {
-			return "", "", errors.New("expected : after the key")
-		}
-		return key, strings.TrimSpace(rest[1:]), nil
-	}
-	for i := 0; i < len(line); i++ {
-		if line[i] == ':' && (i+1 == len(line) || line[i+1] == ' ' || line[i+1] == '\t') {
-			key := strings.TrimSpace(line[:i])
-			if key == "" {
-				return "", "", errors.New("empty key")
-			}
-			return key, strings.TrimSpace(line[i+1:]), nil
-		}
-	}
-	return "", "", fmt.Errorf("expected \"key: value\", got %q", line)
-}
-
-// quoted reads a leading "…" or '…' string; it returns the value and what
-// follows the closing quote.
-func quoted(s string) (string, string, error) {
-	q := s[0]
-	if q == '\'' {
-		var b strings.Builder
-		for i := 1; i < len(s); i++ {
-			if s[i] == '\'' {
-				if i+1 < len(s) && s[i+1] == '\'' {
-					b.WriteByte('\'')
-					i++
-					continue
-				}
-				return b.String(), s[i+1:], nil
-			}
-			b.WriteByte(s[i])
-		}
-		return "", "", errors.New("unterminated quoted string")
-	}
-	for i := 1; i < len(s); i++ {
-		if s[i] == '\\' {
-			i++
-			continue
-		}
-		if s[i] == '"' {
-			v, err := strconv.Unquote(s[:i+1])
-			if err != nil {
-				return "", "", fmt.Errorf("bad quoted string %s", s[:i+1])
-			}
-			return v, s[i+1:], nil
-		}
-	}
-	return "", "", errors.New("unterminated quoted string")
-}
-
-var yamlNumber = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
-
-// scalar converts a value to JSON: quoted strings, booleans, null,
-// numbers, JSON flow values ({…} or […]), else a plain string (a " #"
-// starts a comment).
-func scalar(s string) (json.RawMessage, error) {
-	if s[0] == '"' || s[0] == '\'' {
-		v, rest, err := quoted(s)
-		if err != nil {
-			return nil, err
-		}
-		if rest = strings.TrimSpace(rest); rest != "" && !strings.HasPrefix(rest, "#") {
-			return nil, fmt.Errorf("unexpected %q after the quoted string", rest)
-		}
-		return mustJSON(v), nil
-	}
-	if i := strings.Index(s, " #"); i >= 0 {
-		s = strings.TrimSpace(s[:i])
-	}
-	if (s[0] == '{' || s[0] == '[') && json.Valid([]byte(s)) {
-		return json.RawMessage(s), nil
-	}
-	switch strings.ToLower(s) {
-	case "true":
-		return json.RawMessage("true"), nil
-	case "false":
-		return json.RawMessage("false"), nil
-	case "null", "~":
-		return json.RawMessage("null"), nil
-	}
-	if yamlNumber.MatchString(s) {
-		return json.RawMessage(s), nil
-	}
-	return mustJSON(s), nil
+	return fmt.Errorf("front matter: %s", msg)
 }

@@ -256,6 +256,22 @@ func TestStripJSONC(t *testing.T) {
 		{`["\\", 1,]`, `["\\", 1 ]`},
 		{`{"a":[1,],"b":2}`, `{"a":[1 ],"b":2}`},
 		{`{"a":1,"b":2}`, `{"a":1,"b":2}`},
+		// A // comment may end the file without a line break.
+		{"{\"a\":1} // end", "{\"a\":1}       "},
+		{"{\"a\":1,} // end", "{\"a\":1 }       "},
+		// Comment starts inside comments, and CRLF line ends.
+		{"{/* // */\"a\":1}", "{        \"a\":1}"},
+		{"{// /* \r\n\"a\":1}", "{      \r\n\"a\":1}"},
+		{"[1, // c\r\n]", "[1      \r\n]"},
+		{"{\"a\":1 // x\r\n,}", "{\"a\":1     \r\n }"},
+		// Comment-like and comma-like text inside strings stays.
+		{`{"u":"http://x/*y*/", "e":"\\", "q":"\"//", "c":",}"}`, `{"u":"http://x/*y*/", "e":"\\", "q":"\"//", "c":",}"}`},
+		{`{"k//":"/*",}`, `{"k//":"/*" }`},
+		// A comma after a comment, and comments in empty containers.
+		{`[1,/*x*/]`, `[1      ]`},
+		{`{/* none */}`, `{          }`},
+		{"{\"a\":\"caf\xe9\"} // caf\u00e9", "{\"a\":\"caf\xe9\"}         "},
+		{"[\n  1,\n  2, /* two */\n]\n", "[\n  1,\n  2           \n]\n"},
 	} {
 		got, err := StripJSONC([]byte(tc.in))
 		if err != nil || string(got) != tc.want {
@@ -267,6 +283,25 @@ func TestStripJSONC(t *testing.T) {
 	}
 	if _, err := StripJSONC([]byte("{ /* open")); err == nil || !strings.Contains(err.Error(), "unterminated") {
 		t.Fatalf("unterminated comment: %v", err)
+	}
+	// The input is not changed.
+	in := []byte(`{"a":1, /* c */}`)
+	if _, err := StripJSONC(in); err != nil || string(in) != `{"a":1, /* c */}` {
+		t.Fatalf("input changed to %q (%v)", in, err)
+	}
+	// Errors name the line and column.
+	if _, err := StripJSONC([]byte("{\n  \"a\": ,\n}")); err == nil || !strings.Contains(err.Error(), "line 2, column 8") {
+		t.Fatalf("error %v does not name line 2, column 8", err)
+	}
+	// A comma with no value before it is not a trailing comma: an error,
+	// as any JSON parser says (the hand-written stripper blanked it).
+	// hujson also refuses a comment that is not UTF-8 (the hand-written
+	// stripper blanked its bytes); bytes in strings are left to the JSON
+	// decoder as before.
+	for _, bad := range []string{`{,}`, `[,]`, `[1,,]`, `{"a":1,,}`, "{} // caf\xe9", "{} /* caf\xe9 */"} {
+		if out, err := StripJSONC([]byte(bad)); err == nil {
+			t.Errorf("StripJSONC(%q) = %q, want an error", bad, out)
+		}
 	}
 }
 
@@ -403,6 +438,85 @@ func TestFrontMatter(t *testing.T) {
 	}
 }
 
+// TestFrontMatterYAML pins how front matter values become JSON: YAML
+// quoting, lists, nested maps and block scalars; numbers only in JSON's
+// syntax; the two leniencies for hand-written files (": " inside a plain
+// value, a value starting with #); and the file's key order.
+func TestFrontMatterYAML(t *testing.T) {
+	for _, tc := range []struct{ name, fm, want string }{
+		{"quoted strings", `a: "say \"hi\": now"` + "\n" + `b: 'it''s: #1'` + "\n" + `c: "tab\there \u00e9 \x41"` + "\n" + `d: ''`,
+			`{"a":"say \"hi\": now","b":"it's: #1","c":"tab\there é A","d":""}`},
+		{"numbers and strings", "temperature: 0.3\nmax_tokens: 4096\nsteps: 5.0\nneg: -1\nexp: 1e3\ntext: \"4096\"\nversion: 1.2.3\n" +
+			"hex: 0x1F\noctal: 017\nplus: +5\nunder: 1_000\nhalf: .5\ninf: .inf\nnan: .NaN",
+			`{"temperature":0.3,"max_tokens":4096,"steps":5.0,"neg":-1,"exp":1e3,"text":"4096","version":"1.2.3",` +
+				`"hex":"0x1F","octal":"017","plus":"+5","under":"1_000","half":".5","inf":".inf","nan":".NaN"}`},
+		// Mixed case (tRuE, nUlL) is text in YAML; the hand-written reader
+		// took it for a boolean or null.
+		{"booleans and nulls", "a: true\nb: False\nc: TRUE\nd: yes\ne: off\nf: null\ng: ~\nh: Null\ni:\nj: \"true\"\nk: tRuE\nl: nUlL",
+			`{"a":true,"b":false,"c":true,"d":"yes","e":"off","f":null,"g":null,"h":null,"i":null,"j":"true","k":"tRuE","l":"nUlL"}`},
+		{"lists", "stop:\n  - END\n  - \"---\"\n  -   spaced out  \nflow: [a, \"b c\", 1]\njson: [\"x\", 2.5, null]\nnested:\n- {k: v}\n- - 1\n  - 2\nempty: []",
+			`{"stop":["END","---","spaced out"],"flow":["a","b c",1],"json":["x",2.5,null],"nested":[{"k":"v"},[1,2]],"empty":[]}`},
+		{"nested maps keep their order", "options:\n  reasoning:\n    effort: high\n  top_p: 0.9\nheaders: {X-B: \"2\", X-A: \"1\"}\n" +
+			"permission:\n  # comment line\n  bash:\n    \"git *\": allow\n    '*': ask\n  edit: deny",
+			`{"options":{"reasoning":{"effort":"high"},"top_p":0.9},"headers":{"X-B":"2","X-A":"1"},"permission":{"bash":{"git *":"allow","*":"ask"},"edit":"deny"}}`},
+		{"block scalars", "a: |\n  one\n    two\n\n  three\nb: >\n  folded\n  line\n\n  para\nc: |-\n  kept: colon\n  ---\nd: |+\n  keep\n\ne: x",
+			`{"a":"one\n  two\n\nthree\n","b":"folded line\npara\n","c":"kept: colon\n---","d":"keep\n\n","e":"x"}`},
+		{"block ending the front matter", "a: x\nb: |\n  last line", `{"a":"x","b":"last line\n"}`},
+		{"--- inside values", "a: x --- y\nb: \"---\"\nc: ---x\nd: '--- '", `{"a":"x --- y","b":"---","c":"---x","d":"--- "}`},
+		{"multi-line plain value", "description: first\n  second\nmode: all", `{"description":"first second","mode":"all"}`},
+		{"anchors and aliases", "base: &b {effort: high}\noptions: *b\nlist: [*b, *b]",
+			`{"base":{"effort":"high"},"options":{"effort":"high"},"list":[{"effort":"high"},{"effort":"high"}]}`},
+		{"keys", "\"quoted key\": 1\n'single': 2\n3: three\ntrue: t\nnull: n\nkey with spaces: s",
+			`{"quoted key":1,"single":2,"3":"three","true":"t","null":"n","key with spaces":"s"}`},
+		{"tags and timestamps", "a: !!str 42\nb: !!int \"7\"\nc: 2024-01-02\nd: !custom text", `{"a":"42","b":7,"c":"2024-01-02","d":"!custom text"}`},
+		{"comments", "# head\na: b # trailing\nc: d#not-a-comment\n# foot", `{"a":"b","c":"d#not-a-comment"}`},
+		// Leniencies for hand-written files.
+		{"colon in a plain value", "description: Use this agent when: you need docs. Example: x\nmode: subagent",
+			`{"description":"Use this agent when: you need docs. Example: x","mode":"subagent"}`},
+		{"colon value with a comment, and ending with a colon", "a: one: two # note\nb: ends with:\nc: \"quoted: fine\"",
+			`{"a":"one: two","b":"ends with:","c":"quoted: fine"}`},
+		{"colon values leave blocks alone", "description: |\n  Note: see: this\n  when: x: y\nprompt: Be: brief",
+			`{"description":"Note: see: this\nwhen: x: y\n","prompt":"Be: brief"}`},
+		{"nested colon value", "permission:\n  bash: ask\nnote:\n  why: because: reasons",
+			`{"permission":{"bash":"ask"},"note":{"why":"because: reasons"}}`},
+		{"text YAML refuses on its line", "a: [WIP] docs\nb: [a, b\nc: *bold*\nd: `code` here\ne: @mention # c\nf: %x\ng: {\"json\": 1} trailing",
+			`{"a":"[WIP] docs","b":"[a, b","c":"*bold*","d":"` + "`code` here" + `","e":"@mention","f":"%x","g":"{\"json\": 1} trailing"}`},
+		{"quoted keys with text values", "\"q k\": a: b\n'it''s': [WIP] x\n\"a\\\"b\": ends:", `{"q k":"a: b","it's":"[WIP] x","a\"b":"ends:"}`},
+		{"value starting with #", "color: #38bdf8\naccent: #fff # white\nmode: all",
+			`{"color":"#38bdf8","accent":"#fff","mode":"all"}`},
+		{"comment before a nested map", "permission: # rules below\n  edit: deny", `{"permission":{"edit":"deny"}}`},
+		{"document end line", "a: b\n...", `{"a":"b"}`},
+		{"empty", "", `{}`},
+		{"only comments", "# nothing\n\n# here", `{}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseAgentMarkdown([]byte("---\n" + tc.fm + "\n---\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+			// The same file with CRLF line ends and a BOM reads the same.
+			crlf := "\ufeff---\r\n" + strings.ReplaceAll(tc.fm, "\n", "\r\n") + "\r\n---\r\n"
+			if got, err := ParseAgentMarkdown([]byte(crlf)); err != nil || string(got) != tc.want {
+				t.Fatalf("with CRLF and BOM: %s, %v", got, err)
+			}
+		})
+	}
+
+	// Through LoadAgents: numbers are request settings, lists too.
+	dir := t.TempDir()
+	putFile(t, filepath.Join(dir, ".opencode", "agent", "n.md"), "---\ntemperature: 0.3\nmax_tokens: 4096\nseed: \"42\"\n"+
+		"stop:\n  - END\ndescription: Reviews code: carefully\ncolor: #38bdf8\n---\nPrompt --- with dashes\n---\nand a rule above.\n")
+	n := findAgent(t, mustLoad(t, dir, dir, nil), "n")
+	wantSettings := map[string]any{"temperature": 0.3, "max_tokens": 4096.0, "seed": "42", "stop": []any{"END"}}
+	if !reflect.DeepEqual(n.Request.Settings, wantSettings) || n.Description != "Reviews code: carefully" || n.Color != "#38bdf8" ||
+		n.System != "Prompt --- with dashes\n---\nand a rule above." {
+		t.Fatalf("n = %+v", n)
+	}
+}
+
 func TestLoadAgentsErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, file, content string
@@ -435,7 +549,14 @@ func TestLoadAgentsErrors(t *testing.T) {
 		{name: "front matter bad line", file: ".opencode/agent/a.md", content: "---\njust words\n---\n", want: "line 2"},
 		{name: "front matter bad indent", file: ".opencode/agent/a.md", content: "---\nmode: all\n  hidden: true\n---\n", want: "unexpected indentation"},
 		{name: "front matter tab", file: ".opencode/agent/a.md", content: "---\npermission:\n\tedit: deny\n---\n", want: "tabs"},
-		{name: "front matter list", file: ".opencode/agent/a.md", content: "---\ntools:\n  - read\n---\n", want: "lists are not supported"},
+		{name: "front matter is a list", file: ".opencode/agent/a.md", content: "---\n- read\n---\n", want: `line 2: expected "key: value" lines`},
+		{name: "front matter is text", file: ".opencode/agent/a.md", content: "---\n\njust words\n---\n", want: "line 3"},
+		{name: "front matter nested twice", file: ".opencode/agent/a.md", content: "---\npermission:\n  edit: deny\n  edit: ask\n---\n", want: `line 4: "edit" is set twice`},
+		{name: "front matter bad flow", file: ".opencode/agent/a.md", content: "---\nstop: [a,\n  b\n---\n", want: "front matter, near line"},
+		{name: "front matter document end", file: ".opencode/agent/a.md", content: "---\nmode: all\n...\nhidden: true\n---\n", want: "document start"},
+		{name: "front matter second document", file: ".opencode/agent/a.md", content: "---\nmode: all\n--- {hidden: true}\n---\n", want: "line 3: only one YAML document is allowed"},
+		{name: "front matter merge key", file: ".opencode/agent/a.md", content: "---\n<<: {mode: all}\n---\n", want: "merge keys"},
+		{name: "front matter alias loop", file: ".opencode/agent/a.md", content: "---\na: &x [*x]\n---\n", want: "too many values"},
 		{name: "front matter twice", file: ".opencode/agent/a.md", content: "---\nmode: all\nmode: primary\n---\n", want: "set twice"},
 		{name: "front matter unterminated quote", file: ".opencode/agent/a.md", content: "---\ncolor: \"red\n---\n", want: "unterminated"},
 		{name: "server config bad JSON", configured: map[string]json.RawMessage{"s": json.RawMessage(`{"mode":`)}, want: `server config: agent "s"`},

@@ -2,7 +2,6 @@ package instanceapi
 
 import (
 	"archive/tar"
-	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/sha512"
@@ -22,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/Masterminds/semver/v3"
 	"go.uber.org/zap"
 )
 
@@ -182,10 +182,10 @@ func (m *PluginManager) resolveInstalled(p *pluginPackage) {
 		return
 	}
 	var best string
-	var bestV semver
+	var bestV *semver.Version
 	for _, e := range ents {
 		v, ok := parseSemver(e.Name())
-		if !ok || !e.IsDir() || (best != "" && v.cmp(bestV) <= 0) {
+		if !ok || !e.IsDir() || (best != "" && v.Compare(bestV) <= 0) {
 			continue
 		}
 		if verifyInstalled(m.versionDir(p.name, e.Name()), p.name, e.Name()) == nil {
@@ -460,10 +460,10 @@ func (pk *packument) pick(spec string) string {
 		v = pk.DistTags["latest"]
 	}
 	if v == "" {
-		var best semver
+		var best *semver.Version
 		for s := range pk.Versions {
 			sv, ok := parseSemver(s)
-			if ok && len(sv.pre) == 0 && (v == "" || sv.cmp(best) > 0) {
+			if ok && sv.Prerelease() == "" && (v == "" || sv.Compare(best) > 0) {
 				v, best = s, sv
 			}
 		}
@@ -860,78 +860,23 @@ func isNewer(want, have string) bool {
 		return false
 	}
 	h, ok := parseSemver(have)
-	return !ok || w.cmp(h) > 0
+	return !ok || w.Compare(h) > 0
 }
 
-var semverRE = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)` +
-	`(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?` +
-	`(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
+// npmMaxSafeInteger is the largest major, minor or patch number npm
+// accepts (JavaScript's largest exact integer).
+const npmMaxSafeInteger = 1<<53 - 1
 
-// semver is a strict semantic version (build metadata ignored).
-type semver struct {
-	core [3]string
-	pre  []string
-}
-
-func parseSemver(s string) (semver, bool) {
-	if len(s) > 256 {
-		return semver{}, false
-	}
-	m := semverRE.FindStringSubmatch(s)
-	if m == nil {
-		return semver{}, false
-	}
-	v := semver{core: [3]string{m[1], m[2], m[3]}}
-	if m[4] != "" {
-		v.pre = strings.Split(m[4], ".")
+// parseSemver parses a strict semantic version as npm reads a package
+// version: no "v" prefix, no leading zeros, at most 256 characters. The
+// semver library accepts major, minor and patch numbers up to 2^64−1; npm
+// refuses those above 2^53−1, and so does this, so that the plugin
+// directory never holds a version the registry could not publish.
+// Versions compare by precedence with Compare; build metadata is ignored.
+func parseSemver(s string) (*semver.Version, bool) {
+	v, err := semver.StrictNewVersion(s)
+	if err != nil || v.Major() > npmMaxSafeInteger || v.Minor() > npmMaxSafeInteger || v.Patch() > npmMaxSafeInteger {
+		return nil, false
 	}
 	return v, true
-}
-
-// cmpNum compares decimal strings without leading zeros.
-func cmpNum(a, b string) int {
-	if len(a) != len(b) {
-		if len(a) < len(b) {
-			return -1
-		}
-		return 1
-	}
-	return strings.Compare(a, b)
-}
-
-func isNum(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
-
-func (a semver) cmp(b semver) int {
-	for i := range a.core {
-		if c := cmpNum(a.core[i], b.core[i]); c != 0 {
-			return c
-		}
-	}
-	switch {
-	case len(a.pre) == 0 && len(b.pre) == 0:
-		return 0
-	case len(a.pre) == 0:
-		return 1
-	case len(b.pre) == 0:
-		return -1
-	}
-	for i := 0; i < len(a.pre) && i < len(b.pre); i++ {
-		x, y := a.pre[i], b.pre[i]
-		xn, yn := isNum(x), isNum(y)
-		var c int
-		switch {
-		case xn && yn:
-			c = cmpNum(x, y)
-		case xn:
-			c = -1
-		case yn:
-			c = 1
-		default:
-			c = strings.Compare(x, y)
-		}
-		if c != 0 {
-			return c
-		}
-	}
-	return cmp.Compare(len(a.pre), len(b.pre))
 }

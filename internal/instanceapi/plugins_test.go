@@ -888,7 +888,7 @@ func TestPluginUpdateOneFailing(t *testing.T) {
 
 func TestPluginSemver(t *testing.T) {
 	order := []string{"0.0.1", "0.9.0", "1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta", "1.0.0-beta.2",
-		"1.0.0-beta.11", "1.0.0-rc.1", "1.0.0", "1.0.1", "1.2.0", "1.10.0", "2.0.0", "10.0.0", "99999999999999999999.0.0"}
+		"1.0.0-beta.11", "1.0.0-rc.1", "1.0.0", "1.0.1", "1.2.0", "1.10.0", "2.0.0", "10.0.0", "9007199254740991.0.0"}
 	for i := range order {
 		for j := range order {
 			a, okA := parseSemver(order[i])
@@ -896,18 +896,91 @@ func TestPluginSemver(t *testing.T) {
 			if !okA || !okB {
 				t.Fatalf("parse %q/%q", order[i], order[j])
 			}
-			if got, want := a.cmp(b), cmpIdx(i, j); got != want {
+			if got, want := a.Compare(b), cmpIdx(i, j); got != want {
 				t.Errorf("cmp(%s, %s) = %d, want %d", order[i], order[j], got, want)
 			}
 		}
 	}
-	for _, bad := range []string{"", "1", "1.2", "01.2.3", "1.2.3-", "v1.2.3", "1.2.3/../x", "../1.2.3", "latest", "^1.2.3"} {
+	for _, bad := range []string{"", "1", "1.2", "01.2.3", "1.2.3-", "v1.2.3", "1.2.3/../x", "../1.2.3", "latest", "^1.2.3",
+		// npm refuses numbers above 2^53-1 (and these could not come from a registry).
+		"9007199254740992.0.0", "1.9007199254740992.0", "99999999999999999999.0.0",
+		"1.2.3-01", "1.2.3-a..b", "1.2.3+", "1.2.3+a..b", "=1.2.3", " 1.2.3", "1.2.3 ", "1.2.3-a/b", "1.2.3." + strings.Repeat("0", 260)} {
 		if _, ok := parseSemver(bad); ok {
 			t.Errorf("%q parsed", bad)
 		}
 	}
 	if !isNewer("1.1.0", "1.0.0") || isNewer("1.0.0", "1.0.0") || isNewer("0.9.0", "1.0.0") || !isNewer("1.0.0", "") {
 		t.Error("isNewer")
+	}
+	// Build metadata does not count; prereleases are below their release.
+	if isNewer("1.0.0+build.2", "1.0.0+build.1") || isNewer("1.0.0-rc.1", "1.0.0") || !isNewer("1.0.0", "1.0.0-rc.1") ||
+		isNewer("latest", "1.0.0") || !isNewer("1.0.0", "not-a-version") {
+		t.Error("isNewer with metadata, prereleases or non-versions")
+	}
+	if v, ok := parseSemver("1.0.0-beta.11+exp.sha.5114f85"); !ok || v.Prerelease() != "beta.11" || v.Metadata() != "exp.sha.5114f85" ||
+		v.Original() != "1.0.0-beta.11+exp.sha.5114f85" {
+		t.Errorf("parseSemver kept %+v", v)
+	}
+}
+
+// TestPluginVersionSpecs pins how a configured version is read: an exact
+// version pins the plugin; a dist-tag follows that tag; any other spec (an
+// npm range) is accepted and follows dist-tags.latest.
+func TestPluginVersionSpecs(t *testing.T) {
+	ranges := []string{"^1.2.3", "~1.2", "~1.2.3", "1.x", "1.2.x", "1.X", "x", "X", "*", ">=1 <2", ">=1.0.0 <2.0.0",
+		"1.2.3 - 2.3.4", "1.0.0 || ^2.0.0", "<1.0.0 || >=2.0.0-rc.1", "^1.0.0-beta.1", "=1.2.3", "v1.2.3", "1", "1.2"}
+	for _, r := range ranges {
+		name, spec, err := parsePluginTarget("p@" + r)
+		if err != nil || name != "p" || spec != r {
+			t.Errorf("target p@%s = %q %q %v", r, name, spec, err)
+		}
+		if isDistTag(r) {
+			t.Errorf("%q taken for a dist-tag", r)
+		}
+		if _, ok := parseSemver(r); ok {
+			t.Errorf("%q taken for an exact version", r)
+		}
+	}
+	for _, tag := range []string{"latest", "next", "beta", "canary-2", "rc.1"} {
+		if _, spec, err := parsePluginTarget("p@" + tag); err != nil || spec != tag || !isDistTag(tag) {
+			t.Errorf("dist-tag %q: spec %q, %v", tag, spec, err)
+		}
+	}
+	for _, bad := range []string{"p@ ^1.0.0", "p@1.0.0,2.0.0", "p@1.0.0;rm", "p@1.0.0/x", "p@" + strings.Repeat("1", 257)} {
+		if _, _, err := parsePluginTarget(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if _, spec, _ := parsePluginTarget("@scope/p"); spec != "latest" {
+		t.Errorf("a bare name follows %q, want latest", spec)
+	}
+
+	var pk packument
+	if err := json.Unmarshal([]byte(`{"dist-tags":{"latest":"1.9.0","next":"2.0.0-rc.1","bad":"nope"},
+		"versions":{"1.0.0":{},"1.9.0":{},"1.10.0":{},"2.0.0-rc.1":{},"3.0.0":{}}}`), &pk); err != nil {
+		t.Fatal(err)
+	}
+	for spec, want := range map[string]string{
+		"latest": "1.9.0", "next": "2.0.0-rc.1", "missing": "1.9.0", "bad": "",
+		"^1.0.0": "1.9.0", "~2.0": "1.9.0", "1.x": "1.9.0", "*": "1.9.0", "1.2.3 - 2.3.4": "1.9.0", "1.0.0 || 3.x": "1.9.0",
+		"1.0.0": "1.9.0", // an exact pin is installed as listed; updates still offer latest
+	} {
+		if got := pk.pick(spec); got != want {
+			t.Errorf("pick(%q) = %q, want %q", spec, got, want)
+		}
+	}
+	// Without a latest tag: the highest release by precedence, not by text.
+	delete(pk.DistTags, "latest")
+	if got := pk.pick("^1.0.0"); got != "3.0.0" {
+		t.Errorf("pick without latest = %q, want 3.0.0", got)
+	}
+	delete(pk.Versions, "3.0.0")
+	if got := pk.pick("latest"); got != "1.10.0" {
+		t.Errorf("pick without latest = %q, want 1.10.0 (prereleases skipped)", got)
+	}
+	pk.DistTags["latest"] = "not-a-version"
+	if got := pk.pick("latest"); got != "" {
+		t.Errorf("pick with a malformed latest = %q, want none", got)
 	}
 }
 
