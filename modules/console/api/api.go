@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/endpoint"
 	"github.com/agentgate/agentgate/internal/jsonio"
 	"github.com/agentgate/agentgate/internal/router"
 	"github.com/agentgate/agentgate/internal/secrets"
@@ -32,7 +33,7 @@ type Options struct {
 
 // API serves the Console JSON routes.
 type API struct {
-	opts   Options
+	routes []endpoint.Route
 	router *router.Router
 }
 
@@ -41,82 +42,86 @@ func New(opts Options) *API {
 	if opts.MaxBody <= 0 {
 		opts.MaxBody = jsonio.DefaultLimit
 	}
-	a := &API{opts: opts, router: &router.Router{}}
-	rt := a.router
-	rt.Handle("GET", "/api/v2/config", a.config)
-	rt.Handle("GET", "/api/v1/workspace", a.workspace)
-	rt.Handle("GET", "/api/v1/service-accounts", a.listServiceAccounts)
-	rt.Handle("POST", "/api/v1/service-accounts", a.createServiceAccount)
-	rt.Handle("GET", "/api/v1/service-accounts/{sa}", a.getServiceAccount)
-	rt.Handle("DELETE", "/api/v1/service-accounts/{sa}", a.deleteServiceAccount)
-	rt.Handle("GET", "/api/v1/service-accounts/{sa}/keys", a.listKeys)
-	rt.Handle("POST", "/api/v1/service-accounts/{sa}/keys", a.createKey)
-	rt.Handle("DELETE", "/api/v1/service-accounts/{sa}/keys/{key}", a.revokeKey)
-	rt.Handle("GET", "/api/v1/members", a.listMembers)
-	rt.Handle("POST", "/api/v1/members", a.addMember)
-	rt.Handle("PATCH", "/api/v1/members/{member}", a.setRole)
-	rt.Handle("DELETE", "/api/v1/members/{member}", a.removeMember)
-	rt.Handle("GET", "/api/v1/connections", a.listConnections)
-	rt.Handle("POST", "/api/v1/connections", a.createConnection)
-	rt.Handle("GET", "/api/v1/connections/{conn}", a.getConnection)
-	rt.Handle("PATCH", "/api/v1/connections/{conn}", a.updateConnection)
-	rt.Handle("DELETE", "/api/v1/connections/{conn}", a.deleteConnection)
-	rt.Handle("PUT", "/api/v1/connections/{conn}/models/{model}", a.putModel)
-	rt.Handle("DELETE", "/api/v1/connections/{conn}/models/{model}", a.deleteModel)
-	rt.Handle("PUT", "/api/v1/connections/{conn}/models/{model}/pricing", a.setPricing)
-	rt.Handle("GET", "/api/v1/budgets/members", a.listBudgets)
-	rt.Handle("PUT", "/api/v1/budgets/members/{member}", a.setBudget)
-	rt.Handle("GET", "/api/v1/usage", a.listUsage)
+	const sa, conn, model = "/api/v1/service-accounts/{sa}", "/api/v1/connections/{conn}", "/api/v1/connections/{conn}/models/{model}"
+	a := &API{routes: []endpoint.Route{
+		endpoint.Custom("GET", "/api/v2/config", readConfig(opts.InferenceURL), writeRaw[*service.Config]),
+		endpoint.Custom("GET", "/api/v1/workspace", readWorkspace, writeWorkspace),
+		endpoint.Custom("GET", "/api/v1/service-accounts", endpoint.ServiceAccounts, page("service-accounts", "", saView, ServiceAccountView.id)),
+		endpoint.Shaped("POST", "/api/v1/service-accounts", endpoint.CreateServiceAccount, http.StatusCreated, saView),
+		endpoint.Shaped("GET", sa, endpoint.ServiceAccount, http.StatusOK, saView),
+		endpoint.Data("DELETE", sa, endpoint.DeleteServiceAccount, http.StatusNoContent),
+		endpoint.Custom("GET", sa+"/keys", endpoint.Keys, page("keys", "sa", KeyViewOf, KeyView.id)),
+		endpoint.Shaped("POST", sa+"/keys", endpoint.CreateKey, http.StatusCreated, createdKeyView),
+		endpoint.Data("DELETE", sa+"/keys/{key}", endpoint.RevokeKey, http.StatusNoContent),
+		endpoint.Custom("GET", "/api/v1/members", endpoint.Members, page("members", "", same, func(v service.MemberView) string { return v.MemberID })),
+		endpoint.Data("POST", "/api/v1/members", endpoint.AddMember, http.StatusCreated),
+		endpoint.Data("PATCH", "/api/v1/members/{member}", endpoint.SetRole, http.StatusOK),
+		endpoint.Data("DELETE", "/api/v1/members/{member}", endpoint.RemoveMember, http.StatusNoContent),
+		endpoint.Custom("GET", "/api/v1/connections", endpoint.Connections, page("connections", "", same, func(v *service.ConnectionView) string { return v.ID })),
+		endpoint.Data("POST", "/api/v1/connections", endpoint.CreateConnection, http.StatusCreated),
+		endpoint.Data("GET", conn, endpoint.Connection, http.StatusOK),
+		endpoint.Data("PATCH", conn, endpoint.UpdateConnection, http.StatusOK),
+		endpoint.Data("DELETE", conn, endpoint.DeleteConnection, http.StatusNoContent),
+		endpoint.Data("PUT", model, endpoint.PutModel, http.StatusOK),
+		endpoint.Data("DELETE", model, endpoint.DeleteModel, http.StatusOK),
+		endpoint.Data("PUT", model+"/pricing", endpoint.SetPricing, http.StatusOK),
+		endpoint.Custom("GET", "/api/v1/budgets/members", endpoint.Budgets, page("budgets", "", same, func(v service.BudgetView) string { return v.MemberID })),
+		endpoint.Data("PUT", "/api/v1/budgets/members/{member}", endpoint.SetBudget, http.StatusOK),
+		endpoint.Custom("GET", "/api/v1/usage", readUsage, writeUsage),
+	}}
+	a.router = endpoint.Surface{Service: opts.Service, Principal: authenticate, MaxBody: opts.MaxBody}.Router(a.routes)
 	return a
 }
 
 // ServeHTTP implements http.Handler.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.ServeHTTP(w, r) }
 
-// auth resolves the request's credential: Authorization: Bearer, with x-org-id.
-func (a *API) auth(r *http.Request) (*service.Service, *service.Principal, error) {
-	svc, err := a.opts.Service(r.Context())
-	if err != nil {
-		return nil, nil, err
-	}
+// Routes returns the route table.
+func (a *API) Routes() []endpoint.Route { return a.routes }
+
+// authenticate resolves the request's credential: Authorization: Bearer,
+// with x-org-id.
+func authenticate(r *http.Request, svc *service.Service, _ router.Params) (*service.Principal, error) {
 	cred := service.BearerToken(r.Header)
 	if cred == "" {
-		return nil, nil, apierr.Unauthorized()
+		return nil, apierr.Unauthorized()
 	}
-	p, err := svc.Authenticate(r.Context(), cred, r.Header.Get("x-org-id"))
-	return svc, p, err
+	return svc.Authenticate(r.Context(), cred, r.Header.Get("x-org-id"))
 }
 
-func (a *API) config(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	base := a.opts.InferenceURL
-	if base == "" {
-		scheme := "http"
-		if r.TLS != nil {
-			scheme = "https"
-		}
-		base = scheme + "://" + r.Host
-	}
-	cfg, err := svc.Config(r.Context(), p, base)
-	if err != nil {
-		return err
-	}
-	jsonio.WriteRaw(w, http.StatusOK, cfg)
+func same[T any](v T) T { return v }
+
+// writeRaw answers out itself, without the {"data": …} envelope.
+func writeRaw[T any](w http.ResponseWriter, _ *endpoint.Call, out T) error {
+	jsonio.WriteRaw(w, http.StatusOK, out)
 	return nil
 }
 
-func (a *API) workspace(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	ws, err := svc.Workspace(r.Context(), p)
-	if err != nil {
-		return err
-	}
+// readConfig builds the workspace config for the gateway at inferenceURL,
+// or at the scheme and host of the request when it is empty.
+func readConfig(inferenceURL string) endpoint.Operation[endpoint.NoBody, *service.Config] {
+	return endpoint.Operation[endpoint.NoBody, *service.Config]{Op: service.OpReadConfig, Call: func(c *endpoint.Call, _ endpoint.NoBody) (*service.Config, error) {
+		base := inferenceURL
+		if base == "" {
+			scheme := "http"
+			if c.R.TLS != nil {
+				scheme = "https"
+			}
+			base = scheme + "://" + c.R.Host
+		}
+		return c.Svc.Config(c.Ctx(), c.P, base)
+	}}
+}
+
+// readWorkspace reads the caller's workspace: every credential that may
+// read the config may read it.
+var readWorkspace = endpoint.Operation[endpoint.NoBody, *store.Workspace]{Op: service.OpReadConfig,
+	Call: func(c *endpoint.Call, _ endpoint.NoBody) (*store.Workspace, error) {
+		return c.Svc.Workspace(c.Ctx(), c.P)
+	}}
+
+func writeWorkspace(w http.ResponseWriter, c *endpoint.Call, ws *store.Workspace) error {
+	p := c.P
 	jsonio.Write(w, http.StatusOK, map[string]any{"id": ws.ID, "name": ws.Name, "created": ws.Created,
 		"you": map[string]any{"kind": p.Kind.String(), "member_id": p.MemberID(), "role": nilIfEmpty(p.Role), "permission": nilIfEmpty(p.Permission)}})
 	return nil
@@ -137,68 +142,10 @@ type ServiceAccountView struct {
 	Created   time.Time `json:"created"`
 }
 
+func (v ServiceAccountView) id() string { return v.ID }
+
 func saView(sa *store.ServiceAccount) ServiceAccountView {
 	return ServiceAccountView{ID: sa.ID, Name: sa.Name, CreatedBy: sa.CreatedBy, Created: sa.Created}
-}
-
-func (a *API) listServiceAccounts(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	sas, err := svc.ServiceAccounts(r.Context(), p)
-	if err != nil {
-		return err
-	}
-	out := make([]ServiceAccountView, len(sas))
-	for i, sa := range sas {
-		out[i] = saView(sa)
-	}
-	return WritePage(w, r, svc.Secrets, scopeOf("service-accounts", p.Workspace), out, func(v ServiceAccountView) string { return v.ID })
-}
-
-func (a *API) createServiceAccount(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	var in struct {
-		Name string `json:"name"`
-	}
-	if err := jsonio.Decode(w, r, a.opts.MaxBody, &in); err != nil {
-		return err
-	}
-	sa, err := svc.CreateServiceAccount(r.Context(), p, in.Name)
-	if err != nil {
-		return err
-	}
-	jsonio.Write(w, http.StatusCreated, saView(sa))
-	return nil
-}
-
-func (a *API) getServiceAccount(w http.ResponseWriter, r *http.Request, ps router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	sa, err := svc.ServiceAccount(r.Context(), p, ps["sa"])
-	if err != nil {
-		return err
-	}
-	jsonio.Write(w, http.StatusOK, saView(sa))
-	return nil
-}
-
-func (a *API) deleteServiceAccount(w http.ResponseWriter, r *http.Request, ps router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	if err := svc.DeleteServiceAccount(r.Context(), p, ps["sa"]); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
 }
 
 // KeyView is an API key on the wire. Key is set only in the create answer.
@@ -216,6 +163,8 @@ type KeyView struct {
 	Key            string     `json:"key,omitempty"`
 }
 
+func (v KeyView) id() string { return v.ID }
+
 // KeyViewOf returns the wire view of a key (without its value).
 func KeyViewOf(k *store.APIKey) KeyView {
 	return KeyView{ID: k.ID, Name: k.Name, Permission: k.Permission, ServiceAccount: k.ServiceAccount,
@@ -223,281 +172,47 @@ func KeyViewOf(k *store.APIKey) KeyView {
 		ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt, LastUsedAt: k.LastUsedAt}
 }
 
-func (a *API) listKeys(w http.ResponseWriter, r *http.Request, ps router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	keys, err := svc.Keys(r.Context(), p, ps["sa"])
-	if err != nil {
-		return err
-	}
-	out := make([]KeyView, len(keys))
-	for i, k := range keys {
-		out[i] = KeyViewOf(k)
-	}
-	return WritePage(w, r, svc.Secrets, scopeOf("keys", p.Workspace, ps["sa"]), out, func(v KeyView) string { return v.ID })
-}
-
-func (a *API) createKey(w http.ResponseWriter, r *http.Request, ps router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	var in service.NewKey
-	if err := jsonio.Decode(w, r, a.opts.MaxBody, &in); err != nil {
-		return err
-	}
-	k, err := svc.CreateKey(r.Context(), p, ps["sa"], in)
-	if err != nil {
-		return err
-	}
+// createdKeyView is the view of a new key, with its value.
+func createdKeyView(k *service.CreatedKey) KeyView {
 	v := KeyViewOf(k.APIKey)
 	v.Key = k.Key
-	jsonio.Write(w, http.StatusCreated, v)
-	return nil
+	return v
 }
 
-func (a *API) revokeKey(w http.ResponseWriter, r *http.Request, ps router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
+// page answers a list as pages (WritePage) of view(item), the list named by
+// list, the workspace and, when param is set, that path parameter.
+func page[T, V any](list, param string, view func(T) V, id func(V) string) func(http.ResponseWriter, *endpoint.Call, []T) error {
+	return func(w http.ResponseWriter, c *endpoint.Call, items []T) error {
+		owners := []string{c.P.Workspace}
+		if param != "" {
+			owners = append(owners, c.Params[param])
+		}
+		out := make([]V, len(items))
+		for i, it := range items {
+			out[i] = view(it)
+		}
+		return WritePage(w, c.R, c.Svc.Secrets, scopeOf(list, owners...), out, id)
 	}
-	if err := svc.RevokeKey(r.Context(), p, ps["sa"], ps["key"]); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
 }
 
-func (a *API) listMembers(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	ms, err := svc.Members(r.Context(), p)
-	if err != nil {
-		return err
-	}
-	return WritePage(w, r, svc.Secrets, scopeOf("members", p.Workspace), ms, func(v service.MemberView) string { return v.MemberID })
-}
-
-func (a *API) addMember(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	var in service.NewMember
-	if err := jsonio.Decode(w, r, a.opts.MaxBody, &in); err != nil {
-		return err
-	}
-	m, err := svc.AddMember(r.Context(), p, in)
-	if err != nil {
-		return err
-	}
-	jsonio.Write(w, http.StatusCreated, m)
-	return nil
-}
-
-func (a *API) setRole(w http.ResponseWriter, r *http.Request, ps router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	var in struct {
-		Role string `json:"role"`
-	}
-	if err := jsonio.Decode(w, r, a.opts.MaxBody, &in); err != nil {
-		return err
-	}
-	m, err := svc.SetRole(r.Context(), p, ps["member"], in.Role)
-	if err != nil {
-		return err
-	}
-	jsonio.Write(w, http.StatusOK, m)
-	return nil
-}
-
-func (a *API) removeMember(w http.ResponseWriter, r *http.Request, ps router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	if err := svc.RemoveMember(r.Context(), p, ps["member"]); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-func (a *API) listConnections(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	cs, err := svc.Connections(r.Context(), p)
-	if err != nil {
-		return err
-	}
-	return WritePage(w, r, svc.Secrets, scopeOf("connections", p.Workspace), cs, func(v *service.ConnectionView) string { return v.ID })
-}
-
-func (a *API) createConnection(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	var in service.ConnectionInput
-	if err := jsonio.Decode(w, r, a.opts.MaxBody, &in); err != nil {
-		return err
-	}
-	c, err := svc.CreateConnection(r.Context(), p, in)
-	if err != nil {
-		return err
-	}
-	jsonio.Write(w, http.StatusCreated, c)
-	return nil
-}
-
-func (a *API) getConnection(w http.ResponseWriter, r *http.Request, ps router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	c, err := svc.Connection(r.Context(), p, ps["conn"])
-	if err != nil {
-		return err
-	}
-	jsonio.Write(w, http.StatusOK, c)
-	return nil
-}
-
-func (a *API) updateConnection(w http.ResponseWriter, r *http.Request, ps router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	var in service.ConnectionPatch
-	if err := jsonio.Decode(w, r, a.opts.MaxBody, &in); err != nil {
-		return err
-	}
-	c, err := svc.UpdateConnection(r.Context(), p, ps["conn"], in)
-	if err != nil {
-		return err
-	}
-	jsonio.Write(w, http.StatusOK, c)
-	return nil
-}
-
-func (a *API) deleteConnection(w http.ResponseWriter, r *http.Request, ps router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	if err := svc.DeleteConnection(r.Context(), p, ps["conn"]); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-func (a *API) putModel(w http.ResponseWriter, r *http.Request, ps router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	var in service.ModelInput
-	if err := jsonio.Decode(w, r, a.opts.MaxBody, &in); err != nil {
-		return err
-	}
-	c, err := svc.PutModel(r.Context(), p, ps["conn"], ps["model"], in)
-	if err != nil {
-		return err
-	}
-	jsonio.Write(w, http.StatusOK, c)
-	return nil
-}
-
-func (a *API) deleteModel(w http.ResponseWriter, r *http.Request, ps router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	c, err := svc.DeleteModel(r.Context(), p, ps["conn"], ps["model"])
-	if err != nil {
-		return err
-	}
-	jsonio.Write(w, http.StatusOK, c)
-	return nil
-}
-
-func (a *API) setPricing(w http.ResponseWriter, r *http.Request, ps router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	var in store.Pricing
-	if err := jsonio.Decode(w, r, a.opts.MaxBody, &in); err != nil {
-		return err
-	}
-	c, err := svc.SetPricing(r.Context(), p, ps["conn"], ps["model"], in)
-	if err != nil {
-		return err
-	}
-	jsonio.Write(w, http.StatusOK, c)
-	return nil
-}
-
-func (a *API) listBudgets(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	bs, err := svc.Budgets(r.Context(), p)
-	if err != nil {
-		return err
-	}
-	return WritePage(w, r, svc.Secrets, scopeOf("budgets", p.Workspace), bs, func(v service.BudgetView) string { return v.MemberID })
-}
-
-func (a *API) setBudget(w http.ResponseWriter, r *http.Request, ps router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	var in service.BudgetInput
-	if err := jsonio.Decode(w, r, a.opts.MaxBody, &in); err != nil {
-		return err
-	}
-	b, err := svc.SetBudget(r.Context(), p, ps["member"], in)
-	if err != nil {
-		return err
-	}
-	jsonio.Write(w, http.StatusOK, b)
-	return nil
-}
-
-// listUsage answers GET /api/v1/usage?member=&model=&connection=&session=&from=&to=&limit=&cursor=
+// readUsage answers GET /api/v1/usage?member=&model=&connection=&session=&from=&to=&limit=&cursor=
 // (session is the agent session, exact match; from and to in RFC 3339,
 // from inclusive, to exclusive), oldest first.
-func (a *API) listUsage(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	svc, p, err := a.auth(r)
-	if err != nil {
-		return err
-	}
-	q := r.URL.Query()
-	scope := scopeOf("usage", p.Workspace)
+var readUsage = endpoint.Operation[endpoint.NoBody, usagePage]{Op: service.OpReadSpend, Call: func(c *endpoint.Call, _ endpoint.NoBody) (usagePage, error) {
+	q := c.R.URL.Query()
+	scope := scopeOf("usage", c.P.Workspace)
 	uq := service.UsageQuery{Member: q.Get("member"), Model: q.Get("model"), Connection: q.Get("connection"), Session: q.Get("session"), Limit: DefaultPageSize}
-	if c := q.Get("cursor"); c != "" {
-		if uq.Cursor, err = decodeCursor(svc.Secrets, scope, c); err != nil {
-			return err
+	if cur := q.Get("cursor"); cur != "" {
+		var err error
+		if uq.Cursor, err = decodeCursor(c.Svc.Secrets, scope, cur); err != nil {
+			return usagePage{}, err
 		}
 	}
 	for name, dst := range map[string]*time.Time{"from": &uq.From, "to": &uq.To} {
 		if v := q.Get(name); v != "" {
 			t, err := time.Parse(time.RFC3339, v)
 			if err != nil {
-				return apierr.BadRequest("%s must be an RFC 3339 time", name)
+				return usagePage{}, apierr.BadRequest("%s must be an RFC 3339 time", name)
 			}
 			*dst = t
 		}
@@ -505,19 +220,26 @@ func (a *API) listUsage(w http.ResponseWriter, r *http.Request, _ router.Params)
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > MaxPageSize {
-			return apierr.BadRequest("limit must be a whole number from 1 to %d", MaxPageSize)
+			return usagePage{}, apierr.BadRequest("limit must be a whole number from 1 to %d", MaxPageSize)
 		}
 		uq.Limit = n
 	}
-	recs, next, err := svc.Usage(r.Context(), p, uq)
-	if err != nil {
-		return err
-	}
+	recs, next, err := c.Svc.Usage(c.Ctx(), c.P, uq)
+	return usagePage{recs, scope, next}, err
+}}
+
+// usagePage is one page of usage records and the position after it.
+type usagePage struct {
+	records     []*store.UsageRecord
+	scope, next string
+}
+
+func writeUsage(w http.ResponseWriter, c *endpoint.Call, pg usagePage) error {
 	var nc any
-	if next != "" {
-		nc = encodeCursor(svc.Secrets, scope, next)
+	if pg.next != "" {
+		nc = encodeCursor(c.Svc.Secrets, pg.scope, pg.next)
 	}
-	jsonio.WriteRaw(w, http.StatusOK, map[string]any{"data": recs, "next_cursor": nc})
+	jsonio.WriteRaw(w, http.StatusOK, map[string]any{"data": pg.records, "next_cursor": nc})
 	return nil
 }
 

@@ -1,0 +1,113 @@
+package endpoint
+
+import (
+	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/modules/store"
+)
+
+// The operations on a workspace that the API surfaces share. The Console
+// runs them as the authenticated principal, the operator's admin API as
+// service.Operator(workspace). Path parameters: {sa} service account,
+// {key} API key, {member} member id, {conn} connection, {model} model id.
+
+// NameInput is the body of operations that take only a name.
+type NameInput struct {
+	Name string `json:"name"`
+}
+
+// RoleInput is the body of SetRole.
+type RoleInput struct {
+	Role string `json:"role"`
+}
+
+// Service accounts and keys.
+var (
+	ServiceAccounts = Operation[NoBody, []*store.ServiceAccount]{service.OpManageServiceAccounts,
+		func(c *Call, _ NoBody) ([]*store.ServiceAccount, error) { return c.Svc.ServiceAccounts(c.Ctx(), c.P) }}
+	CreateServiceAccount = Operation[NameInput, *store.ServiceAccount]{service.OpManageServiceAccounts,
+		func(c *Call, in NameInput) (*store.ServiceAccount, error) {
+			return c.Svc.CreateServiceAccount(c.Ctx(), c.P, in.Name)
+		}}
+	ServiceAccount = Operation[NoBody, *store.ServiceAccount]{service.OpManageServiceAccounts,
+		func(c *Call, _ NoBody) (*store.ServiceAccount, error) {
+			return c.Svc.ServiceAccount(c.Ctx(), c.P, c.Params["sa"])
+		}}
+	DeleteServiceAccount = Operation[NoBody, NoBody]{service.OpManageServiceAccounts,
+		func(c *Call, _ NoBody) (NoBody, error) {
+			return NoBody{}, c.Svc.DeleteServiceAccount(c.Ctx(), c.P, c.Params["sa"])
+		}}
+	Keys = Operation[NoBody, []*store.APIKey]{service.OpManageServiceAccounts,
+		func(c *Call, _ NoBody) ([]*store.APIKey, error) { return c.Svc.Keys(c.Ctx(), c.P, c.Params["sa"]) }}
+	CreateKey = Operation[service.NewKey, *service.CreatedKey]{service.OpManageServiceAccounts,
+		func(c *Call, in service.NewKey) (*service.CreatedKey, error) {
+			return c.Svc.CreateKey(c.Ctx(), c.P, c.Params["sa"], in)
+		}}
+	RevokeKey = Operation[NoBody, NoBody]{service.OpManageServiceAccounts,
+		func(c *Call, _ NoBody) (NoBody, error) {
+			return NoBody{}, c.Svc.RevokeKey(c.Ctx(), c.P, c.Params["sa"], c.Params["key"])
+		}}
+)
+
+// Members and roles.
+var (
+	Members = Operation[NoBody, []service.MemberView]{service.OpManageMembers,
+		func(c *Call, _ NoBody) ([]service.MemberView, error) { return c.Svc.Members(c.Ctx(), c.P) }}
+	AddMember = Operation[service.NewMember, *service.MemberView]{service.OpManageMembers,
+		func(c *Call, in service.NewMember) (*service.MemberView, error) {
+			return c.Svc.AddMember(c.Ctx(), c.P, in)
+		}}
+	SetRole = Operation[RoleInput, *service.MemberView]{service.OpManageMembers,
+		func(c *Call, in RoleInput) (*service.MemberView, error) {
+			return c.Svc.SetRole(c.Ctx(), c.P, c.Params["member"], in.Role)
+		}}
+	RemoveMember = Operation[NoBody, NoBody]{service.OpManageMembers,
+		func(c *Call, _ NoBody) (NoBody, error) {
+			return NoBody{}, c.Svc.RemoveMember(c.Ctx(), c.P, c.Params["member"])
+		}}
+)
+
+// Connections, models and pricing. Creating a connection with models also
+// needs the right to manage models, which the service checks.
+var (
+	Connections = Operation[NoBody, []*service.ConnectionView]{service.OpManageConnections,
+		func(c *Call, _ NoBody) ([]*service.ConnectionView, error) { return c.Svc.Connections(c.Ctx(), c.P) }}
+	CreateConnection = Operation[service.ConnectionInput, *service.ConnectionView]{service.OpManageConnections,
+		func(c *Call, in service.ConnectionInput) (*service.ConnectionView, error) {
+			return c.Svc.CreateConnection(c.Ctx(), c.P, in)
+		}}
+	Connection = Operation[NoBody, *service.ConnectionView]{service.OpManageConnections,
+		func(c *Call, _ NoBody) (*service.ConnectionView, error) {
+			return c.Svc.Connection(c.Ctx(), c.P, c.Params["conn"])
+		}}
+	UpdateConnection = Operation[service.ConnectionPatch, *service.ConnectionView]{service.OpManageConnections,
+		func(c *Call, in service.ConnectionPatch) (*service.ConnectionView, error) {
+			return c.Svc.UpdateConnection(c.Ctx(), c.P, c.Params["conn"], in)
+		}}
+	DeleteConnection = Operation[NoBody, NoBody]{service.OpManageConnections,
+		func(c *Call, _ NoBody) (NoBody, error) {
+			return NoBody{}, c.Svc.DeleteConnection(c.Ctx(), c.P, c.Params["conn"])
+		}}
+	PutModel = Operation[service.ModelInput, *service.ConnectionView]{service.OpManageModels,
+		func(c *Call, in service.ModelInput) (*service.ConnectionView, error) {
+			return c.Svc.PutModel(c.Ctx(), c.P, c.Params["conn"], c.Params["model"], in)
+		}}
+	DeleteModel = Operation[NoBody, *service.ConnectionView]{service.OpManageModels,
+		func(c *Call, _ NoBody) (*service.ConnectionView, error) {
+			return c.Svc.DeleteModel(c.Ctx(), c.P, c.Params["conn"], c.Params["model"])
+		}}
+	SetPricing = Operation[store.Pricing, *service.ConnectionView]{service.OpManageConnections,
+		func(c *Call, in store.Pricing) (*service.ConnectionView, error) {
+			return c.Svc.SetPricing(c.Ctx(), c.P, c.Params["conn"], c.Params["model"], in)
+		}}
+)
+
+// Budgets. A member (role) reads only their own budget: the service narrows
+// the list.
+var (
+	Budgets = Operation[NoBody, []service.BudgetView]{service.OpReadSpend,
+		func(c *Call, _ NoBody) ([]service.BudgetView, error) { return c.Svc.Budgets(c.Ctx(), c.P) }}
+	SetBudget = Operation[service.BudgetInput, *service.BudgetView]{service.OpManageConnections,
+		func(c *Call, in service.BudgetInput) (*service.BudgetView, error) {
+			return c.Svc.SetBudget(c.Ctx(), c.P, c.Params["member"], in)
+		}}
+)

@@ -1,0 +1,174 @@
+package operator_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentgate/agentgate/internal/operator"
+	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/testenv"
+)
+
+type answer struct {
+	status int
+	raw    string
+	body   map[string]any
+}
+
+func do(t *testing.T, srv *httptest.Server, method, path, body string) answer {
+	t.Helper()
+	r, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	res, err := srv.Client().Do(r)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := answer{status: res.StatusCode, raw: string(b)}
+	if strings.TrimSpace(a.raw) != "" {
+		if err := json.Unmarshal([]byte(a.raw), &a.body); err != nil {
+			t.Fatalf("%s %s: answer is not a JSON object: %q", method, path, a.raw)
+		}
+	}
+	return a
+}
+
+// shape is the sorted member names of an object, or of the first item of
+// a list (prefixed with "[]"), so that answers compare without their ids.
+func shape(v any) string {
+	prefix := ""
+	if l, ok := v.([]any); ok {
+		if len(l) == 0 {
+			return "[]"
+		}
+		prefix, v = "[]", l[0]
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return prefix + "?"
+	}
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return prefix + strings.Join(names, ",")
+}
+
+// TestRoutes calls every operator route and checks its status and the
+// shape of its answer: the `caddy agentgate` commands and the README's
+// bootstrap read these answers (data.<name>), so they must not move.
+func TestRoutes(t *testing.T) {
+	te := testenv.New(t, time.Date(2025, 6, 1, 10, 0, 0, 0, time.UTC))
+	srv := httptest.NewServer(operator.New(func(context.Context) (*service.Service, error) { return te.Service, nil }))
+	t.Cleanup(srv.Close)
+
+	want := func(a answer, what string, status int, data string) map[string]any {
+		t.Helper()
+		if a.status != status {
+			t.Fatalf("%s: status %d, want %d; body %s", what, a.status, status, a.raw)
+		}
+		if status == http.StatusNoContent {
+			if a.raw != "" {
+				t.Fatalf("%s: 204 with body %q", what, a.raw)
+			}
+			return nil
+		}
+		if got := shape(a.body); got != "data" {
+			t.Fatalf("%s: answer members %s, want data only; body %s", what, got, a.raw)
+		}
+		// An empty data checks only that data is an object.
+		if got := shape(a.body["data"]); data != "" && got != data || strings.HasPrefix(got, "?") {
+			t.Fatalf("%s: data %s, want %s; body %s", what, got, data, a.raw)
+		}
+		m, _ := a.body["data"].(map[string]any)
+		return m
+	}
+
+	ws := want(do(t, srv, "POST", "/agentgate/workspaces", `{"name": "acme"}`), "create workspace", 201, "id,name")["id"].(string)
+	want(do(t, srv, "GET", "/agentgate/workspaces", ""), "list workspaces", 200, "[]created,id,name")
+	wp := "/agentgate/workspaces/" + ws
+
+	// Empty lists are [] rather than null.
+	for _, path := range []string{wp + "/connections", wp + "/service-accounts"} {
+		if a := do(t, srv, "GET", path, ""); a.status != 200 || strings.TrimSpace(a.raw) != `{"data":[]}` {
+			t.Fatalf("GET %s: %d %s", path, a.status, a.raw)
+		}
+	}
+
+	owner := want(do(t, srv, "POST", "/agentgate/people", `{"email": "o@example.com", "name": "O", "password": "correct horse battery", "workspace": "`+ws+`", "role": "owner"}`),
+		"create person", 201, "email,id,name")["id"].(string)
+	other := want(do(t, srv, "POST", "/agentgate/people", `{"email": "m@example.com", "name": "M", "password": "correct horse battery"}`),
+		"create person without workspace", 201, "email,id,name")["id"].(string)
+	tok := want(do(t, srv, "POST", "/agentgate/people/"+owner+"/tokens", `{"workspace": "`+ws+`"}`), "issue token", 201, "access_token,expires_at,expires_in,family_id,org_id,token_type")
+	if tok["org_id"] != ws {
+		t.Fatalf("issued token %v", tok)
+	}
+	m := want(do(t, srv, "POST", wp+"/members", `{"person_id": "`+other+`", "role": "member"}`), "add member", 201, "member_id,role")
+	if m["member_id"] != other || m["role"] != "member" {
+		t.Fatalf("add member answer %v", m)
+	}
+	want(do(t, srv, "GET", wp+"/members", ""), "list members", 200, shape(mustList(t, te.Service, ws)))
+
+	sa := want(do(t, srv, "POST", wp+"/service-accounts", `{"name": "robot"}`), "create service account", 201, "id,name")["id"].(string)
+	want(do(t, srv, "GET", wp+"/service-accounts", ""), "list service accounts", 200, "[]id,name")
+	k := want(do(t, srv, "POST", wp+"/service-accounts/"+sa+"/keys", `{"name": "ci", "permission": "inference"}`), "create key", 201, "expires_at,id,key,name,permission")
+	if !strings.HasPrefix(k["key"].(string), "ag_sk_") || k["expires_at"] != nil {
+		t.Fatalf("create key answer %v", k)
+	}
+	want(do(t, srv, "DELETE", wp+"/service-accounts/"+sa+"/keys/"+k["id"].(string), ""), "revoke key", 204, "")
+
+	c := want(do(t, srv, "POST", wp+"/connections", `{"name": "up", "kind": "openai", "base_url": "https://api.openai.com/v1", "credential": "sk-x"}`), "create connection", 201, "")
+	if c["id"] == nil || c["credential"] != nil {
+		t.Fatalf("create connection answer %v", c)
+	}
+	want(do(t, srv, "GET", wp+"/connections", ""), "list connections", 200, "[]"+shape(c))
+
+	b := want(do(t, srv, "PUT", wp+"/budgets/"+other, `{"limit_usd": 10, "period": "monthly"}`), "set budget", 200, "")
+	if b["member_id"] != other {
+		t.Fatalf("set budget answer %v", b)
+	}
+	want(do(t, srv, "GET", wp+"/budgets", ""), "list budgets", 200, "[]"+shape(b))
+
+	// Bodies are strict.
+	if a := do(t, srv, "POST", wp+"/service-accounts", `{"name": "x", "colour": "red"}`); a.status != 400 || a.body["_tag"] != "InvalidRequest" {
+		t.Fatalf("unknown field: %d %s", a.status, a.raw)
+	}
+	// Unknown workspaces are 404.
+	if a := do(t, srv, "GET", "/agentgate/workspaces/wrk_nope/connections", ""); a.status != 404 {
+		t.Fatalf("unknown workspace: %d %s", a.status, a.raw)
+	}
+
+	want(do(t, srv, "DELETE", wp, ""), "delete workspace", 204, "")
+	if a := do(t, srv, "GET", "/agentgate/workspaces", ""); strings.TrimSpace(a.raw) != `{"data":[]}` {
+		t.Fatalf("workspaces after delete: %s", a.raw)
+	}
+}
+
+func mustList(t *testing.T, svc *service.Service, ws string) []any {
+	t.Helper()
+	ms, err := svc.Members(context.Background(), service.Operator(ws))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(ms)
+	var out []any
+	json.Unmarshal(b, &out)
+	return out
+}
