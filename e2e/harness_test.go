@@ -59,22 +59,18 @@ func caddyBinary(t *testing.T) string {
 	if bin := os.Getenv(envBinary); bin != "" {
 		return bin
 	}
+	root := testenv.RepoRoot(t)
 	build.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-		gomod := strings.TrimSpace(string(out))
-		if err != nil || gomod == "" || gomod == os.DevNull {
-			build.err = fmt.Errorf("finding the repository root with go env GOMOD: %q, %v", gomod, err)
-			return
-		}
+		var err error
 		if build.dir, err = os.MkdirTemp("", "agentgate-e2e-"); err != nil {
 			build.err = err
 			return
 		}
 		bin := filepath.Join(build.dir, "caddy")
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/caddy")
-		cmd.Dir = filepath.Dir(gomod)
+		cmd.Dir = root
 		start := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			build.err = fmt.Errorf("go build ./cmd/caddy: %v\n%s", err, out)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentgate/agentgate/internal/testenv"
 )
 
 // readmeBlocks returns the sh blocks of the README section that starts
@@ -67,7 +69,7 @@ func TestReadmeAsWritten(t *testing.T) {
 		ln.Close()
 	}
 	ctx := testContext(t, 12*time.Minute)
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -98,11 +100,6 @@ func TestReadmeAsWritten(t *testing.T) {
 	before := gitStatus()
 
 	home, tmp := t.TempDir(), t.TempDir()
-	goEnv, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals := strings.Split(strings.TrimSpace(string(goEnv)), "\n")
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
@@ -112,7 +109,8 @@ func TestReadmeAsWritten(t *testing.T) {
 		env = append(env, kv)
 	}
 	env = append(env, "HOME="+home, "TMPDIR="+tmp, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
-		"XDG_DATA_HOME="+filepath.Join(home, ".local/share"), "GOCACHE="+vals[0], "GOMODCACHE="+vals[1], "GOPATH="+vals[2])
+		"XDG_DATA_HOME="+filepath.Join(home, ".local/share"))
+	env = append(env, testenv.GoDirs(t)...)
 
 	var logs syncBuffer
 	srv := exec.Command("bash", "-c", "exec "+strings.TrimSpace(runCmd))
@@ -187,15 +185,4 @@ func TestReadmeAsWritten(t *testing.T) {
 	if after := gitStatus(); after != before {
 		t.Errorf("the README's commands changed the checkout:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
-}
-
-// repoRoot is the repository's root directory.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	gomod := strings.TrimSpace(string(out))
-	if err != nil || gomod == "" || gomod == os.DevNull {
-		t.Fatalf("finding the repository root with go env GOMOD: %q, %v", gomod, err)
-	}
-	return filepath.Dir(gomod)
 }

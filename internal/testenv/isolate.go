@@ -55,17 +55,9 @@ func RunIsolated(t *testing.T, pattern string, extraEnv ...string) {
 	if IsolatedChild() {
 		t.Skip("this is the isolated child run")
 	}
-	goEnv, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
-	if err != nil {
-		t.Fatalf("go env: %v", err)
-	}
-	vals := strings.Split(strings.TrimSpace(string(goEnv)), "\n")
-	if len(vals) != 3 {
-		t.Fatalf("go env printed %q", goEnv)
-	}
 	home, tmp := t.TempDir(), t.TempDir()
-	env := []string{childEnv + "=1", "HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_DATA_HOME=" + home,
-		"XDG_CACHE_HOME=" + home, "TMPDIR=" + tmp, "GOCACHE=" + vals[0], "GOMODCACHE=" + vals[1], "GOPATH=" + vals[2]}
+	env := append([]string{childEnv + "=1", "HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_DATA_HOME=" + home,
+		"XDG_CACHE_HOME=" + home, "TMPDIR=" + tmp}, GoDirs(t)...)
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
@@ -107,4 +99,35 @@ func tail(s string, n int) string {
 		return "…" + s[len(s)-n:]
 	}
 	return s
+}
+
+// GoDirs returns GOCACHE, GOMODCACHE and GOPATH as NAME=value pairs, with
+// the values the go command uses now: a child run with another HOME keeps
+// using the real build and module caches.
+func GoDirs(t testing.TB) []string {
+	t.Helper()
+	names := []string{"GOCACHE", "GOMODCACHE", "GOPATH"}
+	out, err := exec.Command("go", append([]string{"env"}, names...)...).Output()
+	if err != nil {
+		t.Fatalf("go env: %v", err)
+	}
+	vals := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(vals) != len(names) {
+		t.Fatalf("go env printed %q", out)
+	}
+	for i := range vals {
+		vals[i] = names[i] + "=" + vals[i]
+	}
+	return vals
+}
+
+// RepoRoot is the directory of the go.mod of the module under test.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	gomod := strings.TrimSpace(string(out))
+	if err != nil || gomod == "" || gomod == os.DevNull {
+		t.Fatalf("finding the repository root with go env GOMOD: %q, %v", gomod, err)
+	}
+	return filepath.Dir(gomod)
 }

@@ -171,14 +171,23 @@ func setup(t testing.TB) *env {
 // post sends a gateway request; headers are name, value pairs.
 func (e *env) post(t *testing.T, path, body string, hdr ...string) (*http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", e.base+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	return e.do(t, "POST", path, body, append([]string{"Content-Type", "application/json"}, hdr...)...)
+}
+
+// do sends a gateway request with any method; headers are name, value pairs.
+func (e *env) do(t *testing.T, method, path, body string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, e.base+path, rd)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
+		t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
