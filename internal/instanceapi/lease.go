@@ -8,7 +8,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // Drain leases: at most one drain per session across every process that

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // sharedStore makes the harness's store report that several processes

@@ -19,7 +19,7 @@ import (
 	"github.com/agentgate/agentgate/internal/jsonio"
 	"github.com/agentgate/agentgate/internal/ratelimit"
 	"github.com/agentgate/agentgate/internal/router"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // Options configure a Server.

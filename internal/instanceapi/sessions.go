@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/agentgate/agentgate/internal/router"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // Session list limits.

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentgate/agentgate/internal/clock"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // BenchmarkSessionList lists 50-session pages of a store holding 100,000

@@ -9,7 +9,7 @@ import (
 	"os"
 
 	"github.com/agentgate/agentgate/internal/router"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // msgHeader is what the server reads of a stored Session.Message.Info.

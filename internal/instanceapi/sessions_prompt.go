@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/agentgate/agentgate/internal/router"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // Mention is a span of the prompt text.

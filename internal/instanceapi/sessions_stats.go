@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/router"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 type toolTotals struct {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 type sessHarness struct {

@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // StructuredError is the error of an assistant message.

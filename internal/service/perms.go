@@ -2,7 +2,7 @@ package service
 
 import (
 	"github.com/agentgate/agentgate/internal/apierr"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // Op is a row of the permission matrix: which credential may do what.

@@ -13,11 +13,11 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/agentgate/agentgate/internal/accesslog"
+	"github.com/agentgate/agentgate/internal/console/api"
+	"github.com/agentgate/agentgate/internal/console/oauth"
+	"github.com/agentgate/agentgate/internal/console/web"
 	"github.com/agentgate/agentgate/modules/agentgate"
-	"github.com/agentgate/agentgate/modules/console/api"
-	"github.com/agentgate/agentgate/modules/console/oauth"
-	"github.com/agentgate/agentgate/modules/console/web"
+	"github.com/agentgate/agentgate/modules/internal/accesslog"
 )
 
 func init() {

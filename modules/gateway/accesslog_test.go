@@ -4,8 +4,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/agentgate/agentgate/internal/accesslog"
 	"github.com/agentgate/agentgate/modules/gateway/formats"
+	"github.com/agentgate/agentgate/modules/internal/accesslog"
 )
 
 // TestAccessLogCoversEveryKeySlot: every header the gateway reads a

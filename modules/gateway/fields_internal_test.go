@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/modules/gateway/formats"
-	"github.com/agentgate/agentgate/modules/store"
 )
 
 // scanFields reads the body in place but what it keeps must survive the

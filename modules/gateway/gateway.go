@@ -30,14 +30,14 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/agentgate/agentgate/internal/accesslog"
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/ledger"
 	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/modules/agentgate"
 	"github.com/agentgate/agentgate/modules/gateway/formats"
 	"github.com/agentgate/agentgate/modules/gateway/usage"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/modules/internal/accesslog"
 )
 
 func init() {

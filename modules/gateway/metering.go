@@ -13,9 +13,9 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/modules/gateway/formats"
 	"github.com/agentgate/agentgate/modules/gateway/usage"
-	"github.com/agentgate/agentgate/modules/store"
 )
 
 // DefaultMaxOutputTokens bounds the output of a request that sets no limit

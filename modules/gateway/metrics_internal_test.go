@@ -6,8 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/modules/gateway/formats"
-	"github.com/agentgate/agentgate/modules/store"
 )
 
 // The series resolved once per format count under the right labels, and a

@@ -3,7 +3,7 @@ package gateway
 import (
 	"net/http"
 
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // sessionHeaders are the request headers in which coding agents name their

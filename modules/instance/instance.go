@@ -23,8 +23,8 @@ import (
 	"github.com/agentgate/agentgate/internal/instanceapi"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/ratelimit"
+	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/modules/agentgate"
-	"github.com/agentgate/agentgate/modules/store"
 )
 
 func init() {

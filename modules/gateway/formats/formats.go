@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // Format is a wire format.

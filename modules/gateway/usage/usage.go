@@ -18,8 +18,8 @@ import (
 	"strings"
 
 	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/modules/gateway/formats"
-	"github.com/agentgate/agentgate/modules/store"
 )
 
 // Default caps.

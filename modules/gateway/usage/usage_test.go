@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/modules/gateway/formats"
-	"github.com/agentgate/agentgate/modules/store"
 )
 
 func micros(m money.Micros) *money.Micros { return &m }

@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/console/web"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/internal/testenv"
-	"github.com/agentgate/agentgate/modules/console/web"
-	"github.com/agentgate/agentgate/modules/store"
 )
 
 var (

@@ -18,11 +18,11 @@ import (
 
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/console/oauth"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/internal/testenv"
-	"github.com/agentgate/agentgate/modules/console/oauth"
-	"github.com/agentgate/agentgate/modules/store"
 )
 
 var (

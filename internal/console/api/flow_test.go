@@ -7,7 +7,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // TestDoneWhen: an owner creates a service account and an Inference only key

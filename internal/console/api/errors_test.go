@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/console/api"
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/console/api"
 )
 
 // onlyReader hides the length of a body, so that the client sends it chunked

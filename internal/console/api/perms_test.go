@@ -6,9 +6,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/agentgate/agentgate/internal/console/api"
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/console/api"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // TestHTTPPermissionMatrix calls one representative route per implemented

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentgate/agentgate/internal/console/web"
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/console/web"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // startDevice begins a device authorization as the CLI would.

@@ -3,7 +3,7 @@ package api_test
 import (
 	"testing"
 
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // A store closed under a request (shutdown) answers 503, never a 500.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // listRoute is one paged list of the Console API and the field that

@@ -9,7 +9,7 @@ import (
 )
 
 // The same store operations on both backends: go test -bench . -run '^$'
-// ./modules/store (the PostgreSQL ones need PostgreSQL, as the tests do).
+// ./internal/store (the PostgreSQL ones need PostgreSQL, as the tests do).
 
 func benchBackends(b *testing.B, run func(b *testing.B, s Store)) {
 	b.Run("badger", func(b *testing.B) {

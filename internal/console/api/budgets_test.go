@@ -11,7 +11,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/ledger"
 	"github.com/agentgate/agentgate/internal/money"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // usdMicros is an amount of whole micro-dollars as pico-dollars.

@@ -16,7 +16,7 @@ import (
 	"github.com/agentgate/agentgate/internal/router"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // Options configure the API.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/money"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // parsePages parses each page template with the shared layout.

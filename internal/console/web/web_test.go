@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentgate/agentgate/internal/console/web"
 	"github.com/agentgate/agentgate/internal/ledger"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/console/web"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 func sessionCookieOf(t *testing.T, p page, name string) *http.Cookie {
