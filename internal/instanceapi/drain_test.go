@@ -13,6 +13,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
+	"github.com/agentgate/agentgate/internal/formats"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/store"
 )
@@ -466,9 +467,9 @@ func TestDrainFormats(t *testing.T) {
 		format, base, path, authHeader, authValue string
 		in, cacheRead, cacheWrite, out, reasoning float64
 	}{
-		{FormatResponses, "/v1", "/v1/responses", "Authorization", "Bearer " + fakeKey, 16, 5, 0, 8, 4},
-		{FormatAnthropic, "", "/v1/messages", "X-Api-Key", fakeKey, 21, 5, 3, 12, 0},
-		{FormatGoogle, "", "/v1beta/models/fake-model:streamGenerateContent", "X-Goog-Api-Key", fakeKey, 16, 5, 0, 8, 4},
+		{formats.Responses.String(), "/v1", "/v1/responses", "Authorization", "Bearer " + fakeKey, 16, 5, 0, 8, 4},
+		{formats.Anthropic.String(), "", "/v1/messages", "X-Api-Key", fakeKey, 21, 5, 3, 12, 0},
+		{formats.Google.String(), "", "/v1beta/models/fake-model:streamGenerateContent", "X-Goog-Api-Key", fakeKey, 16, 5, 0, 8, 4},
 	} {
 		t.Run(tc.format, func(t *testing.T) {
 			h := newDrainHarness(t)

@@ -6,9 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"net/http"
 	"strings"
 
+	"github.com/agentgate/agentgate/internal/formats"
 	"github.com/agentgate/agentgate/internal/store"
 )
 
@@ -17,19 +18,6 @@ type StructuredError struct {
 	Type    string `json:"type"`
 	Message string `json:"message"`
 	Status  int    `json:"status,omitempty"`
-}
-
-// turnState is an assistant message being built from a stream.
-type turnState struct {
-	text, reasoning strings.Builder
-	tools           map[int]*toolCall
-	finish, raw     string
-	usage           *TokenUsage
-}
-
-type toolCall struct {
-	id, name string
-	args     strings.Builder
 }
 
 // resolveAgent finds the session's agent in its location (fresh services:
@@ -66,12 +54,12 @@ func (s *Server) resolveAgent(info *SessionInfo) *AgentInfo {
 	return &a
 }
 
-// chatMessages renders the stored conversation as Chat Completions messages.
-func chatMessages(system string, msgs []storedMessage) []map[string]any {
-	var out []map[string]any
-	if system != "" {
-		out = append(out, map[string]any{"role": "system", "content": system})
-	}
+// conversation is the stored conversation as one provider request of
+// the agent: user text with its text attachments, system updates, and the
+// assistant's text.
+func conversation(agent *AgentInfo, model string, msgs []storedMessage) *formats.Conversation {
+	c := &formats.Conversation{Model: model, System: agent.System, Settings: agent.Request.Settings,
+		Body: agent.Request.Body, Headers: agent.Request.Headers}
 	for _, m := range msgs {
 		var v struct {
 			Text    string `json:"text"`
@@ -96,22 +84,59 @@ func chatMessages(system string, msgs []storedMessage) []map[string]any {
 					text += fmt.Sprintf("\n\n[attached file %q (%s) not sent: only text attachments are]", f.Name, f.Mime)
 				}
 			}
-			out = append(out, map[string]any{"role": "user", "content": text})
+			c.Messages = append(c.Messages, formats.Text(formats.RoleUser, text))
 		case "system":
-			out = append(out, map[string]any{"role": "system", "content": v.Text})
+			c.Messages = append(c.Messages, formats.Text(formats.RoleSystem, v.Text))
 		case "assistant":
 			var b strings.Builder
-			for _, c := range v.Content {
-				if c.Type == "text" {
-					b.WriteString(c.Text)
+			for _, p := range v.Content {
+				if p.Type == "text" {
+					b.WriteString(p.Text)
 				}
 			}
 			if b.Len() > 0 {
-				out = append(out, map[string]any{"role": "assistant", "content": b.String()})
+				c.Messages = append(c.Messages, formats.Text(formats.RoleAssistant, b.String()))
 			}
 		}
 	}
-	return out
+	return c
+}
+
+// callProvider sends one step to the provider and reads its stream; it
+// returns the structured error of a failed step (nil when interrupted: the
+// caller sees ctx).
+func callProvider(ctx context.Context, prov ProviderConfig, f formats.Format, conv *formats.Conversation, delta func(formats.Delta)) (*formats.Step, *StructuredError) {
+	req, err := f.NewRequest(ctx, prov.BaseURL, prov.APIKey, conv)
+	if err != nil {
+		return nil, &StructuredError{Type: "ProviderConfigError", Message: "Cannot build the provider request: bad base URL or settings"}
+	}
+	client := prov.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		// The error text carries the URL only, never the key.
+		return nil, &StructuredError{Type: "ProviderConnectionError", Message: "Cannot reach the provider: " + err.Error()}
+	}
+	defer resp.Body.Close()
+	step, cerr := f.ReadResponse(resp, delta)
+	if ctx.Err() != nil || cerr == nil {
+		return step, nil
+	}
+	switch cerr.Kind {
+	case formats.CallRefused:
+		return step, &StructuredError{Type: "APIError", Message: cerr.Message, Status: cerr.Status}
+	case formats.CallStreamError:
+		return step, &StructuredError{Type: "APIError", Message: cerr.Message}
+	case formats.CallNotStream:
+		return step, &StructuredError{Type: "ProviderStreamError", Message: cerr.Message +
+			": check the provider's base_url (a `connection` needs llm_gateway on the instance's own site)"}
+	}
+	return step, &StructuredError{Type: "ProviderStreamError", Message: cerr.Message}
 }
 
 // turn runs one provider step for the session and stores the settled
@@ -138,43 +163,44 @@ func (s *Server) turn(ctx context.Context, prov ProviderConfig, sid, msgID strin
 		model = *agent.Model
 	}
 	created := s.nowMS()
-	st := &turnState{tools: map[int]*toolCall{}}
 	s.publishSession("session.message.started", info, map[string]any{"messageID": msgID, "type": "assistant"})
+	format, known := formats.Named(prov.Format)
+	if prov.Format == "" {
+		format, known = formats.Chat, true
+	}
 	var serr *StructuredError
+	var step *formats.Step
 	switch {
 	case model.ID == "":
 		serr = &StructuredError{Type: "ProviderConfigError", Message: "No model: the session, its agent and the instance's provider name none"}
 	case prov.BaseURL == "":
 		serr = &StructuredError{Type: "ProviderConfigError", Message: "No provider endpoint is configured for this instance"}
-	case !knownFormat(prov.Format):
+	case !known:
 		serr = &StructuredError{Type: "ProviderConfigError", Message: "Provider format " + prov.Format + " is not supported"}
 	default:
-		serr = streamTurn(ctx, prov, agent, model.ID, msgs, st, func(field, delta string) {
-			s.publishSession("session.message.delta", info, map[string]any{"messageID": msgID, "field": field, "delta": delta})
+		step, serr = callProvider(ctx, prov, format, conversation(agent, model.ID, msgs), func(d formats.Delta) {
+			s.publishSession("session.message.delta", info, map[string]any{"messageID": msgID, "field": d.Field, "delta": d.Text})
 		})
+	}
+	if step == nil {
+		step = &formats.Step{}
 	}
 	now := s.nowMS()
 	result := "succeeded"
 	msg := map[string]any{"id": msgID, "type": "assistant", "agent": agent.ID, "model": model}
 	content := []any{}
-	if st.reasoning.Len() > 0 {
-		content = append(content, map[string]any{"type": "reasoning", "text": st.reasoning.String()})
+	if step.Reasoning != "" {
+		content = append(content, map[string]any{"type": "reasoning", "text": step.Reasoning})
 	}
-	if st.text.Len() > 0 {
-		content = append(content, map[string]any{"type": "text", "text": st.text.String()})
+	if step.Text != "" {
+		content = append(content, map[string]any{"type": "text", "text": step.Text})
 	}
-	idx := make([]int, 0, len(st.tools))
-	for i := range st.tools {
-		idx = append(idx, i)
-	}
-	sort.Ints(idx)
-	for _, i := range idx {
-		tc := st.tools[i]
+	for _, tc := range step.ToolCalls {
 		var input any = map[string]any{}
-		if json.Unmarshal([]byte(tc.args.String()), &input) != nil {
-			input = map[string]any{"raw": tc.args.String()}
+		if json.Unmarshal([]byte(tc.Arguments), &input) != nil {
+			input = map[string]any{"raw": tc.Arguments}
 		}
-		content = append(content, map[string]any{"type": "tool", "id": tc.id, "name": tc.name, "executed": false,
+		content = append(content, map[string]any{"type": "tool", "id": tc.ID, "name": tc.Name, "executed": false,
 			"state": map[string]any{"status": "error", "input": input,
 				"error": StructuredError{Type: "ToolNotExecutedError", Message: "This server does not execute tools"}},
 			"time": map[string]any{"created": now, "completed": now}})
@@ -190,18 +216,21 @@ func (s *Server) turn(ctx context.Context, prov ProviderConfig, sid, msgID strin
 		msg["finish"] = "error"
 		msg["error"] = serr
 	default:
-		msg["finish"], msg["rawFinish"] = finishReason(st.finish), st.finish
+		msg["finish"], msg["rawFinish"] = finishName[step.Finish], step.RawFinish
 	}
 	var cost float64
-	if st.usage != nil {
-		msg["tokens"] = st.usage
-		in := st.usage.Input + st.usage.Cache.Read + st.usage.Cache.Write
-		out := st.usage.Output + st.usage.Reasoning
-		cost = (in*float64(prov.InputPrice) + out*float64(prov.OutputPrice)) / 1e12
+	var usage *TokenUsage
+	if step.Usage != nil {
+		t := *step.Usage
+		usage = &TokenUsage{Input: float64(t.Input), Output: float64(t.Output), Reasoning: float64(t.Reasoning)}
+		usage.Cache.Read, usage.Cache.Write = float64(t.CacheRead), float64(t.CacheWrite)
+		msg["tokens"] = usage
+		// Exact in pico-dollars; the record's cost is a number of USD.
+		cost = float64(formats.Cost(t, store.Pricing{Input: prov.InputPrice, Output: prov.OutputPrice})) / 1e12
 		msg["cost"] = cost
 	}
 	msg["time"] = map[string]any{"created": created, "completed": now}
-	if st.text.Len() > 0 || st.reasoning.Len() > 0 {
+	if step.Text != "" || step.Reasoning != "" {
 		msg["time"].(map[string]any)["streamed"] = now
 	}
 	// Store with the process context: an interrupt cancels the turn, not
@@ -227,8 +256,8 @@ func (s *Server) turn(ctx context.Context, prov ProviderConfig, sid, msgID strin
 			return err
 		}
 		info.Cost += cost
-		if st.usage != nil {
-			addTokens(&info.Tokens, *st.usage)
+		if usage != nil {
+			addTokens(&info.Tokens, *usage)
 		}
 		steps := int64(1)
 		if info.Steps != nil {
@@ -248,18 +277,6 @@ func (s *Server) turn(ctx context.Context, prov ProviderConfig, sid, msgID strin
 
 var errShutdown = errors.New("instance is shutting down")
 
-func finishReason(raw string) string {
-	switch raw {
-	case "stop", "end_turn":
-		return "stop"
-	case "length", "max_tokens":
-		return "length"
-	case "content_filter":
-		return "content-filter"
-	case "tool_calls", "function_call", "tool_use":
-		return "tool-calls"
-	case "":
-		return "unknown"
-	}
-	return "other"
-}
+// finishName is the message record's name of a step's finish.
+var finishName = map[formats.Finish]string{formats.FinishUnknown: "unknown", formats.FinishStop: "stop", formats.FinishLength: "length",
+	formats.FinishToolCalls: "tool-calls", formats.FinishContentFilter: "content-filter", formats.FinishOther: "other"}

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/agentgate/agentgate/modules/gateway/formats"
+	"github.com/agentgate/agentgate/internal/formats"
 	"github.com/agentgate/agentgate/modules/internal/accesslog"
 )
 

@@ -79,7 +79,7 @@ func (p *Provider) config(repl *caddy.Replacer) (instanceapi.ProviderConfig, err
 	if c.Format == "" {
 		c.Format = "chat"
 	}
-	if !instanceapi.KnownProviderFormat(c.Format) {
+	if !knownFormat(c.Format) {
 		return c, fmt.Errorf("provider format %q is not one of chat, responses, anthropic, google", c.Format)
 	}
 	if c.BaseURL == "" && c.Connection == "" {

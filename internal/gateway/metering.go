@@ -6,65 +6,24 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/tidwall/gjson"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/agentgate/agentgate/internal/formats"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/store"
-	"github.com/agentgate/agentgate/modules/gateway/formats"
-	"github.com/agentgate/agentgate/modules/gateway/usage"
 )
 
 // DefaultMaxOutputTokens bounds the output of a request that sets no limit
 // and whose model has no max_output_tokens, for budget reservations.
 const DefaultMaxOutputTokens = 131072
 
-// outputCap is the request's own output limit, if it sets one.
-func outputCap(f formats.Format, fl *fields) int64 {
-	var cands []gjson.Result
-	switch f {
-	case formats.Chat:
-		cands = []gjson.Result{fl.maxCompletionTokens, fl.maxTokens}
-	case formats.Responses:
-		cands = []gjson.Result{fl.maxOutput}
-	case formats.Anthropic:
-		cands = []gjson.Result{fl.maxTokens}
-	case formats.Google:
-		cands = []gjson.Result{googleGet(fl.googleConfig(), "maxOutputTokens", "max_output_tokens")}
-	}
-	for _, v := range cands {
-		if v.Type == gjson.Number && v.Int() > 0 {
-			return v.Int()
-		}
-	}
-	return 0
-}
-
-// googleConfig is a Google request's generation config, under either
-// spelling of its name (a body with both is refused).
-func (fl *fields) googleConfig() gjson.Result {
-	if fl.generationConfig.Exists() {
-		return fl.generationConfig
-	}
-	return fl.generationConfigSnakeCase
-}
-
-// googleGet reads a member of a Google object under either spelling of
-// its name, as Google's parser does.
-func googleGet(obj gjson.Result, camel, snake string) gjson.Result {
-	if v := obj.Get(camel); v.Exists() {
-		return v
-	}
-	return obj.Get(snake)
-}
-
 // reservation is an upper bound of a request's cost: every byte of the body
 // as an input token at the dearest input rate (a token is at least one
-// byte), plus the output limit at the dearest output rate.
-func reservation(f formats.Format, m store.Model, fl *fields, bodyLen int) money.Pico {
+// byte), plus the output limit (the request's, else the model's, else
+// DefaultMaxOutputTokens, plus any thinking budget) at the dearest output
+// rate.
+func reservation(m store.Model, fl *formats.Fields, bodyLen int) money.Pico {
 	p := m.Pricing
 	in := p.Input
 	for _, alt := range []*money.Micros{p.CacheRead, p.CacheWrite} {
@@ -76,29 +35,24 @@ func reservation(f formats.Format, m store.Model, fl *fields, bodyLen int) money
 	if p.Reasoning != nil && *p.Reasoning > out {
 		out = *p.Reasoning
 	}
-	maxOut := outputCap(f, fl)
+	maxOut := fl.OutputLimit()
 	if maxOut == 0 {
 		maxOut = m.MaxOutputTokens
 	}
 	if maxOut == 0 {
 		maxOut = DefaultMaxOutputTokens
 	}
-	if f == formats.Google {
-		tc := googleGet(fl.googleConfig(), "thinkingConfig", "thinking_config")
-		if tb := googleGet(tc, "thinkingBudget", "thinking_budget"); tb.Type == gjson.Number && tb.Int() > 0 {
-			maxOut += tb.Int()
-		}
-	}
-	return usage.Cost(usage.Tokens{Input: int64(bodyLen), Output: maxOut}, store.Pricing{Input: in, Output: out})
+	maxOut += fl.ExtraOutput()
+	return formats.Cost(formats.Tokens{Input: int64(bodyLen), Output: maxOut}, store.Pricing{Input: in, Output: out})
 }
 
-// meterWriter sits between the reverse proxy and the client: it notes the
+// meterWriter sits between the forwarder and the client: it notes the
 // status and time to first byte, and feeds the body through a usage Meter
 // created when the response headers are known.
 type meterWriter struct {
-	*caddyhttp.ResponseWriterWrapper
-	opts      usage.Options
-	meter     *usage.Meter
+	http.ResponseWriter
+	opts      formats.MeterOptions
+	meter     *formats.Meter
 	status    int
 	firstByte time.Duration
 	start     time.Time
@@ -106,6 +60,10 @@ type meterWriter struct {
 	// (a token count, which is never charged).
 	unmetered bool
 }
+
+// Unwrap lets http.ResponseController reach the client's writer (to flush
+// streamed answers).
+func (w *meterWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *meterWriter) WriteHeader(status int) {
 	if w.status != 0 {
@@ -115,9 +73,9 @@ func (w *meterWriter) WriteHeader(status int) {
 	w.firstByte = time.Since(w.start)
 	if status < 300 && !w.unmetered {
 		w.opts.ContentType = w.Header().Get("Content-Type")
-		w.meter = usage.NewMeter(w.ResponseWriterWrapper, w.opts)
+		w.meter = formats.NewMeter(w.ResponseWriter, w.opts)
 	}
-	w.ResponseWriterWrapper.WriteHeader(status)
+	w.ResponseWriter.WriteHeader(status)
 }
 
 func (w *meterWriter) Write(p []byte) (int, error) {
@@ -125,7 +83,7 @@ func (w *meterWriter) Write(p []byte) (int, error) {
 		w.WriteHeader(http.StatusOK)
 	}
 	if w.meter == nil {
-		return w.ResponseWriterWrapper.Write(p)
+		return w.ResponseWriter.Write(p)
 	}
 	return w.meter.Write(p)
 }
@@ -137,16 +95,16 @@ func (w *meterWriter) ReadFrom(r io.Reader) (int64, error) {
 
 type writerOnly struct{ io.Writer }
 
-func (w *meterWriter) result() (usage.Result, bool) {
+func (w *meterWriter) result() (formats.MeterResult, bool) {
 	if w.meter == nil {
-		return usage.Result{}, false
+		return formats.MeterResult{}, false
 	}
 	w.meter.Close()
 	return w.meter.Result(), true
 }
 
-// metrics are the gateway's Prometheus collectors on Caddy's registry.
-type metrics struct {
+// Metrics are the gateway's Prometheus collectors.
+type Metrics struct {
 	requests  *prometheus.CounterVec
 	tokens    *prometheus.CounterVec
 	cost      *prometheus.CounterVec
@@ -154,13 +112,16 @@ type metrics struct {
 	duration  *prometheus.HistogramVec
 	firstByte *prometheus.HistogramVec
 
-	by [formats.Google + 1]formatMetrics
+	by []formatMetrics // by format
 }
 
-func newMetrics(reg *prometheus.Registry) *metrics {
+// NewMetrics registers the gateway's collectors on reg (Caddy's metrics
+// registry), or shares those a handler of the same config registered
+// before; with a nil reg they are not registered.
+func NewMetrics(reg *prometheus.Registry) *Metrics {
 	const ns, sub = "caddy", "llm_gateway"
 	buckets := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
-	m := &metrics{
+	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "requests_total",
 			Help: "Gateway requests by format and status class."}, []string{"format", "code"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "tokens_total",
@@ -199,8 +160,9 @@ type formatMetrics struct {
 }
 
 // resolve fills m.by for every format.
-func (m *metrics) resolve() *metrics {
-	for f := formats.Chat; f <= formats.Google; f++ {
+func (m *Metrics) resolve() *Metrics {
+	m.by = make([]formatMetrics, formats.Count()+1)
+	for _, f := range formats.All() {
 		fs := f.String()
 		fm := &m.by[f]
 		for class := 1; class < len(fm.requests); class++ {
@@ -215,9 +177,9 @@ func (m *metrics) resolve() *metrics {
 	return m
 }
 
-// of returns a format's series.
-func (m *metrics) of(f formats.Format) *formatMetrics {
-	if f < formats.Chat || f > formats.Google {
+// of returns a format's series (Chat's for no format).
+func (m *Metrics) of(f formats.Format) *formatMetrics {
+	if !f.Valid() {
 		f = formats.Chat
 	}
 	return &m.by[f]
@@ -236,7 +198,7 @@ func registerOrExisting[C prometheus.Collector](reg *prometheus.Registry, c C) C
 	return c
 }
 
-func (m *metrics) observe(f formats.Format, status int, t store.Tokens, cost money.Pico) {
+func (m *Metrics) observe(f formats.Format, status int, t store.Tokens, cost money.Pico) {
 	fm := m.of(f)
 	if class := status / 100; class >= 1 && class < len(fm.requests) {
 		fm.requests[class].Inc()
@@ -251,15 +213,9 @@ func (m *metrics) observe(f formats.Format, status int, t store.Tokens, cost mon
 	}
 }
 
-// logFields adds the request's metering (and the agent session, when the
-// request named one) to Caddy's access log entry.
-func logFields(r *http.Request, rec *store.UsageRecord) {
-	extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
-	if !ok {
-		return
-	}
-	extra.Add(zap.Object("agentgate", zapRecord{rec}))
-}
+// LogObject is a usage record as the access log's "agentgate" object:
+// its metering, never a key or a prompt.
+func LogObject(rec *store.UsageRecord) zapcore.ObjectMarshaler { return zapRecord{rec} }
 
 type zapRecord struct{ *store.UsageRecord }
 

@@ -5,7 +5,12 @@ import (
 	"errors"
 	"io"
 	"math/bits"
+	"net/http"
 	"sync"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/agentgate/agentgate/internal/apierr"
 )
 
 // Large request bodies are read into pooled buffers, so that a stream of
@@ -94,3 +99,64 @@ func (b *releasingBody) Close() error {
 }
 
 var _ io.ReadCloser = (*releasingBody)(nil)
+
+// readBody reads a request body of at most max bytes that must be a JSON
+// object: large bodies of known length into a pooled buffer (returned with
+// it), others into a buffer of their own.
+func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *pooledBuf, *apierr.Error) {
+	tooLarge := func() ([]byte, *pooledBuf, *apierr.Error) {
+		return nil, nil, apierr.New(http.StatusRequestEntityTooLarge, "PayloadTooLarge", "request body is larger than %d bytes", max)
+	}
+	if r.ContentLength > max {
+		return tooLarge()
+	}
+	rd := http.MaxBytesReader(w, r.Body, max)
+	readFailed := func(err error) ([]byte, *pooledBuf, *apierr.Error) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return tooLarge()
+		}
+		return nil, nil, apierr.BadRequest("reading the request body failed")
+	}
+	var body []byte
+	var pooled *pooledBuf
+	if r.ContentLength >= poolMin {
+		p, b, err := readPooled(rd, int(r.ContentLength))
+		if err != nil {
+			return readFailed(err)
+		}
+		pooled, body = p, b
+	}
+	if pooled == nil {
+		var buf bytes.Buffer
+		if r.ContentLength > 0 {
+			// Room for the body and for the read that sees EOF: without it
+			// the buffer doubles (and copies) the whole body at its end.
+			buf.Grow(int(r.ContentLength) + bytes.MinRead)
+		}
+		if _, err := buf.ReadFrom(rd); err != nil {
+			return readFailed(err)
+		}
+		body = buf.Bytes()
+	}
+	if !gjson.ValidBytes(body) || !isObject(body) {
+		if pooled != nil {
+			pooled.put()
+		}
+		return nil, nil, apierr.BadRequest("the request body must be a JSON object")
+	}
+	return body, pooled, nil
+}
+
+// isObject reports whether valid JSON is an object (without gjson.ParseBytes,
+// which copies the whole body).
+func isObject(body []byte) bool {
+	for _, c := range body {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return c == '{'
+	}
+	return false
+}

@@ -1,23 +1,17 @@
-package gateway
+package formats
 
 import (
 	"bytes"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/agentgate/agentgate/internal/store"
-	"github.com/agentgate/agentgate/modules/gateway/formats"
 )
 
-// scanFields reads the body in place but what it keeps must survive the
+// ScanFields reads the body in place but what it keeps must survive the
 // body's buffer being reused (pooled buffers are).
 func TestScanFieldsOutlivesTheBuffer(t *testing.T) {
 	body := []byte(` {"messages":[{"model":"no"}],"model":"gpt-4o","stream":true,"stream_options":{"include_usage":false},"max_tokens":77}`)
-	if !isObject(body) || isObject([]byte(" [1]")) {
-		t.Fatal("isObject")
-	}
-	fs := scanFields(body, false)
+	fs := ScanFields(body, Chat)
 	copy(body, bytes.Repeat([]byte("x"), len(body)))
 	if fs.duplicate != "" || fs.model.String() != "gpt-4o" || !fs.stream.Bool() || fs.maxTokens.Int() != 77 ||
 		!fs.streamOptions.Get("include_usage").Exists() || fs.streamOptions.Get("include_usage").Bool() {
@@ -61,7 +55,7 @@ func TestScanFieldsRefusesRepeatedKeys(t *testing.T) {
 		"exactly at the array's limit":   {many(31, `,"k30":2`), false, "k30"},
 	}
 	for name, c := range dup {
-		if got := scanFields([]byte(c.body), c.google).duplicate; got != c.want {
+		if got := ScanFields([]byte(c.body), foldingIf(c.google)).duplicate; got != c.want {
 			t.Errorf("%s: duplicate %q, want %q", name, got, c.want)
 		}
 	}
@@ -77,7 +71,7 @@ func TestScanFieldsRefusesRepeatedKeys(t *testing.T) {
 		"underscore before a digit":      {`{"a_1":1,"a1":2}`, true},
 	}
 	for name, c := range ok {
-		if got := scanFields([]byte(c.body), c.google).duplicate; got != "" {
+		if got := ScanFields([]byte(c.body), foldingIf(c.google)).duplicate; got != "" {
 			t.Errorf("%s: duplicate %q in a body without one", name, got)
 		}
 	}
@@ -88,7 +82,7 @@ func TestScanFieldsRefusesRepeatedKeys(t *testing.T) {
 // string forms).
 func TestScanFieldsAllocations(t *testing.T) {
 	body := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"temperature":0.2,"top_p":1,"tools":[],"tool_choice":"auto","user":"u","n":1}`)
-	if n := testing.AllocsPerRun(100, func() { scanFields(body, false) }); n > 2 {
+	if n := testing.AllocsPerRun(100, func() { ScanFields(body, Chat) }); n > 2 {
 		t.Fatalf("%v allocations per scan", n)
 	}
 }
@@ -110,8 +104,8 @@ func TestScanFieldsRefusesVariantsOfReadKeys(t *testing.T) {
 		{`{"GenerationConfig":{}}`, true, "GenerationConfig", "generationConfig"},
 		{`{"Generation_Config":{}}`, true, "Generation_Config", "generationConfig"},
 	} {
-		fs := scanFields([]byte(c.body), c.google)
-		if fs.variant != c.variant || fs.variantOf != c.of || fs.refusal() == nil {
+		fs := ScanFields([]byte(c.body), foldingIf(c.google))
+		if fs.variant != c.variant || fs.variantOf != c.of || fs.Refusal() == nil {
 			t.Errorf("%s: variant %q of %q, want %q of %q", c.body, fs.variant, fs.variantOf, c.variant, c.of)
 		}
 	}
@@ -120,12 +114,12 @@ func TestScanFieldsRefusesVariantsOfReadKeys(t *testing.T) {
 		`{"model":"m","input":"x","max_output_tokens":5,"max_tool_calls":1,"safety_identifier":"u","service_tier":"auto","store":false,"stream_options":{}}`,
 		`{"maxOutputTokens":5,"Model2":1,"sTREAMING":true}`,
 	} {
-		if fs := scanFields([]byte(body), false); fs.refusal() != nil {
-			t.Errorf("%s: refused: %s", body, fs.refusal().message)
+		if fs := ScanFields([]byte(body), Chat); fs.Refusal() != nil {
+			t.Errorf("%s: refused: %s", body, fs.Refusal().Message)
 		}
 	}
-	if fs := scanFields([]byte(`{"contents":[],"generation_config":{},"systemInstruction":{},"safetySettings":[]}`), true); fs.refusal() != nil {
-		t.Errorf("a Google body refused: %s", fs.refusal().message)
+	if fs := ScanFields([]byte(`{"contents":[],"generation_config":{},"systemInstruction":{},"safetySettings":[]}`), Google); fs.Refusal() != nil {
+		t.Errorf("a Google body refused: %s", fs.Refusal().Message)
 	}
 }
 
@@ -139,21 +133,28 @@ func TestGoogleOutputLimitEitherSpelling(t *testing.T) {
 		`{"generation_config":{"max_output_tokens":7}}`: 7,
 		`{"contents":[]}`: 0,
 	} {
-		fs := scanFields([]byte(body), true)
-		if got := outputCap(formats.Google, &fs); got != want {
-			t.Errorf("%s: output cap %d, want %d", body, got, want)
+		fs := ScanFields([]byte(body), Google)
+		if got := fs.OutputLimit(); got != want {
+			t.Errorf("%s: output limit %d, want %d", body, got, want)
 		}
 	}
-	m := store.Model{Pricing: store.Pricing{Output: 1}}
-	base := scanFields([]byte(`{"generationConfig":{"maxOutputTokens":10}}`), true)
 	for _, body := range []string{
 		`{"generationConfig":{"maxOutputTokens":10,"thinkingConfig":{"thinkingBudget":1000}}}`,
 		`{"generation_config":{"max_output_tokens":10,"thinking_config":{"thinking_budget":1000}}}`,
 		`{"generationConfig":{"maxOutputTokens":10,"thinking_config":{"thinkingBudget":1000}}}`,
 	} {
-		fs := scanFields([]byte(body), true)
-		if got, without := reservation(formats.Google, m, &fs, 0), reservation(formats.Google, m, &base, 0); got <= without {
-			t.Errorf("%s: the thinking budget is not reserved (%v, %v without)", body, got, without)
+		fs := ScanFields([]byte(body), Google)
+		if fs.OutputLimit() != 10 || fs.ExtraOutput() != 1000 {
+			t.Errorf("%s: output limit %d and thinking budget %d, want 10 and 1000", body, fs.OutputLimit(), fs.ExtraOutput())
 		}
 	}
+}
+
+// foldingIf is a format that folds key spellings (Google) when fold is set,
+// else Chat.
+func foldingIf(fold bool) Format {
+	if fold {
+		return Google
+	}
+	return Chat
 }

@@ -1,14 +1,16 @@
-// Package usage is the usage tee of the gateway's response path. A Meter
-// sits between the upstream response body and the client: it forwards the
-// bytes unchanged as they arrive and reads the token usage of the four wire
-// formats (OpenAI Chat Completions, OpenAI Responses, Anthropic Messages,
-// Google Generative AI), streaming and not, without holding the stream.
+package formats
+
+// The usage tee of the gateway's response path. A Meter sits between the
+// upstream response body and the client: it forwards the bytes unchanged
+// as they arrive and reads the token usage of the format's answer,
+// streaming and not, without holding the stream. The instance's provider
+// client reads its answers through a Meter too (conversation.go), so that
+// both count tokens the same way.
 //
 // Memory is bounded: an SSE stream keeps at most the current event (and the
-// current line), a Google JSON-array stream the current array element, each
-// up to MaxEventBytes; a non-stream JSON body is kept up to MaxBodyBytes and
+// current line), a JSON-array stream the current array element, each up to
+// MaxEventBytes; a non-stream JSON body is kept up to MaxBodyBytes and
 // parsed at the end.
-package usage
 
 import (
 	"errors"
@@ -19,7 +21,6 @@ import (
 
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/store"
-	"github.com/agentgate/agentgate/modules/gateway/formats"
 )
 
 // Default caps.
@@ -33,14 +34,14 @@ const (
 )
 
 // ErrClosed is returned by Write after Close or Result.
-var ErrClosed = errors.New("usage: write after the meter was closed")
+var ErrClosed = errors.New("formats: write after the meter was closed")
 
 // Tokens are normalised token counts (the usage record's own type). Every
 // count is disjoint from the others, so each is priced once.
 type Tokens = store.Tokens
 
-// Result is what a Meter read from a response.
-type Result struct {
+// MeterResult is what a Meter read from a response.
+type MeterResult struct {
 	Tokens Tokens
 	// Complete is set when the format's final usage was seen.
 	Complete bool
@@ -51,8 +52,8 @@ type Result struct {
 	// Model is the model the provider reported, if any.
 	Model string
 	// Events is the number of stream data events (SSE events with data,
-	// other than [DONE] and a dropped usage chunk; Google JSON-array
-	// elements) delivered to the client. It is 0 for non-stream bodies.
+	// other than [DONE] and a dropped usage chunk; JSON-array elements)
+	// delivered to the client. It is 0 for non-stream bodies.
 	Events int
 }
 
@@ -112,20 +113,21 @@ func addSat(a, b int64) int64 {
 	return c
 }
 
-// Options say what a Meter reads.
-type Options struct {
+// MeterOptions say what a Meter reads.
+type MeterOptions struct {
 	// Format is the request's wire format.
-	Format formats.Format
+	Format Format
 	// ContentType is the upstream response Content-Type. text/event-stream
-	// is read as SSE; otherwise a Google stream request is read as a JSON
-	// array streamed element by element, and anything else as one JSON
-	// body. When empty, StreamRequested decides.
+	// is read as SSE; otherwise a stream request of a format that streams
+	// JSON arrays is read element by element, and anything else as one
+	// JSON body. When empty, StreamRequested decides.
 	ContentType string
 	// StreamRequested is set when the client asked for a stream.
 	StreamRequested bool
-	// DropUsageChunk (Chat SSE only) removes the usage-only chunk
-	// (choices: [] with a usage) from what the client receives, for when
-	// the gateway added stream_options.include_usage itself.
+	// DropUsageChunk removes the usage-only event (Chat's choices: [] with
+	// a usage) from what the client receives, for when the gateway asked
+	// for usage itself (Route.PrepareStream); SSE streams of formats that
+	// have such an event only.
 	DropUsageChunk bool
 	// RequestBytes is the size of the request body, for the input estimate
 	// when the provider reports none.
@@ -147,7 +149,9 @@ const (
 // It is not safe for concurrent use.
 type Meter struct {
 	dst      io.Writer
-	opts     Options
+	opts     MeterOptions
+	wire     wire
+	dec      *decoder // set by the instance's client: events are decoded too
 	mode     mode
 	drop     bool
 	maxEvent int
@@ -169,18 +173,18 @@ type Meter struct {
 	inputSeen bool // some input count was reported
 	usageSeen bool // some usage was reported
 	complete  bool
-	finished  bool  // Google: a candidate finished (or the prompt was blocked)
+	finished  bool  // a candidate finished or the prompt was blocked (formats whose usage may come before the end)
 	deltas    int64 // content delta events
 	textBytes int64 // bytes of delta text
 	model     string
 	events    int
 
-	res Result
+	res MeterResult
 }
 
 // NewMeter returns a Meter forwarding to dst.
-func NewMeter(dst io.Writer, opts Options) *Meter {
-	m := &Meter{dst: dst, opts: opts, maxEvent: opts.MaxEventBytes, maxBody: opts.MaxBodyBytes}
+func NewMeter(dst io.Writer, opts MeterOptions) *Meter {
+	m := &Meter{dst: dst, opts: opts, wire: opts.Format.w(), maxEvent: opts.MaxEventBytes, maxBody: opts.MaxBodyBytes}
 	if m.maxEvent <= 0 {
 		m.maxEvent = DefaultMaxEventBytes
 	}
@@ -191,14 +195,14 @@ func NewMeter(dst io.Writer, opts Options) *Meter {
 	switch {
 	case ct == "text/event-stream":
 		m.mode = modeSSE
-	case opts.Format == formats.Google && opts.StreamRequested:
+	case m.wire.arrayStream() && opts.StreamRequested:
 		m.mode = modeArray
 	case ct == "" && opts.StreamRequested:
 		m.mode = modeSSE
 	default:
 		m.mode = modeBody
 	}
-	m.drop = opts.DropUsageChunk && opts.Format == formats.Chat && m.mode == modeSSE
+	m.drop = opts.DropUsageChunk && m.wire.dropsUsageChunk() && m.mode == modeSSE
 	return m
 }
 
@@ -312,13 +316,13 @@ func (m *Meter) Close() error {
 
 // Result closes the meter (see Close) and returns what it read. Call it
 // after the body ended or was cut.
-func (m *Meter) Result() Result {
+func (m *Meter) Result() MeterResult {
 	m.Close()
 	return m.res
 }
 
-func (m *Meter) result() Result {
-	r := Result{Tokens: m.tok, Complete: m.complete, Model: m.model, Events: m.events}
+func (m *Meter) result() MeterResult {
+	r := MeterResult{Tokens: m.tok, Complete: m.complete, Model: m.model, Events: m.events}
 	if m.complete {
 		return r
 	}

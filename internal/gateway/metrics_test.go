@@ -5,17 +5,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agentgate/agentgate/internal/formats"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/store"
-	"github.com/agentgate/agentgate/modules/gateway/formats"
 )
 
 // The series resolved once per format count under the right labels, and a
 // second gateway handler in the same config shares them.
 func TestMetricsSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg)
-	m2 := newMetrics(reg)
+	m := NewMetrics(reg)
+	m2 := NewMetrics(reg)
 	m.observe(formats.Anthropic, 200, store.Tokens{Input: 10, Output: 3, CacheRead: 2}, money.Pico(1_500_000_000_000))
 	m2.observe(formats.Anthropic, 503, store.Tokens{}, 0)
 	m.observe(formats.Google, 429, store.Tokens{Reasoning: 7}, 0)

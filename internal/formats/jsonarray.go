@@ -1,6 +1,6 @@
-package usage
+package formats
 
-// arrayState splits Google's JSON-array stream ("[{...},\r\n{...}]") into
+// arrayState splits a JSON-array stream (Google's without alt=sse) ("[{...},\r\n{...}]") into
 // its elements as they arrive, keeping only the current element. It also
 // takes a top-level object (an error body) as one element.
 type arrayState struct {

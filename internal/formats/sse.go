@@ -1,4 +1,4 @@
-package usage
+package formats
 
 import "bytes"
 
@@ -222,7 +222,11 @@ var doneData = []byte("[DONE]")
 func (m *Meter) dispatch(eof bool) {
 	s := &m.sse
 	drop, count := false, false
-	if s.hasData && !s.over && !bytes.Equal(bytes.TrimSpace(s.data), doneData) {
+	if s.hasData && !s.over && bytes.Equal(bytes.TrimSpace(s.data), doneData) {
+		if m.dec != nil {
+			m.dec.done = true
+		}
+	} else if s.hasData && !s.over {
 		usageOnly := m.onEvent(s.name, s.data)
 		drop = m.drop && usageOnly
 		count = !drop && !eof

@@ -1,4 +1,4 @@
-package usage
+package formats
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/store"
-	"github.com/agentgate/agentgate/modules/gateway/formats"
 )
 
 func micros(m money.Micros) *money.Micros { return &m }
@@ -30,7 +29,7 @@ var pricing = store.Pricing{
 
 type golden struct {
 	file   string
-	opts   Options
+	opts   MeterOptions
 	tokens Tokens
 	cost   money.Pico
 	model  string
@@ -44,7 +43,7 @@ var goldens = []golden{
 	{
 		// prompt 1200 (1024 cached), completion 350 (192 reasoning).
 		file:   "chat_stream.sse",
-		opts:   Options{Format: formats.Chat, ContentType: sse, StreamRequested: true},
+		opts:   MeterOptions{Format: Chat, ContentType: sse, StreamRequested: true},
 		tokens: Tokens{Input: 176, CacheRead: 1024, Output: 158, Reasoning: 192},
 		// 176×2.5M + 1024×1.25M + 158×10M + 192×10M
 		// = 440M + 1280M + 1580M + 1920M
@@ -56,7 +55,7 @@ var goldens = []golden{
 	{
 		// prompt 2006 (1920 cached), completion 300 (64 reasoning).
 		file:   "chat.json",
-		opts:   Options{Format: formats.Chat, ContentType: "application/json"},
+		opts:   MeterOptions{Format: Chat, ContentType: "application/json"},
 		tokens: Tokens{Input: 86, CacheRead: 1920, Output: 236, Reasoning: 64},
 		// 86×2.5M + 1920×1.25M + 236×10M + 64×10M = 215M + 2400M + 2360M + 640M
 		cost:  5_615_000_000,
@@ -65,7 +64,7 @@ var goldens = []golden{
 	{
 		// input 5400 (4096 cached), output 812 (512 reasoning).
 		file:   "responses_stream.sse",
-		opts:   Options{Format: formats.Responses, ContentType: "text/event-stream; charset=utf-8", StreamRequested: true},
+		opts:   MeterOptions{Format: Responses, ContentType: "text/event-stream; charset=utf-8", StreamRequested: true},
 		tokens: Tokens{Input: 1304, CacheRead: 4096, Output: 300, Reasoning: 512},
 		// 1304×2.5M + 4096×1.25M + 300×10M + 512×10M = 3260M + 5120M + 3000M + 5120M
 		cost:   16_500_000_000,
@@ -75,7 +74,7 @@ var goldens = []golden{
 	{
 		// status incomplete (max_output_tokens) is billed: input 320, output 64, all reasoning.
 		file:   "responses_incomplete.sse",
-		opts:   Options{Format: formats.Responses, ContentType: sse, StreamRequested: true},
+		opts:   MeterOptions{Format: Responses, ContentType: sse, StreamRequested: true},
 		tokens: Tokens{Input: 320, Reasoning: 64},
 		// 320×2.5M + 64×10M = 800M + 640M
 		cost:   1_440_000_000,
@@ -85,7 +84,7 @@ var goldens = []golden{
 	{
 		// input 1500 (1280 cached), output 45.
 		file:   "responses.json",
-		opts:   Options{Format: formats.Responses, ContentType: "application/json"},
+		opts:   MeterOptions{Format: Responses, ContentType: "application/json"},
 		tokens: Tokens{Input: 220, CacheRead: 1280, Output: 45},
 		// 220×2.5M + 1280×1.25M + 45×10M = 550M + 1600M + 450M
 		cost:  2_600_000_000,
@@ -95,7 +94,7 @@ var goldens = []golden{
 		// message_start: input 28, cache write 1520, cache read 10240, output 1;
 		// message_delta: output 402 (cumulative, not 403).
 		file:   "anthropic_stream.sse",
-		opts:   Options{Format: formats.Anthropic, ContentType: sse, StreamRequested: true},
+		opts:   MeterOptions{Format: Anthropic, ContentType: sse, StreamRequested: true},
 		tokens: Tokens{Input: 28, CacheWrite: 1520, CacheRead: 10240, Output: 402},
 		// 28×2.5M + 1520×3.75M + 10240×1.25M + 402×10M = 70M + 5700M + 12800M + 4020M
 		cost:   22_590_000_000,
@@ -104,7 +103,7 @@ var goldens = []golden{
 	},
 	{
 		file:   "anthropic.json",
-		opts:   Options{Format: formats.Anthropic, ContentType: "application/json"},
+		opts:   MeterOptions{Format: Anthropic, ContentType: "application/json"},
 		tokens: Tokens{Input: 12, CacheRead: 2048, Output: 88},
 		// 12×2.5M + 2048×1.25M + 88×10M = 30M + 2560M + 880M
 		cost:  3_470_000_000,
@@ -114,7 +113,7 @@ var goldens = []golden{
 		// The last usageMetadata: prompt 9000 (8192 cached), candidates 73,
 		// thoughts 120, tool-use prompt 30. Input = 9000 − 8192 + 30.
 		file:   "google_stream.sse",
-		opts:   Options{Format: formats.Google, ContentType: sse, StreamRequested: true},
+		opts:   MeterOptions{Format: Google, ContentType: sse, StreamRequested: true},
 		tokens: Tokens{Input: 838, CacheRead: 8192, Output: 73, Reasoning: 120},
 		// 838×2.5M + 8192×1.25M + 73×10M + 120×10M = 2095M + 10240M + 730M + 1200M
 		cost:   14_265_000_000,
@@ -124,7 +123,7 @@ var goldens = []golden{
 	{
 		// The last element: prompt 640, candidates 42, thoughts 256.
 		file:   "google_stream.json",
-		opts:   Options{Format: formats.Google, ContentType: "application/json; charset=UTF-8", StreamRequested: true},
+		opts:   MeterOptions{Format: Google, ContentType: "application/json; charset=UTF-8", StreamRequested: true},
 		tokens: Tokens{Input: 640, Output: 42, Reasoning: 256},
 		// 640×2.5M + 42×10M + 256×10M = 1600M + 420M + 2560M
 		cost:   4_580_000_000,
@@ -134,7 +133,7 @@ var goldens = []golden{
 	{
 		// prompt 4200 (4096 cached), candidates 19, thoughts 31.
 		file:   "google.json",
-		opts:   Options{Format: formats.Google, ContentType: "application/json"},
+		opts:   MeterOptions{Format: Google, ContentType: "application/json"},
 		tokens: Tokens{Input: 104, CacheRead: 4096, Output: 19, Reasoning: 31},
 		// 104×2.5M + 4096×1.25M + 19×10M + 31×10M = 260M + 5120M + 190M + 310M
 		cost:  5_880_000_000,
@@ -152,7 +151,7 @@ func fixture(t testing.TB, name string) []byte {
 }
 
 // feed writes in to a meter in pieces of the sizes next returns.
-func feed(t testing.TB, in []byte, opts Options, next func(rest int) int) (Result, []byte) {
+func feed(t testing.TB, in []byte, opts MeterOptions, next func(rest int) int) (MeterResult, []byte) {
 	t.Helper()
 	var out bytes.Buffer
 	m := NewMeter(&out, opts)
@@ -225,7 +224,7 @@ func chunkings(n int) []func(int) int {
 func TestEverySplit(t *testing.T) {
 	for _, g := range goldens {
 		for _, drop := range []bool{false, true} {
-			if drop && g.opts.Format != formats.Chat {
+			if drop && g.opts.Format != Chat {
 				continue
 			}
 			t.Run(g.file, func(t *testing.T) {
@@ -273,7 +272,7 @@ func TestDropUsageChunk(t *testing.T) {
 	if len(want) >= len(in) || !strings.Contains(want, `"choices":[],"created":0`) {
 		t.Fatal("the expected output is wrong")
 	}
-	opts := Options{Format: formats.Chat, ContentType: sse, StreamRequested: true, DropUsageChunk: true}
+	opts := MeterOptions{Format: Chat, ContentType: sse, StreamRequested: true, DropUsageChunk: true}
 	for i, c := range chunkings(len(in)) {
 		res, out := feed(t, in, opts, c)
 		if string(out) != want {
@@ -291,7 +290,7 @@ func TestDropUsageChunk(t *testing.T) {
 func TestDropUsageChunkOnlyForChat(t *testing.T) {
 	// Anthropic events carry "usage" too; the option is for Chat only.
 	in := fixture(t, "anthropic_stream.sse")
-	res, out := feed(t, in, Options{Format: formats.Anthropic, ContentType: sse, DropUsageChunk: true}, whole)
+	res, out := feed(t, in, MeterOptions{Format: Anthropic, ContentType: sse, DropUsageChunk: true}, whole)
 	if !bytes.Equal(out, in) || res.Tokens.Output != 402 {
 		t.Fatalf("out differs or %+v", res)
 	}
@@ -302,7 +301,7 @@ func TestDropKeepsUsageWithChoices(t *testing.T) {
 	// extra usage-only chunk: it is delivered.
 	in := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1}}\r\n\r\n" +
 		": keep-alive\r\n\r\ndata: [DONE]\r\n\r\n"
-	res, out := feed(t, []byte(in), Options{Format: formats.Chat, ContentType: sse, DropUsageChunk: true}, whole)
+	res, out := feed(t, []byte(in), MeterOptions{Format: Chat, ContentType: sse, DropUsageChunk: true}, whole)
 	if string(out) != in {
 		t.Fatalf("out = %q", out)
 	}
@@ -313,7 +312,7 @@ func TestDropKeepsUsageWithChoices(t *testing.T) {
 
 func TestDropHoldsOnlyTheCurrentEvent(t *testing.T) {
 	var out bytes.Buffer
-	m := NewMeter(&out, Options{Format: formats.Chat, ContentType: sse, DropUsageChunk: true})
+	m := NewMeter(&out, MeterOptions{Format: Chat, ContentType: sse, DropUsageChunk: true})
 	write := func(s string) {
 		t.Helper()
 		if n, err := m.Write([]byte(s)); n != len(s) || err != nil {
@@ -362,7 +361,7 @@ func TestCutStream(t *testing.T) {
 	tests := []struct {
 		name   string
 		file   string
-		opts   Options
+		opts   MeterOptions
 		cut    func(t *testing.T, in []byte) []byte
 		tokens Tokens
 	}{
@@ -371,7 +370,7 @@ func TestCutStream(t *testing.T) {
 			// max(4, ceil(38/4) = 10); input = ceil(1001/4) = 251.
 			name: "chat before the finish chunk",
 			file: "chat_stream.sse",
-			opts: Options{Format: formats.Chat, ContentType: sse, StreamRequested: true, RequestBytes: 1001},
+			opts: MeterOptions{Format: Chat, ContentType: sse, StreamRequested: true, RequestBytes: 1001},
 			cut: func(t *testing.T, in []byte) []byte {
 				return cutAt(t, in, `"finish_reason":"stop"`)
 			},
@@ -380,7 +379,7 @@ func TestCutStream(t *testing.T) {
 		{
 			name: "chat in the middle of the usage chunk",
 			file: "chat_stream.sse",
-			opts: Options{Format: formats.Chat, ContentType: sse, StreamRequested: true, RequestBytes: 1001, DropUsageChunk: true},
+			opts: MeterOptions{Format: Chat, ContentType: sse, StreamRequested: true, RequestBytes: 1001, DropUsageChunk: true},
 			cut: func(t *testing.T, in []byte) []byte {
 				i := bytes.Index(in, []byte(`"completion_tokens":350`))
 				return in[:i+len(`"completion_tokens":35`)]
@@ -391,7 +390,7 @@ func TestCutStream(t *testing.T) {
 			// 4 deltas, 3+8+8+7 = 26 bytes: output = max(4, 7); input = ceil(99/4) = 25.
 			name: "responses before response.completed",
 			file: "responses_stream.sse",
-			opts: Options{Format: formats.Responses, ContentType: sse, StreamRequested: true, RequestBytes: 99},
+			opts: MeterOptions{Format: Responses, ContentType: sse, StreamRequested: true, RequestBytes: 99},
 			cut: func(t *testing.T, in []byte) []byte {
 				return cutAt(t, in, "event: response.completed")
 			},
@@ -403,7 +402,7 @@ func TestCutStream(t *testing.T) {
 			// bytes: output = max(1 reported, 4, 12).
 			name: "anthropic before message_delta",
 			file: "anthropic_stream.sse",
-			opts: Options{Format: formats.Anthropic, ContentType: sse, StreamRequested: true, RequestBytes: 5000},
+			opts: MeterOptions{Format: Anthropic, ContentType: sse, StreamRequested: true, RequestBytes: 5000},
 			cut: func(t *testing.T, in []byte) []byte {
 				return cutAt(t, in, "event: message_delta")
 			},
@@ -414,7 +413,7 @@ func TestCutStream(t *testing.T) {
 			// candidates 40, thoughts 120, above the 2-delta estimate.
 			name: "google sse before the final chunk",
 			file: "google_stream.sse",
-			opts: Options{Format: formats.Google, ContentType: sse, StreamRequested: true, RequestBytes: 5000},
+			opts: MeterOptions{Format: Google, ContentType: sse, StreamRequested: true, RequestBytes: 5000},
 			cut: func(t *testing.T, in []byte) []byte {
 				return cutAt(t, in, "Rayleigh")
 			},
@@ -423,7 +422,7 @@ func TestCutStream(t *testing.T) {
 		{
 			name: "google array in the middle of the last element",
 			file: "google_stream.json",
-			opts: Options{Format: formats.Google, ContentType: "application/json", StreamRequested: true, RequestBytes: 5000},
+			opts: MeterOptions{Format: Google, ContentType: "application/json", StreamRequested: true, RequestBytes: 5000},
 			cut: func(t *testing.T, in []byte) []byte {
 				return in[:bytes.Index(in, []byte(" slept."))]
 			},
@@ -432,7 +431,7 @@ func TestCutStream(t *testing.T) {
 		{
 			name:   "nothing received",
 			file:   "chat_stream.sse",
-			opts:   Options{Format: formats.Chat, ContentType: sse, StreamRequested: true, RequestBytes: 10},
+			opts:   MeterOptions{Format: Chat, ContentType: sse, StreamRequested: true, RequestBytes: 10},
 			cut:    func(*testing.T, []byte) []byte { return nil },
 			tokens: Tokens{Input: 3},
 		},
@@ -481,7 +480,7 @@ func TestEveryPrefix(t *testing.T) {
 				if !res.Complete && res.Tokens.Input == 0 && res.Tokens.CacheRead == 0 {
 					t.Fatalf("prefix %d: no input estimate: %+v", n, res.Tokens)
 				}
-				if g.opts.Format == formats.Anthropic && n > bytes.Index(in, []byte("event: content_block_start")) &&
+				if g.opts.Format == Anthropic && n > bytes.Index(in, []byte("event: content_block_start")) &&
 					(res.Tokens.Input != 28 || res.Tokens.CacheRead != 10240 || res.Tokens.CacheWrite != 1520) {
 					t.Fatalf("prefix %d: message_start input lost: %+v", n, res.Tokens)
 				}
@@ -497,7 +496,7 @@ func TestAnthropicDeltaReplacesInput(t *testing.T) {
 		`data: {"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"input_tokens":11,"cache_creation_input_tokens":null,"cache_read_input_tokens":33,"output_tokens":5}}` + "\n\n" +
 		"event: message_delta\n" +
 		`data: {"type":"message_delta","delta":{},"usage":{"output_tokens":9}}` + "\n\n"
-	res, _ := feed(t, []byte(in), Options{Format: formats.Anthropic, ContentType: sse}, whole)
+	res, _ := feed(t, []byte(in), MeterOptions{Format: Anthropic, ContentType: sse}, whole)
 	want := Tokens{Input: 11, CacheWrite: 20, CacheRead: 33, Output: 9}
 	if res.Tokens != want || !res.Complete {
 		t.Fatalf("%+v, want %+v", res, want)
@@ -506,18 +505,18 @@ func TestAnthropicDeltaReplacesInput(t *testing.T) {
 
 func TestResponsesFailed(t *testing.T) {
 	withUsage := "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",\"model\":\"gpt-5\",\"usage\":{\"input_tokens\":9,\"output_tokens\":2}}}\n\n"
-	res, _ := feed(t, []byte(withUsage), Options{Format: formats.Responses, ContentType: sse}, whole)
+	res, _ := feed(t, []byte(withUsage), MeterOptions{Format: Responses, ContentType: sse}, whole)
 	if res.Tokens != (Tokens{Input: 9, Output: 2}) || !res.Complete || res.Model != "gpt-5" {
 		t.Fatalf("%+v", res)
 	}
 	noUsage := "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",\"usage\":null}}\n\n"
-	res, _ = feed(t, []byte(noUsage), Options{Format: formats.Responses, ContentType: sse, RequestBytes: 40}, whole)
+	res, _ = feed(t, []byte(noUsage), MeterOptions{Format: Responses, ContentType: sse, RequestBytes: 40}, whole)
 	if res.Tokens != (Tokens{Input: 10}) || res.Complete || !res.Estimated {
 		t.Fatalf("%+v", res)
 	}
 	// A usage in another event type is not the final one.
 	other := "data: {\"type\":\"response.in_progress\",\"response\":{\"usage\":{\"input_tokens\":9,\"output_tokens\":2}}}\n\n"
-	res, _ = feed(t, []byte(other), Options{Format: formats.Responses, ContentType: sse, RequestBytes: 4}, whole)
+	res, _ = feed(t, []byte(other), MeterOptions{Format: Responses, ContentType: sse, RequestBytes: 4}, whole)
 	if res.Complete || res.Tokens != (Tokens{Input: 1}) {
 		t.Fatalf("%+v", res)
 	}
@@ -527,7 +526,7 @@ func TestSSEFraming(t *testing.T) {
 	// Multiple data lines join with "\n"; the event name stands in for a
 	// missing type; fields without a space; unknown fields and comments.
 	in := ":comment\r\nid: 1\r\nretry: 100\r\nevent: response.completed\r\ndata:{\"response\":{\"usage\":\r\ndata: {\"input_tokens\":12,\"output_tokens\":3}}}\r\n\r\ndata: [DONE]\r\n\r\n"
-	res, _ := feed(t, []byte(in), Options{Format: formats.Responses, ContentType: sse}, whole)
+	res, _ := feed(t, []byte(in), MeterOptions{Format: Responses, ContentType: sse}, whole)
 	if res.Tokens != (Tokens{Input: 12, Output: 3}) || !res.Complete || res.Events != 1 {
 		t.Fatalf("%+v", res)
 	}
@@ -536,13 +535,13 @@ func TestSSEFraming(t *testing.T) {
 func TestChatProviderVariants(t *testing.T) {
 	// DeepSeek reports the cache hit outside prompt_tokens_details.
 	in := `{"model":"deepseek-chat","choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":100,"completion_tokens":10,"prompt_cache_hit_tokens":64,"prompt_cache_miss_tokens":36}}`
-	res, _ := feed(t, []byte(in), Options{Format: formats.Chat, ContentType: "application/json"}, whole)
+	res, _ := feed(t, []byte(in), MeterOptions{Format: Chat, ContentType: "application/json"}, whole)
 	if res.Tokens != (Tokens{Input: 36, CacheRead: 64, Output: 10}) {
 		t.Fatalf("%+v", res)
 	}
 	// Counts that do not add up are clamped, never negative.
 	in = `{"usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":9},"completion_tokens_details":{"reasoning_tokens":-4}}}`
-	res, _ = feed(t, []byte(in), Options{Format: formats.Chat, ContentType: "application/json"}, whole)
+	res, _ = feed(t, []byte(in), MeterOptions{Format: Chat, ContentType: "application/json"}, whole)
 	if res.Tokens != (Tokens{CacheRead: 5, Output: 2}) {
 		t.Fatalf("%+v", res)
 	}
@@ -552,13 +551,13 @@ func TestBodyWithoutUsage(t *testing.T) {
 	// An answer without usage (some compatible servers): estimated from the
 	// request and the answer text (32 bytes → 8).
 	in := `{"model":"local","choices":[{"message":{"role":"assistant","content":"abcdefghijklmnopqrstuvwxyz012345"}}]}`
-	res, _ := feed(t, []byte(in), Options{Format: formats.Chat, ContentType: "application/json", RequestBytes: 17}, whole)
+	res, _ := feed(t, []byte(in), MeterOptions{Format: Chat, ContentType: "application/json", RequestBytes: 17}, whole)
 	if res.Tokens != (Tokens{Input: 5, Output: 8}) || res.Complete || !res.Estimated || res.Model != "local" {
 		t.Fatalf("%+v", res)
 	}
 	// An error body has no usage either.
 	in = `{"error":{"message":"bad","type":"invalid_request_error"}}`
-	res, _ = feed(t, []byte(in), Options{Format: formats.Chat, ContentType: "application/json", StreamRequested: true, RequestBytes: 8}, whole)
+	res, _ = feed(t, []byte(in), MeterOptions{Format: Chat, ContentType: "application/json", StreamRequested: true, RequestBytes: 8}, whole)
 	if res.Tokens != (Tokens{Input: 2}) || res.Complete {
 		t.Fatalf("%+v", res)
 	}
@@ -566,7 +565,7 @@ func TestBodyWithoutUsage(t *testing.T) {
 
 func TestGoogleBlockedPrompt(t *testing.T) {
 	in := "data: {\"promptFeedback\": {\"blockReason\": \"SAFETY\"},\"usageMetadata\": {\"promptTokenCount\": 12,\"totalTokenCount\": 12},\"modelVersion\": \"gemini-2.5-flash\"}\r\n\r\n"
-	res, _ := feed(t, []byte(in), Options{Format: formats.Google, ContentType: sse, StreamRequested: true}, whole)
+	res, _ := feed(t, []byte(in), MeterOptions{Format: Google, ContentType: sse, StreamRequested: true}, whole)
 	if res.Tokens != (Tokens{Input: 12}) || !res.Complete {
 		t.Fatalf("%+v", res)
 	}
@@ -574,18 +573,18 @@ func TestGoogleBlockedPrompt(t *testing.T) {
 
 func TestModes(t *testing.T) {
 	tests := []struct {
-		opts Options
+		opts MeterOptions
 		want mode
 	}{
-		{Options{Format: formats.Chat, ContentType: "text/event-stream"}, modeSSE},
-		{Options{Format: formats.Chat, ContentType: "Text/Event-Stream; charset=utf-8"}, modeSSE},
-		{Options{Format: formats.Chat, ContentType: "application/json", StreamRequested: true}, modeBody},
-		{Options{Format: formats.Chat, StreamRequested: true}, modeSSE},
-		{Options{Format: formats.Chat}, modeBody},
-		{Options{Format: formats.Google, ContentType: "application/json", StreamRequested: true}, modeArray},
-		{Options{Format: formats.Google, StreamRequested: true}, modeArray},
-		{Options{Format: formats.Google, ContentType: "text/event-stream", StreamRequested: true}, modeSSE},
-		{Options{Format: formats.Google, ContentType: "application/json"}, modeBody},
+		{MeterOptions{Format: Chat, ContentType: "text/event-stream"}, modeSSE},
+		{MeterOptions{Format: Chat, ContentType: "Text/Event-Stream; charset=utf-8"}, modeSSE},
+		{MeterOptions{Format: Chat, ContentType: "application/json", StreamRequested: true}, modeBody},
+		{MeterOptions{Format: Chat, StreamRequested: true}, modeSSE},
+		{MeterOptions{Format: Chat}, modeBody},
+		{MeterOptions{Format: Google, ContentType: "application/json", StreamRequested: true}, modeArray},
+		{MeterOptions{Format: Google, StreamRequested: true}, modeArray},
+		{MeterOptions{Format: Google, ContentType: "text/event-stream", StreamRequested: true}, modeSSE},
+		{MeterOptions{Format: Google, ContentType: "application/json"}, modeBody},
 	}
 	for _, tt := range tests {
 		if got := NewMeter(io.Discard, tt.opts).mode; got != tt.want {
@@ -596,7 +595,7 @@ func TestModes(t *testing.T) {
 
 func TestGoogleArrayErrorObject(t *testing.T) {
 	in := `{"error": {"code": 429, "message": "quota [exceeded] {x}", "status": "RESOURCE_EXHAUSTED"}}`
-	res, out := feed(t, []byte(in), Options{Format: formats.Google, ContentType: "application/json", StreamRequested: true, RequestBytes: 4}, func(int) int { return 3 })
+	res, out := feed(t, []byte(in), MeterOptions{Format: Google, ContentType: "application/json", StreamRequested: true, RequestBytes: 4}, func(int) int { return 3 })
 	if string(out) != in || res.Complete || res.Tokens != (Tokens{Input: 1}) || res.Events != 1 {
 		t.Fatalf("%+v", res)
 	}
@@ -617,7 +616,7 @@ func TestHugeEvent(t *testing.T) {
 				continue // slow and covered by other sizes
 			}
 			var out bytes.Buffer
-			m := NewMeter(&out, Options{Format: formats.Chat, ContentType: sse, DropUsageChunk: drop})
+			m := NewMeter(&out, MeterOptions{Format: Chat, ContentType: sse, DropUsageChunk: drop})
 			maxHeld := 0
 			for rest := huge; len(rest) > 0; {
 				n := min(size, len(rest))
@@ -662,7 +661,7 @@ func TestOverCapUsage(t *testing.T) {
 		// Whole, in small pieces, and with the long line in one write
 		// before its line ending.
 		for _, size := range []int{len(in), 8192, len(in) - 2} {
-			res, out := feed(t, []byte(in), Options{Format: formats.Responses, ContentType: sse}, func(int) int { return size })
+			res, out := feed(t, []byte(in), MeterOptions{Format: Responses, ContentType: sse}, func(int) int { return size })
 			if string(out) != in || res.Tokens != (Tokens{Input: 40, CacheRead: 10, Output: 1500, Reasoning: 100}) || !res.Complete {
 				t.Fatalf("size %d: %+v", size, res)
 			}
@@ -671,28 +670,28 @@ func TestOverCapUsage(t *testing.T) {
 	t.Run("google array element with inline data", func(t *testing.T) {
 		in := `[{"candidates": [{"content": {"parts": [{"inlineData": {"mimeType": "image/png","data": "` + img + `"}}]},"finishReason": "STOP"}],` +
 			"\n" + `"usageMetadata": {"promptTokenCount": 30,"candidatesTokenCount": 1290,"totalTokenCount": 1320}}]`
-		res, out := feed(t, []byte(in), Options{Format: formats.Google, ContentType: "application/json", StreamRequested: true}, func(int) int { return 10000 })
+		res, out := feed(t, []byte(in), MeterOptions{Format: Google, ContentType: "application/json", StreamRequested: true}, func(int) int { return 10000 })
 		if string(out) != in || res.Tokens != (Tokens{Input: 30, Output: 1290}) || !res.Complete || res.Events != 1 {
 			t.Fatalf("%+v", res)
 		}
 	})
 	t.Run("body over the cap", func(t *testing.T) {
 		in := fixture(t, "chat.json")
-		res, out := feed(t, in, Options{Format: formats.Chat, ContentType: "application/json", MaxBodyBytes: 100}, func(int) int { return 7 })
+		res, out := feed(t, in, MeterOptions{Format: Chat, ContentType: "application/json", MaxBodyBytes: 100}, func(int) int { return 7 })
 		if !bytes.Equal(out, in) || res.Tokens != goldens[1].tokens || !res.Complete {
 			t.Fatalf("%+v", res)
 		}
 	})
 	t.Run("body over the cap without usage", func(t *testing.T) {
 		in := bytes.Repeat([]byte("z"), 4001)
-		res, _ := feed(t, in, Options{Format: formats.Anthropic, ContentType: "application/json", MaxBodyBytes: 1000, RequestBytes: 4}, whole)
+		res, _ := feed(t, in, MeterOptions{Format: Anthropic, ContentType: "application/json", MaxBodyBytes: 1000, RequestBytes: 4}, whole)
 		if res.Tokens != (Tokens{Input: 1, Output: 1001}) || res.Complete {
 			t.Fatalf("%+v", res)
 		}
 	})
 	t.Run("huge comment line", func(t *testing.T) {
 		in := ": " + strings.Repeat("k", 2<<20) + "\n\n" + string(fixture(t, "anthropic_stream.sse"))
-		res, out := feed(t, []byte(in), Options{Format: formats.Anthropic, ContentType: sse}, func(int) int { return 50_000 })
+		res, out := feed(t, []byte(in), MeterOptions{Format: Anthropic, ContentType: sse}, func(int) int { return 50_000 })
 		if string(out) != in || res.Tokens != goldens[5].tokens {
 			t.Fatalf("%+v", res)
 		}
@@ -724,7 +723,7 @@ func TestDstError(t *testing.T) {
 	in := fixture(t, "anthropic_stream.sse")
 	for _, drop := range []bool{false, true} {
 		w := &failWriter{after: 500}
-		m := NewMeter(w, Options{Format: formats.Anthropic, ContentType: sse, DropUsageChunk: drop})
+		m := NewMeter(w, MeterOptions{Format: Anthropic, ContentType: sse, DropUsageChunk: drop})
 		var firstErr error
 		for rest := in; len(rest) > 0; {
 			n := min(100, len(rest))
@@ -752,20 +751,20 @@ func TestDstError(t *testing.T) {
 	}
 	// Chat with DropUsageChunk holds events: the error comes from a later write.
 	w := &failWriter{after: 10}
-	m := NewMeter(w, Options{Format: formats.Chat, ContentType: sse, DropUsageChunk: true})
+	m := NewMeter(w, MeterOptions{Format: Chat, ContentType: sse, DropUsageChunk: true})
 	in = fixture(t, "chat_stream.sse")
 	if _, err := m.Write(in); !errors.Is(err, errClient) {
 		t.Fatalf("err = %v", err)
 	}
 	// A short write without an error is io.ErrShortWrite.
-	m = NewMeter(&failWriter{after: 10, short: true}, Options{Format: formats.Chat, ContentType: sse})
+	m = NewMeter(&failWriter{after: 10, short: true}, MeterOptions{Format: Chat, ContentType: sse})
 	if n, err := m.Write(in); n != 10 || !errors.Is(err, io.ErrShortWrite) {
 		t.Fatalf("Write = %d, %v", n, err)
 	}
 }
 
 func TestWriteAfterClose(t *testing.T) {
-	m := NewMeter(io.Discard, Options{Format: formats.Chat})
+	m := NewMeter(io.Discard, MeterOptions{Format: Chat})
 	m.Result()
 	if _, err := m.Write([]byte("x")); !errors.Is(err, ErrClosed) {
 		t.Fatal(err)
@@ -784,7 +783,7 @@ func (f *flushRecorder) Flush() { f.flushes++ }
 
 func TestFlush(t *testing.T) {
 	var f flushRecorder
-	m := NewMeter(&f, Options{Format: formats.Chat, ContentType: sse})
+	m := NewMeter(&f, MeterOptions{Format: Chat, ContentType: sse})
 	m.Write([]byte("data: {}\n\n"))
 	m.Flush()
 	if f.flushes != 1 || f.String() != "data: {}\n\n" {
@@ -830,7 +829,7 @@ func BenchmarkMeterChatStream(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(in)))
 			for b.Loop() {
-				m := NewMeter(io.Discard, Options{Format: formats.Chat, ContentType: sse, StreamRequested: true, DropUsageChunk: drop})
+				m := NewMeter(io.Discard, MeterOptions{Format: Chat, ContentType: sse, StreamRequested: true, DropUsageChunk: drop})
 				for _, e := range events {
 					m.Write(e)
 				}

@@ -1,10 +1,8 @@
-package usage
+package formats
 
 import (
 	"bytes"
 	"testing"
-
-	"github.com/agentgate/agentgate/modules/gateway/formats"
 )
 
 // FuzzMeter feeds random bodies in random pieces under every format and
@@ -14,12 +12,12 @@ func FuzzMeter(f *testing.F) {
 	for _, g := range goldens {
 		f.Add(fixture(f, g.file), uint8(g.opts.Format), uint8(0), uint16(7))
 	}
-	f.Add(fixture(f, "chat_stream.sse"), uint8(formats.Chat), uint8(4), uint16(3))
-	f.Add([]byte("data: {\"choices\":[],\"usage\":{}}\r\n\r\n: x\n\ndata"), uint8(formats.Chat), uint8(4), uint16(1))
-	f.Add([]byte(`[{"a":"}\"{"},{"usageMetadata":{"promptTokenCount":1}}]`), uint8(formats.Google), uint8(2), uint16(2))
+	f.Add(fixture(f, "chat_stream.sse"), uint8(Chat), uint8(4), uint16(3))
+	f.Add([]byte("data: {\"choices\":[],\"usage\":{}}\r\n\r\n: x\n\ndata"), uint8(Chat), uint8(4), uint16(1))
+	f.Add([]byte(`[{"a":"}\"{"},{"usageMetadata":{"promptTokenCount":1}}]`), uint8(Google), uint8(2), uint16(2))
 	f.Fuzz(func(t *testing.T, data []byte, format, flags uint8, split uint16) {
-		opts := Options{
-			Format:          formats.Format(format%4 + 1),
+		opts := MeterOptions{
+			Format:          Format(int(format)%Count() + 1),
 			StreamRequested: flags&1 != 0,
 			DropUsageChunk:  flags&4 != 0,
 			RequestBytes:    int64(len(data)),
