@@ -1,4 +1,4 @@
-package instanceapi
+package server
 
 import (
 	"context"
@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentgate/agentgate/internal/instance/session"
 	"github.com/agentgate/agentgate/internal/store"
 )
 
 type sessHarness struct {
 	*srvHarness
 	dataDir string
+	loop    *fakeLoop
 	mu      sync.Mutex
 	st      store.Store
 }
@@ -32,17 +34,57 @@ func openTestStore(t testing.TB, dir string) store.Store {
 
 func newSessHarness(t *testing.T, mod func(o *Options)) *sessHarness {
 	t.Helper()
-	sh := &sessHarness{dataDir: t.TempDir()}
+	sh := &sessHarness{dataDir: t.TempDir(), loop: &fakeLoop{active: map[string]bool{}}}
 	sh.st = openTestStore(t, sh.dataDir)
 	t.Cleanup(func() { sh.store().Close() })
 	sh.srvHarness = newSrvHarness(t, func(o *Options) {
 		o.Store = func(context.Context) (store.Store, error) { return sh.store(), nil }
+		o.Runner = sh.loop
 		if mod != nil {
 			mod(o)
 		}
 	})
 	return sh
 }
+
+// fakeLoop stands in for the agent loop: it records wakes, reports the
+// sessions a test marks active, and runs onSchedule on a wake (which
+// comes after the prompt is committed, before it is answered).
+type fakeLoop struct {
+	mu         sync.Mutex
+	scheduled  []string
+	active     map[string]bool // set by the test before requests
+	onSchedule func()
+}
+
+func (f *fakeLoop) Attach(*session.Service) {}
+
+func (f *fakeLoop) Schedule(sid string) {
+	f.mu.Lock()
+	f.scheduled = append(f.scheduled, sid)
+	f.mu.Unlock()
+	if f.onSchedule != nil {
+		f.onSchedule()
+	}
+}
+
+func (f *fakeLoop) Scheduled() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.scheduled...)
+}
+
+func (f *fakeLoop) Interrupt(string) bool { return false }
+
+func (f *fakeLoop) Active() []string {
+	var out []string
+	for id := range f.active {
+		out = append(out, id)
+	}
+	return out
+}
+
+func (f *fakeLoop) IsActive(sid string) bool { return f.active[sid] }
 
 func (sh *sessHarness) store() store.Store {
 	sh.mu.Lock()
@@ -74,7 +116,7 @@ func (h *srvHarness) send(method, path string, body any) reply {
 	return h.do(method, path, strings.NewReader(s), "Content-Type", "application/json")
 }
 
-func (h *srvHarness) createSession(body any) SessionInfo {
+func (h *srvHarness) createSession(body any) session.Info {
 	h.t.Helper()
 	if body == nil {
 		body = map[string]any{}
@@ -83,17 +125,17 @@ func (h *srvHarness) createSession(body any) SessionInfo {
 	if r.status != 200 {
 		h.t.Fatalf("create: %d %s", r.status, r.body)
 	}
-	var out struct{ Data SessionInfo }
+	var out struct{ Data session.Info }
 	if err := json.Unmarshal(r.body, &out); err != nil {
 		h.t.Fatal(err)
 	}
 	return out.Data
 }
 
-func (h *srvHarness) getSession(id string) (SessionInfo, reply) {
+func (h *srvHarness) getSession(id string) (session.Info, reply) {
 	h.t.Helper()
 	r := h.get("/api/session/" + id)
-	var out struct{ Data SessionInfo }
+	var out struct{ Data session.Info }
 	if r.status == 200 {
 		json.Unmarshal(r.body, &out)
 	}
@@ -101,7 +143,7 @@ func (h *srvHarness) getSession(id string) (SessionInfo, reply) {
 }
 
 type listReply struct {
-	Data   []SessionInfo `json:"data"`
+	Data   []session.Info `json:"data"`
 	Cursor struct {
 		Previous string `json:"previous"`
 		Next     string `json:"next"`
@@ -121,7 +163,7 @@ func (h *srvHarness) list(query string) listReply {
 	return out
 }
 
-func ids2(list []SessionInfo) []string {
+func ids2(list []session.Info) []string {
 	out := make([]string, len(list))
 	for i, s := range list {
 		out[i] = s.ID
@@ -253,7 +295,7 @@ func TestSessionBadInput(t *testing.T) {
 func TestSessionList(t *testing.T) {
 	h := newSessHarness(t, nil)
 	other := canonicalTempDir(t)
-	var all []SessionInfo
+	var all []session.Info
 	for i := range 7 {
 		body := map[string]any{"title": fmt.Sprintf("Task %d", i)}
 		if i%2 == 1 {
@@ -340,11 +382,7 @@ func TestSessionList(t *testing.T) {
 }
 
 func TestSessionPromptAdmission(t *testing.T) {
-	var scheduled []string
-	var smu sync.Mutex
-	h := newSessHarness(t, func(o *Options) {
-		o.Schedule = func(id string) { smu.Lock(); scheduled = append(scheduled, id); smu.Unlock() }
-	})
+	h := newSessHarness(t, nil)
 	s := h.createSession(nil)
 	ev := h.subscribe(t)
 	r := h.send("POST", "/api/session/"+s.ID+"/prompt", map[string]any{"text": "hi", "id": "msg_client1",
@@ -354,7 +392,7 @@ func TestSessionPromptAdmission(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	var out struct{ Data InboxUser }
+	var out struct{ Data session.InboxUser }
 	json.Unmarshal(r.body, &out)
 	d := out.Data
 	if d.ID != "msg_client1" || d.SessionID != s.ID || d.Type != "user" || d.Delivery != "steer" || d.Payload.Text != "hi" ||
@@ -373,18 +411,16 @@ func TestSessionPromptAdmission(t *testing.T) {
 	if r.status != 200 || out.Data.Payload.Text != "nested" || out.Data.Delivery != "queue" || !strings.HasPrefix(out.Data.ID, "msg_") {
 		t.Fatalf("nested %d %s", r.status, r.body)
 	}
-	smu.Lock()
-	if len(scheduled) != 1 || scheduled[0] != s.ID {
-		t.Fatalf("scheduled %v", scheduled)
+	if sc := h.loop.Scheduled(); len(sc) != 1 || sc[0] != s.ID {
+		t.Fatalf("scheduled %v", sc)
 	}
-	smu.Unlock()
 	wantError(t, h.send("POST", "/api/session/ses_none/prompt", map[string]any{"text": "x"}), 404, "SessionNotFoundError", nil)
 
 	// active: empty until a drain runs
 	if a := h.get("/api/session/active"); a.status != 200 || string(a.body) != "{\"data\":{}}\n" {
 		t.Fatalf("active %d %s", a.status, a.body)
 	}
-	h.srv.SetActive(s.ID, true)
+	h.loop.active[s.ID] = true
 	if a := h.get("/api/session/active").json(t)["data"].(map[string]any); fmt.Sprint(a) != fmt.Sprintf("map[%s:map[type:running]]", s.ID) {
 		t.Fatalf("active %v", a)
 	}
@@ -395,12 +431,12 @@ func TestSessionPromptSurvivesRestart(t *testing.T) {
 	h = newSessHarness(t, nil)
 	s := h.createSession(nil)
 	// the store goes away between the commit and the answer
-	h.srv.afterAdmit = func() { h.restart() }
+	h.loop.onSchedule = h.restart
 	r := h.send("POST", "/api/session/"+s.ID+"/prompt", map[string]any{"text": "durable", "id": "msg_d1"})
 	if r.status != 200 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	h.srv.afterAdmit = nil
+	h.loop.onSchedule = nil
 	var found []string
 	h.store().View(context.Background(), func(tx store.Tx) error {
 		return tx.SessionItems("default", s.ID, store.ItemInbox, func(raw []byte) (bool, error) {

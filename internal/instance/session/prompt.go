@@ -1,6 +1,7 @@
-package instanceapi
+package session
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -11,7 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/agentgate/agentgate/internal/router"
+	"github.com/agentgate/agentgate/internal/instance/errs"
 	"github.com/agentgate/agentgate/internal/store"
 )
 
@@ -24,12 +25,14 @@ type Mention struct {
 
 func (m *Mention) validate(field string) error {
 	if m != nil && (m.Start < 0 || m.End < m.Start) {
-		return fieldErr(field, field+" mention must have 0 <= start <= end")
+		return errs.Field(field, field+" mention must have 0 <= start <= end")
 	}
 	return nil
 }
 
-type promptFileIn struct {
+// FileIn is a prompt's file attachment as the client sends it: a data:
+// URI inline or a file: URI inside the allowed roots.
+type FileIn struct {
 	URI         string   `json:"uri"`
 	Name        string   `json:"name,omitempty"`
 	Description string   `json:"description,omitempty"`
@@ -38,13 +41,15 @@ type promptFileIn struct {
 	Mime        string   `json:"mime,omitempty"`   // older dialect
 }
 
-type agentAttachment struct {
+// AgentAttachment names an agent the prompt mentions.
+type AgentAttachment struct {
 	Name    string   `json:"name"`
 	Mention *Mention `json:"mention,omitempty"`
 	Source  *Mention `json:"source,omitempty"` // older dialect, in only
 }
 
-type skillIn struct {
+// SkillIn names a skill the prompt mentions.
+type SkillIn struct {
 	ID      string   `json:"id"`
 	Mention *Mention `json:"mention,omitempty"`
 }
@@ -63,7 +68,7 @@ type FileAttachment struct {
 type UserPayload struct {
 	Text     string                     `json:"text"`
 	Files    []FileAttachment           `json:"files,omitempty"`
-	Agents   []agentAttachment          `json:"agents,omitempty"`
+	Agents   []AgentAttachment          `json:"agents,omitempty"`
 	Skills   []json.RawMessage          `json:"skills,omitempty"`
 	Metadata map[string]json.RawMessage `json:"metadata,omitempty"`
 }
@@ -80,18 +85,19 @@ type InboxUser struct {
 	Delivery string      `json:"delivery"`
 }
 
-type promptFields struct {
+// PromptFields is the prompt itself.
+type PromptFields struct {
 	Text   *string           `json:"text"`
-	Files  []promptFileIn    `json:"files"`
-	Agents []agentAttachment `json:"agents"`
-	Skills []skillIn         `json:"skills"`
+	Files  []FileIn          `json:"files"`
+	Agents []AgentAttachment `json:"agents"`
+	Skills []SkillIn         `json:"skills"`
 }
 
 const maxAttachment = 10 << 20
 
 // resolveFile turns a request attachment into a stored one: data: URIs
 // inline, file: URIs (inside the allowed roots) read now.
-func (s *Server) resolveFile(f promptFileIn) (FileAttachment, error) {
+func (s *Service) resolveFile(f FileIn) (FileAttachment, error) {
 	out := FileAttachment{Name: f.Name, Description: f.Description, Mention: f.Mention}
 	if out.Mention == nil {
 		out.Mention = f.Source
@@ -103,7 +109,7 @@ func (s *Server) resolveFile(f promptFileIn) (FileAttachment, error) {
 	case strings.HasPrefix(f.URI, "data:"):
 		meta, payload, ok := strings.Cut(f.URI[5:], ",")
 		if !ok {
-			return out, fieldErr("files", "malformed data URI")
+			return out, errs.Field("files", "malformed data URI")
 		}
 		mt := strings.TrimSuffix(meta, ";base64")
 		if mt == "" {
@@ -119,7 +125,7 @@ func (s *Server) resolveFile(f promptFileIn) (FileAttachment, error) {
 			data = []byte(u)
 		}
 		if err != nil || len(data) > maxAttachment {
-			return out, fieldErr("files", "data URI cannot be read")
+			return out, errs.Field("files", "data URI cannot be read")
 		}
 		out.Data, out.Mime, out.Source = base64.StdEncoding.EncodeToString(data), mt, map[string]any{"type": "inline"}
 	case strings.HasPrefix(f.URI, "file://"):
@@ -127,16 +133,16 @@ func (s *Server) resolveFile(f promptFileIn) (FileAttachment, error) {
 		if p, err := urlUnescape(path); err == nil {
 			path = p
 		}
-		if _, _, err := s.checkDirectory(filepath.Dir(path)); err != nil || !filepath.IsAbs(path) {
-			return out, fieldErr("files", "File is not readable: "+f.URI)
+		if _, _, err := s.Locations.Check(filepath.Dir(path)); err != nil || !filepath.IsAbs(path) {
+			return out, errs.Field("files", "File is not readable: "+f.URI)
 		}
 		fi, err := os.Stat(path)
 		if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxAttachment {
-			return out, fieldErr("files", "File is not readable: "+f.URI)
+			return out, errs.Field("files", "File is not readable: "+f.URI)
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return out, fieldErr("files", "File is not readable: "+f.URI)
+			return out, errs.Field("files", "File is not readable: "+f.URI)
 		}
 		mt := f.Mime
 		if mt == "" {
@@ -150,124 +156,112 @@ func (s *Server) resolveFile(f promptFileIn) (FileAttachment, error) {
 		}
 		out.Data, out.Mime, out.Source = base64.StdEncoding.EncodeToString(data), mt, map[string]any{"type": "uri", "uri": f.URI}
 	default:
-		return out, fieldErr("files", "Unsupported attachment URI: "+f.URI)
+		return out, errs.Field("files", "Unsupported attachment URI: "+f.URI)
 	}
 	return out, nil
 }
 
-func (s *Server) promptSession(w http.ResponseWriter, r *http.Request, p router.Params) error {
-	sid, err := pathSession(p)
-	if err != nil {
-		return err
-	}
-	var in struct {
-		ID *string `json:"id"`
-		promptFields
-		Metadata map[string]json.RawMessage `json:"metadata"`
-		Delivery *string                    `json:"delivery"`
-		Resume   *bool                      `json:"resume"`
-		Prompt   *promptFields              `json:"prompt"` // older dialect
-	}
-	if err := decodeBody(w, r, &in); err != nil {
-		return err
-	}
-	pf := in.promptFields
+// PromptInput is a prompt as the client sends it: the prompt flat or
+// under "prompt" (the older dialect), how it is delivered to a running
+// step, and whether to wake the agent loop.
+type PromptInput struct {
+	ID *string `json:"id"`
+	PromptFields
+	Metadata map[string]json.RawMessage `json:"metadata"`
+	Delivery *string                    `json:"delivery"`
+	Resume   *bool                      `json:"resume"`
+	Prompt   *PromptFields              `json:"prompt"`
+}
+
+// Prompt admits a prompt into the session's inbox, announces it
+// (session.input.admitted) and wakes the agent loop unless resume is
+// false. Files are read now, inside the allowed roots.
+func (s *Service) Prompt(ctx context.Context, sid string, in PromptInput) (*InboxUser, error) {
+	pf := in.PromptFields
 	if in.Prompt != nil {
 		if pf.Text != nil || pf.Files != nil || pf.Agents != nil || pf.Skills != nil {
-			return invalidRequest("payload", "give the prompt either flat or under \"prompt\", not both")
+			return nil, errs.InvalidRequest("payload", "give the prompt either flat or under \"prompt\", not both")
 		}
 		pf = *in.Prompt
 	}
 	if pf.Text == nil {
-		return fieldErr("text", "text is required")
+		return nil, errs.Field("text", "text is required")
 	}
-	item := InboxUser{SessionID: sid, Type: "user", Delivery: "steer"}
+	item := &InboxUser{SessionID: sid, Type: "user", Delivery: "steer"}
 	if in.ID != nil {
-		if err := checkMessageID("id", *in.ID); err != nil {
-			return err
+		if err := CheckMessageID("id", *in.ID); err != nil {
+			return nil, err
 		}
 		item.ID = *in.ID
 	} else {
-		item.ID = ids.next("msg", false, s.opts.Clock.Now())
+		item.ID = s.NewID("msg")
 	}
 	if in.Delivery != nil {
 		switch *in.Delivery {
 		case "steer", "queue":
 			item.Delivery = *in.Delivery
 		default:
-			return fieldErr("delivery", `delivery must be "steer" or "queue"`)
+			return nil, errs.Field("delivery", `delivery must be "steer" or "queue"`)
 		}
 	}
 	item.Payload = UserPayload{Text: *pf.Text, Metadata: in.Metadata}
 	for _, a := range pf.Agents {
 		if a.Name == "" {
-			return fieldErr("agents", "agents[].name is required")
+			return nil, errs.Field("agents", "agents[].name is required")
 		}
 		if a.Mention == nil {
 			a.Mention = a.Source
 		}
 		a.Source = nil
 		if err := a.Mention.validate("agents"); err != nil {
-			return err
+			return nil, err
 		}
 		item.Payload.Agents = append(item.Payload.Agents, a)
 	}
 	for _, sk := range pf.Skills {
 		// No skills are installed on this server yet.
-		return fieldErr("skills", "Skill not found: "+sk.ID)
+		return nil, errs.Field("skills", "Skill not found: "+sk.ID)
 	}
 	// Check the session before reading files.
-	var info *SessionInfo
-	if err := s.view(r.Context(), func(tx store.Tx) (err error) {
-		info, err = s.getInfo(tx, sid)
-		return err
-	}); err != nil {
-		return err
+	if _, err := s.Get(ctx, sid); err != nil {
+		return nil, err
 	}
 	for _, f := range pf.Files {
 		fa, err := s.resolveFile(f)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		item.Payload.Files = append(item.Payload.Files, fa)
 	}
-	now := s.nowMS()
+	now := s.NowMS()
 	item.Time.Created = now
 	raw, err := json.Marshal(item)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	err = s.update(r.Context(), func(tx store.Tx) (err error) {
-		if info, err = s.getInfo(tx, sid); err != nil {
+	var info *Info
+	err = s.WriteTx(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, sid); err != nil {
 			return err
 		}
-		if err := tx.AppendSessionItem(s.instanceName(), sid, store.ItemInbox, item.ID, raw); err != nil {
+		if err := tx.AppendSessionItem(s.InstanceName(), sid, store.ItemInbox, item.ID, raw); err != nil {
 			if errors.Is(err, store.ErrExists) {
-				return conflict("Prompt message ID conflicts with an existing durable record: "+item.ID, item.ID)
+				return errs.Conflict("Prompt message ID conflicts with an existing durable record: "+item.ID, item.ID)
 			}
 			return err
 		}
 		info.Time.Updated = max(now, info.Time.Updated)
-		return s.putInfo(tx, info, false)
+		return s.PutInfo(tx, info, false)
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if s.afterAdmit != nil {
-		s.afterAdmit()
+	s.Publish("session.input.admitted", info, map[string]any{"input": item})
+	s.Publish("session.updated", info, map[string]any{"info": info})
+	if (in.Resume == nil || *in.Resume) && s.Drains != nil {
+		s.Drains.Schedule(sid)
 	}
-	s.publishSession("session.input.admitted", info, map[string]any{"input": item})
-	s.publishSession("session.updated", info, map[string]any{"info": info})
-	if in.Resume == nil || *in.Resume {
-		if s.opts.Schedule != nil {
-			s.opts.Schedule(sid)
-		}
-		if s.opts.Runner != nil {
-			s.opts.Runner.Schedule(sid)
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": item})
-	return nil
+	return item, nil
 }
 
 func urlUnescape(v string) (string, error) { return url.PathUnescape(v) }

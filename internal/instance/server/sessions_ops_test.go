@@ -1,4 +1,4 @@
-package instanceapi
+package server
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentgate/agentgate/internal/instance/session"
 	"github.com/agentgate/agentgate/internal/store"
 )
 
@@ -56,7 +57,7 @@ func TestSessionForkSwitchMove(t *testing.T) {
 
 	// fork before the second message copies one
 	r := h.send("POST", "/api/session/"+s.ID+"/fork", map[string]any{"before": second})
-	var f struct{ Data SessionInfo }
+	var f struct{ Data session.Info }
 	json.Unmarshal(r.body, &f)
 	if r.status != 200 || f.Data.ParentID != s.ID || f.Data.Fork == nil || f.Data.Fork.Boundary.Type != "before" ||
 		f.Data.Fork.Boundary.MessageID != second || string(f.Data.Metadata["a"]) != "1" {
@@ -99,7 +100,7 @@ func TestSessionForkSwitchMove(t *testing.T) {
 		t.Fatalf("location-switched %v", last)
 	}
 	// while a drain runs the move waits in the inbox
-	h.srv.SetActive(s.ID, true)
+	h.loop.active[s.ID] = true
 	h.send("POST", "/api/session/"+s.ID+"/move", map[string]any{"directory": h.dir})
 	if got, _ = h.getSession(s.ID); got.Location.Directory != sub {
 		t.Fatal("move applied during a drain")
@@ -229,7 +230,7 @@ func TestSessionsScopedPerInstance(t *testing.T) {
 	var found int
 	st := h.store()
 	st.View(context.Background(), func(tx store.Tx) error {
-		return tx.ListInstanceSessions(other.instanceName(), store.SessionScan{}, func(*store.InstanceSession) (bool, error) { found++; return true, nil })
+		return tx.ListInstanceSessions(other.Sessions().InstanceName(), store.SessionScan{}, func(*store.InstanceSession) (bool, error) { found++; return true, nil })
 	})
 	if found != 0 {
 		t.Fatal("instance other sees the default instance's sessions")

@@ -1,4 +1,4 @@
-package instanceapi
+package server
 
 import (
 	"bufio"
@@ -22,6 +22,10 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/instance/agents"
+	"github.com/agentgate/agentgate/internal/instance/events"
+	"github.com/agentgate/agentgate/internal/instance/location"
+	"github.com/agentgate/agentgate/internal/instance/plugins"
 	"github.com/agentgate/agentgate/internal/ratelimit"
 )
 
@@ -51,7 +55,7 @@ func canonicalTempDir(t *testing.T) string {
 func newSrvHarness(t *testing.T, mod func(o *Options)) *srvHarness {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
-	plugins, err := NewPluginManager(PluginOptions{Dir: t.TempDir()})
+	plugins, err := plugins.New(plugins.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +63,7 @@ func newSrvHarness(t *testing.T, mod func(o *Options)) *srvHarness {
 	h.opts = Options{
 		Auth:             &Auth{Username: "opencode", Password: testPassword, Clock: clk},
 		Pairing:          NewPairing(clk),
-		Bus:              NewBus(0, clk),
+		Bus:              events.NewBus(0, clk),
 		DefaultDirectory: h.dir,
 		Plugins:          plugins,
 		Version:          "1.2.3-test",
@@ -448,8 +452,8 @@ func TestRoutingErrors(t *testing.T) {
 // ---- locations ----------------------------------------------------------------
 
 type locInfo struct {
-	Directory string  `json:"directory"`
-	Project   Project `json:"project"`
+	Directory string           `json:"directory"`
+	Project   location.Project `json:"project"`
 }
 
 func (h *srvHarness) location(path string, headers ...string) locInfo {
@@ -606,13 +610,17 @@ func TestAgentsAPI(t *testing.T) {
 	}
 	var list struct {
 		Location map[string]any `json:"location"`
-		Data     []AgentInfo    `json:"data"`
+		Data     []agents.Agent `json:"data"`
 	}
 	json.Unmarshal(r.body, &list)
 	if len(list.Location) != 1 || list.Location["directory"] != h.dir {
 		t.Fatalf("location %v", list.Location)
 	}
-	if got, want := strings.Join(agentIDs(list.Data), ","), "build,plan,general,md-agent,proj,server-agent"; got != want {
+	var ids []string
+	for _, a := range list.Data {
+		ids = append(ids, a.ID)
+	}
+	if got, want := strings.Join(ids, ","), "build,plan,general,md-agent,proj,server-agent"; got != want {
 		t.Fatalf("agents %s, want %s", got, want)
 	}
 	if len(r.json(t)) != 2 {
@@ -623,7 +631,7 @@ func TestAgentsAPI(t *testing.T) {
 	r = h.get("/api/agent/proj")
 	var one struct {
 		Location map[string]any `json:"location"`
-		Data     AgentInfo      `json:"data"`
+		Data     agents.Agent   `json:"data"`
 	}
 	json.Unmarshal(r.body, &one)
 	if r.status != 200 || one.Location["directory"] != h.dir || one.Data.ID != "proj" || one.Data.Steps != 4 ||
@@ -683,7 +691,7 @@ func TestReload(t *testing.T) {
 	shutdowns, agentUpdates := map[string]int{}, map[string]int{}
 	for {
 		f := ev.next(t)
-		var e Event
+		var e events.Event
 		if err := json.Unmarshal([]byte(strings.TrimSuffix(strings.TrimPrefix(f, "data: "), "\n\n")), &e); err != nil {
 			t.Fatalf("frame %q: %v", f, err)
 		}
@@ -822,7 +830,7 @@ func TestEventStreamFraming(t *testing.T) {
 	if err != nil || !connectedFrame.MatchString(first) {
 		t.Fatalf("first frame %q (%v)", first, err)
 	}
-	h.srv.Bus().Publish("session.updated", &LocationRef{Directory: "/repo"}, map[string]any{"n": 1})
+	h.srv.Bus().Publish("session.updated", &events.LocationRef{Directory: "/repo"}, map[string]any{"n": 1})
 	f, err := s.readFrame()
 	if err != nil {
 		t.Fatal(err)
@@ -837,7 +845,7 @@ func TestEventStreamFraming(t *testing.T) {
 	h.srv.Bus().Publish("b", nil, nil)
 	fa, _ := s.readFrame()
 	fb, _ := s.readFrame()
-	var ea, eb Event
+	var ea, eb events.Event
 	json.Unmarshal([]byte(fa[len("data: "):]), &ea)
 	json.Unmarshal([]byte(fb[len("data: "):]), &eb)
 	if ea.Type != "a" || eb.Type != "b" || !(ea.ID < eb.ID) {
@@ -944,7 +952,7 @@ func TestEventThousandSubscribers(t *testing.T) {
 }
 
 func TestEventSlowSubscriberDropped(t *testing.T) {
-	h := newSrvHarness(t, func(o *Options) { o.Bus = NewBus(4, o.Clock) })
+	h := newSrvHarness(t, func(o *Options) { o.Bus = events.NewBus(4, o.Clock) })
 	bus := h.srv.Bus()
 	fast := h.subscribe(t)
 	fast.next(t)
@@ -1177,5 +1185,15 @@ func TestAuthFailuresMemoryBound(t *testing.T) {
 	}
 	if NewAuthLimiter(nil).Cap <= 0 || NewAuthLimiter(nil).Cap > ratelimit.DefaultCap {
 		t.Fatal("the default limiter is not bounded")
+	}
+}
+
+func putFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,4 +1,4 @@
-package instanceapi
+package session
 
 import "encoding/json"
 
@@ -61,7 +61,7 @@ func redact(v any, key, id string) any {
 	return v
 }
 
-func sanitizeInfo(info *SessionInfo) any {
+func sanitizeInfo(info *Info) any {
 	raw, _ := json.Marshal(info)
 	var m map[string]any
 	json.Unmarshal(raw, &m)

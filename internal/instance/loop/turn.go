@@ -1,4 +1,4 @@
-package instanceapi
+package loop
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/agentgate/agentgate/internal/formats"
+	"github.com/agentgate/agentgate/internal/instance/agents"
+	"github.com/agentgate/agentgate/internal/instance/session"
 	"github.com/agentgate/agentgate/internal/store"
 )
 
@@ -22,34 +24,21 @@ type StructuredError struct {
 
 // resolveAgent finds the session's agent in its location (fresh services:
 // the location as loaded now).
-func (s *Server) resolveAgent(info *SessionInfo) *AgentInfo {
+func (s svc) resolveAgent(info *session.Info) *agents.Agent {
 	id := info.Agent
 	if id == "" {
 		id = "build"
 	}
-	var agents []AgentInfo
-	if clean, canonical, err := s.checkDirectory(info.Location.Directory); err == nil {
-		s.mu.Lock()
-		loc, ok := s.locations[canonical]
-		s.mu.Unlock()
-		if !ok || loc.Directory != clean {
-			if l, err := s.build(clean, canonical); err == nil {
-				loc = l
-			}
-		}
-		if loc != nil {
-			agents = loc.Agents
+	list := s.Locations.AgentsOf(info.Location.Directory)
+	if list == nil {
+		list = agents.Builtin()
+	}
+	for i := range list {
+		if list[i].ID == id {
+			return &list[i]
 		}
 	}
-	if agents == nil {
-		agents = BuiltinAgents()
-	}
-	for i := range agents {
-		if agents[i].ID == id {
-			return &agents[i]
-		}
-	}
-	a := BuiltinAgents()[0]
+	a := agents.Builtin()[0]
 	a.ID, a.Name = id, id
 	return &a
 }
@@ -57,22 +46,22 @@ func (s *Server) resolveAgent(info *SessionInfo) *AgentInfo {
 // conversation is the stored conversation as one provider request of
 // the agent: user text with its text attachments, system updates, and the
 // assistant's text.
-func conversation(agent *AgentInfo, model string, msgs []storedMessage) *formats.Conversation {
+func conversation(agent *agents.Agent, model string, msgs []session.Message) *formats.Conversation {
 	c := &formats.Conversation{Model: model, System: agent.System, Settings: agent.Request.Settings,
 		Body: agent.Request.Body, Headers: agent.Request.Headers}
 	for _, m := range msgs {
 		var v struct {
 			Text    string `json:"text"`
-			Files   []FileAttachment
+			Files   []session.FileAttachment
 			Content []struct {
 				Type string `json:"type"`
 				Text string `json:"text"`
 			} `json:"content"`
 		}
-		if json.Unmarshal(m.raw, &v) != nil {
+		if json.Unmarshal(m.Raw, &v) != nil {
 			continue
 		}
-		switch m.h.Type {
+		switch m.Header.Type {
 		case "user", "synthetic":
 			text := v.Text
 			for _, f := range v.Files {
@@ -142,28 +131,28 @@ func callProvider(ctx context.Context, prov ProviderConfig, f formats.Format, co
 // turn runs one provider step for the session and stores the settled
 // assistant message. It returns "succeeded", "failed" or "interrupted";
 // an error only when the result cannot be stored.
-func (s *Server) turn(ctx context.Context, prov ProviderConfig, sid, msgID string) (string, error) {
-	var info *SessionInfo
-	var msgs []storedMessage
-	if err := s.view(ctx, func(tx store.Tx) (err error) {
-		if info, err = s.getInfo(tx, sid); err != nil {
+func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string) (string, error) {
+	var info *session.Info
+	var msgs []session.Message
+	if err := s.ReadTx(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, sid); err != nil {
 			return err
 		}
-		msgs, err = s.messages(tx, sid)
+		msgs, err = s.Messages(tx, sid)
 		return err
 	}); err != nil {
 		return "", err
 	}
 	agent := s.resolveAgent(info)
-	model := ModelRef{ID: prov.Model, ProviderID: "agentgate"}
+	model := agents.ModelRef{ID: prov.Model, ProviderID: "agentgate"}
 	switch {
 	case info.Model != nil:
 		model = *info.Model
 	case agent.Model != nil:
 		model = *agent.Model
 	}
-	created := s.nowMS()
-	s.publishSession("session.message.started", info, map[string]any{"messageID": msgID, "type": "assistant"})
+	created := s.NowMS()
+	s.Publish("session.message.started", info, map[string]any{"messageID": msgID, "type": "assistant"})
 	format, known := formats.Named(prov.Format)
 	if prov.Format == "" {
 		format, known = formats.Chat, true
@@ -179,13 +168,13 @@ func (s *Server) turn(ctx context.Context, prov ProviderConfig, sid, msgID strin
 		serr = &StructuredError{Type: "ProviderConfigError", Message: "Provider format " + prov.Format + " is not supported"}
 	default:
 		step, serr = callProvider(ctx, prov, format, conversation(agent, model.ID, msgs), func(d formats.Delta) {
-			s.publishSession("session.message.delta", info, map[string]any{"messageID": msgID, "field": d.Field, "delta": d.Text})
+			s.Publish("session.message.delta", info, map[string]any{"messageID": msgID, "field": d.Field, "delta": d.Text})
 		})
 	}
 	if step == nil {
 		step = &formats.Step{}
 	}
-	now := s.nowMS()
+	now := s.NowMS()
 	result := "succeeded"
 	msg := map[string]any{"id": msgID, "type": "assistant", "agent": agent.ID, "model": model}
 	content := []any{}
@@ -219,10 +208,10 @@ func (s *Server) turn(ctx context.Context, prov ProviderConfig, sid, msgID strin
 		msg["finish"], msg["rawFinish"] = finishName[step.Finish], step.RawFinish
 	}
 	var cost float64
-	var usage *TokenUsage
+	var usage *session.TokenUsage
 	if step.Usage != nil {
 		t := *step.Usage
-		usage = &TokenUsage{Input: float64(t.Input), Output: float64(t.Output), Reasoning: float64(t.Reasoning)}
+		usage = &session.TokenUsage{Input: float64(t.Input), Output: float64(t.Output), Reasoning: float64(t.Reasoning)}
 		usage.Cache.Read, usage.Cache.Write = float64(t.CacheRead), float64(t.CacheWrite)
 		msg["tokens"] = usage
 		// Exact in pico-dollars; the record's cost is a number of USD.
@@ -239,8 +228,8 @@ func (s *Server) turn(ctx context.Context, prov ProviderConfig, sid, msgID strin
 	if result == "interrupted" && errors.Is(context.Cause(ctx), errShutdown) {
 		return result, nil
 	}
-	err := s.update(storeCtx, func(tx store.Tx) (err error) {
-		if info, err = s.getInfo(tx, sid); err != nil {
+	err := s.WriteTx(storeCtx, func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, sid); err != nil {
 			return err
 		}
 		raw, err := json.Marshal(msg)
@@ -248,16 +237,16 @@ func (s *Server) turn(ctx context.Context, prov ProviderConfig, sid, msgID strin
 			return err
 		}
 		// The assistant message takes the place of the step's marker.
-		err = tx.MoveSessionItem(s.instanceName(), sid, msgID, store.ItemMessage, raw)
+		err = tx.MoveSessionItem(s.InstanceName(), sid, msgID, store.ItemMessage, raw)
 		if errors.Is(err, store.ErrNotFound) {
-			err = tx.AppendSessionItem(s.instanceName(), sid, store.ItemMessage, msgID, raw)
+			err = tx.AppendSessionItem(s.InstanceName(), sid, store.ItemMessage, msgID, raw)
 		}
 		if err != nil {
 			return err
 		}
 		info.Cost += cost
 		if usage != nil {
-			addTokens(&info.Tokens, *usage)
+			info.Tokens.Add(*usage)
 		}
 		steps := int64(1)
 		if info.Steps != nil {
@@ -265,13 +254,13 @@ func (s *Server) turn(ctx context.Context, prov ProviderConfig, sid, msgID strin
 		}
 		info.Steps = &steps
 		info.Time.Updated = max(now, info.Time.Updated)
-		return s.putInfo(tx, info, false)
+		return s.PutInfo(tx, info, false)
 	})
 	if err != nil {
 		return "", err
 	}
-	s.publishSession("session.message.created", info, map[string]any{"message": msg})
-	s.publishSession("session.updated", info, map[string]any{"info": info})
+	s.Publish("session.message.created", info, map[string]any{"message": msg})
+	s.Publish("session.updated", info, map[string]any{"info": info})
 	return result, nil
 }
 

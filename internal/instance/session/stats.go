@@ -1,14 +1,14 @@
-package instanceapi
+package session
 
 import (
+	"context"
 	"encoding/json"
 	"math"
-	"net/http"
 	"sort"
-	"strconv"
 	"time"
 
-	"github.com/agentgate/agentgate/internal/router"
+	"github.com/agentgate/agentgate/internal/instance/agents"
+	"github.com/agentgate/agentgate/internal/instance/errs"
 	"github.com/agentgate/agentgate/internal/store"
 )
 
@@ -20,10 +20,10 @@ type toolTotals struct {
 }
 
 type statsMessage struct {
-	Type    string     `json:"type"`
-	Model   *ModelRef  `json:"model"`
-	Cost    float64    `json:"cost"`
-	Tokens  TokenUsage `json:"tokens"`
+	Type    string           `json:"type"`
+	Model   *agents.ModelRef `json:"model"`
+	Cost    float64          `json:"cost"`
+	Tokens  TokenUsage       `json:"tokens"`
 	Content []struct {
 		Type  string `json:"type"`
 		Name  string `json:"name"`
@@ -36,50 +36,41 @@ type statsMessage struct {
 	} `json:"time"`
 }
 
-func addTokens(a *TokenUsage, b TokenUsage) {
-	a.Input += b.Input
-	a.Output += b.Output
-	a.Reasoning += b.Reasoning
-	a.Cache.Read += b.Cache.Read
-	a.Cache.Write += b.Cache.Write
+// StatsQuery selects the activity Stats reports: [From, To] in epoch
+// milliseconds, the days counted in TZ (default UTC), the
+// tool report ("none", "summary" or "detail"), one project or all.
+type StatsQuery struct {
+	From, To int64
+	TZ       string
+	Tools    string
+	Project  string
 }
 
-// sessionStats aggregates stored sessions of the instance whose activity
+// Stats aggregates stored sessions of the instance whose activity
 // (messages and admitted prompts) falls in [from, to]. It reads every
 // session of the instance: stats are an occasional report, not a list.
-func (s *Server) sessionStats(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	q := r.URL.Query()
-	now := s.nowMS()
-	from, to := int64(0), now
-	for name, dst := range map[string]*int64{"from": &from, "to": &to} {
-		if v := q.Get(name); v != "" {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 {
-				return invalidRequest("query", name+" must be epoch milliseconds")
-			}
-			*dst = n
-		}
+func (s *Service) Stats(ctx context.Context, q StatsQuery) (map[string]any, error) {
+	from, to := q.From, q.To
+	if from < 0 || to <= from {
+		return nil, errs.InvalidRequest("query", "Stats range must end after it starts")
 	}
-	if to <= from {
-		return invalidRequest("query", "Stats range must end after it starts")
-	}
-	tzName := q.Get("timezone")
+	tzName := q.TZ
 	if tzName == "" {
 		tzName = "UTC"
 	}
 	tz, err := time.LoadLocation(tzName)
 	if err != nil {
-		return invalidRequest("query", "Invalid time zone: "+tzName)
+		return nil, errs.InvalidRequest("query", "Invalid time zone: "+tzName)
 	}
-	mode := q.Get("tools")
+	mode := q.Tools
 	switch mode {
 	case "":
 		mode = "none"
 	case "none", "summary", "detail":
 	default:
-		return invalidRequest("query", `tools must be "none", "summary" or "detail"`)
+		return nil, errs.InvalidRequest("query", `tools must be "none", "summary" or "detail"`)
 	}
-	project := q.Get("project")
+	project := q.Project
 
 	var out struct {
 		sessions, subagents, prompts, steps int
@@ -92,8 +83,8 @@ func (s *Server) sessionStats(w http.ResponseWriter, r *http.Request, _ router.P
 	}
 	out.usage, out.days, out.models = map[string]*toolTotals{}, map[string]int{}, map[string]map[string]any{}
 	in := func(ms float64) bool { return ms >= float64(from) && ms <= float64(to) }
-	err = s.view(r.Context(), func(tx store.Tx) error {
-		inst := s.instanceName()
+	err = s.ReadTx(ctx, func(tx store.Tx) error {
+		inst := s.InstanceName()
 		scan := store.SessionScan{Project: project}
 		return tx.ListInstanceSessions(inst, scan, func(rec *store.InstanceSession) (bool, error) {
 			active := false
@@ -109,7 +100,7 @@ func (s *Server) sessionStats(w http.ResponseWriter, r *http.Request, _ router.P
 				case "assistant":
 					out.steps++
 					out.cost += m.Cost
-					addTokens(&out.tokens, m.Tokens)
+					out.tokens.Add(m.Tokens)
 					out.days[time.UnixMilli(int64(m.Time.Created)).In(tz).Format("2006-01-02")]++
 					if m.Model != nil {
 						key := m.Model.ProviderID + "/" + m.Model.ID + "#" + m.Model.Variant
@@ -119,7 +110,7 @@ func (s *Server) sessionStats(w http.ResponseWriter, r *http.Request, _ router.P
 							out.models[key] = e
 						}
 						e["steps"] = e["steps"].(int) + 1
-						addTokens(e["tokens"].(*TokenUsage), m.Tokens)
+						e["tokens"].(*TokenUsage).Add(m.Tokens)
 						e["cost"] = e["cost"].(float64) + m.Cost
 					}
 					for _, c := range m.Content {
@@ -168,7 +159,7 @@ func (s *Server) sessionStats(w http.ResponseWriter, r *http.Request, _ router.P
 		})
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	dates := make([]string, 0, len(out.days))
 	for d := range out.days {
@@ -205,9 +196,8 @@ func (s *Server) sessionStats(w http.ResponseWriter, r *http.Request, _ router.P
 		sort.Slice(usage, func(i, j int) bool { return usage[i]["name"].(string) < usage[j]["name"].(string) })
 		tools["usage"] = usage
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": map[string]any{
+	return map[string]any{
 		"range": map[string]int64{"from": from, "to": to}, "sessions": out.sessions, "subagents": out.subagents,
 		"prompts": out.prompts, "steps": out.steps, "tokens": out.tokens, "cost": out.cost, "tools": tools,
-		"activeDays": len(dates), "streak": streak, "activity": activity, "models": models}})
-	return nil
+		"activeDays": len(dates), "streak": streak, "activity": activity, "models": models}, nil
 }

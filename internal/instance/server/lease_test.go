@@ -1,4 +1,4 @@
-package instanceapi
+package server
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
+	"github.com/agentgate/agentgate/internal/instance/loop"
 	"github.com/agentgate/agentgate/internal/store"
 )
 
@@ -24,8 +25,8 @@ func TestDrainLeaseOneDrainAcrossNodes(t *testing.T) {
 	h.mu.Lock()
 	h.st = sharedStore{h.st}
 	h.mu.Unlock()
-	runnerB := NewRunner()
-	runnerB.SetProvider(h.runner.provider())
+	runnerB := loop.NewRunner()
+	runnerB.SetProvider(h.runner.Provider())
 	t.Cleanup(runnerB.Close)
 	b := newSrvHarness(t, func(o *Options) {
 		o.Store = h.opts.Store
@@ -46,7 +47,7 @@ func TestDrainLeaseOneDrainAcrossNodes(t *testing.T) {
 		t.Fatalf("prompt through node B: %d %s", r.status, r.body)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if runnerB.isActive("ses_l") {
+	if runnerB.IsActive("ses_l") {
 		t.Fatal("node B runs a drain of a session that node A drains")
 	}
 	msgs := h.waitIdle("ses_l", 2)
@@ -84,9 +85,8 @@ func TestDrainLeaseOfADeadNodeExpires(t *testing.T) {
 	h.st = sharedStore{h.st}
 	h.mu.Unlock()
 	h.send("POST", "/api/session", map[string]any{"id": "ses_d"})
-	dead := drainLease{Node: "dead-node", Until: h.clk.Now().Add(leaseTTL)}
-	raw, _ := json.Marshal(dead)
-	if err := h.store().Update(h.t.Context(), func(tx store.Tx) error { return tx.PutMeta(leaseKey("default", "ses_d"), raw) }); err != nil {
+	raw, _ := json.Marshal(map[string]any{"node": "dead-node", "until": h.clk.Now().Add(loop.LeaseTTL)})
+	if err := h.store().Update(h.t.Context(), func(tx store.Tx) error { return tx.PutMeta(loop.LeaseKey("default", "ses_d"), raw) }); err != nil {
 		t.Fatal(err)
 	}
 	h.prompt("ses_d", "anyone there", nil)
@@ -94,8 +94,8 @@ func TestDrainLeaseOfADeadNodeExpires(t *testing.T) {
 	if n := len(h.fake.Received()); n != 0 || len(ofType(h.messages("ses_d"), "assistant")) != 0 {
 		t.Fatalf("drained while a live lease of another node held the session (%d provider calls)", n)
 	}
-	h.clk.Advance(leaseTTL)
-	h.runner.resume()
+	h.clk.Advance(loop.LeaseTTL)
+	h.runner.Resume()
 	msgs := h.waitIdle("ses_d", 1)
 	if len(ofType(msgs, "assistant")) != 1 || len(h.fake.Received()) != 1 {
 		t.Fatalf("after the dead node's lease expired: %v", msgs)

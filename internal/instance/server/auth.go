@@ -1,4 +1,4 @@
-package instanceapi
+package server
 
 import (
 	"crypto/hmac"

@@ -1,4 +1,7 @@
-package instanceapi
+// Package agents reads the agent definitions of a location: the built-in
+// agents, the server config's, and a project's opencode.json(c) and
+// .opencode/agent(s)/*.md files.
+package agents
 
 import (
 	"bytes"
@@ -22,12 +25,12 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 )
 
-// AgentInfo is Agent.Info's wire record.
-type AgentInfo struct {
+// Agent is Agent.Info's wire record.
+type Agent struct {
 	ID          string           `json:"id"`
 	Name        string           `json:"name"`
 	Model       *ModelRef        `json:"model,omitempty"`
-	Request     AgentRequest     `json:"request"`
+	Request     Request          `json:"request"`
 	System      string           `json:"system,omitempty"`
 	Description string           `json:"description,omitempty"`
 	Mode        string           `json:"mode"`
@@ -44,8 +47,8 @@ type ModelRef struct {
 	Variant    string `json:"variant,omitempty"`
 }
 
-// AgentRequest holds per-agent request settings.
-type AgentRequest struct {
+// Request holds per-agent request settings.
+type Request struct {
 	Settings map[string]any    `json:"settings"`
 	Headers  map[string]string `json:"headers"`
 	Body     map[string]any    `json:"body"`
@@ -58,10 +61,10 @@ type PermissionRule struct {
 	Effect   string `json:"effect"`
 }
 
-// LoadAgents returns the agents of a location. Sources, each overriding
+// Load returns the agents of a location. Sources, each overriding
 // the earlier ones by id:
 //
-//  1. the built-in agents (BuiltinAgents);
+//  1. the built-in agents (Builtin);
 //  2. configured, the agent definitions of the server config;
 //  3. the project directory's opencode.jsonc then opencode.json ("agent"
 //     map; both are read as JSONC: comments and trailing commas allowed),
@@ -102,7 +105,7 @@ type PermissionRule struct {
 // and answers 503 ServiceUnavailableError (service "location") until the
 // config is fixed, rather than serving a partial agent list. Empty
 // projectDir and directory read no files (used to check a server config).
-func LoadAgents(projectDir, directory string, configured map[string]json.RawMessage) ([]AgentInfo, error) {
+func Load(projectDir, directory string, configured map[string]json.RawMessage) ([]Agent, error) {
 	set := newAgentSet()
 	ids := make([]string, 0, len(configured))
 	for id := range configured {
@@ -136,12 +139,12 @@ func LoadAgents(projectDir, directory string, configured map[string]json.RawMess
 	return set.list(), nil
 }
 
-// BuiltinAgents are the agents every location has.
-func BuiltinAgents() []AgentInfo {
-	req := func() AgentRequest {
-		return AgentRequest{Settings: map[string]any{}, Headers: map[string]string{}, Body: map[string]any{}}
+// Builtin are the agents every location has.
+func Builtin() []Agent {
+	req := func() Request {
+		return Request{Settings: map[string]any{}, Headers: map[string]string{}, Body: map[string]any{}}
 	}
-	return []AgentInfo{
+	return []Agent{
 		{ID: "build", Name: "build", Description: "The default agent: reads, writes and runs what the task needs.", Mode: "primary", Request: req(), Permissions: []PermissionRule{}},
 		{ID: "plan", Name: "plan", Description: "Plans without changing files.", Mode: "primary", Request: req(),
 			Permissions: []PermissionRule{{Action: "edit", Resource: "*", Effect: "deny"}, {Action: "bash", Resource: "*", Effect: "ask"}}},
@@ -152,12 +155,12 @@ func BuiltinAgents() []AgentInfo {
 // agentSet accumulates agent definitions by id.
 type agentSet struct {
 	builtin []string // ids of the built-ins, in order
-	byID    map[string]*AgentInfo
+	byID    map[string]*Agent
 }
 
 func newAgentSet() *agentSet {
-	s := &agentSet{byID: map[string]*AgentInfo{}}
-	for _, a := range BuiltinAgents() {
+	s := &agentSet{byID: map[string]*Agent{}}
+	for _, a := range Builtin() {
 		a := a
 		s.builtin = append(s.builtin, a.ID)
 		s.byID[a.ID] = &a
@@ -165,8 +168,8 @@ func newAgentSet() *agentSet {
 	return s
 }
 
-func (s *agentSet) list() []AgentInfo {
-	out := make([]AgentInfo, 0, len(s.byID))
+func (s *agentSet) list() []Agent {
+	out := make([]Agent, 0, len(s.byID))
 	isBuiltin := map[string]bool{}
 	for _, id := range s.builtin {
 		isBuiltin[id] = true
@@ -254,7 +257,7 @@ func (s *agentSet) loadMarkdown(dir string) error {
 			if err != nil {
 				return fmt.Errorf("%s: %v", path, err)
 			}
-			def, err := ParseAgentMarkdown(data)
+			def, err := ParseMarkdown(data)
 			if err != nil {
 				return fmt.Errorf("%s: %v", path, err)
 			}
@@ -409,17 +412,17 @@ func (s *agentSet) apply(src, id string, def gjson.Result) error {
 
 // cloneAgent copies an agent (so that a failed definition changes
 // nothing), or makes a new one with the defaults.
-func cloneAgent(a *AgentInfo, id string) *AgentInfo {
+func cloneAgent(a *Agent, id string) *Agent {
 	if a == nil {
-		return &AgentInfo{ID: id, Name: id, Mode: "all", Permissions: []PermissionRule{},
-			Request: AgentRequest{Settings: map[string]any{}, Headers: map[string]string{}, Body: map[string]any{}}}
+		return &Agent{ID: id, Name: id, Mode: "all", Permissions: []PermissionRule{},
+			Request: Request{Settings: map[string]any{}, Headers: map[string]string{}, Body: map[string]any{}}}
 	}
 	c := *a
 	if a.Model != nil {
 		m := *a.Model
 		c.Model = &m
 	}
-	c.Request = AgentRequest{Settings: map[string]any{}, Headers: map[string]string{}, Body: map[string]any{}}
+	c.Request = Request{Settings: map[string]any{}, Headers: map[string]string{}, Body: map[string]any{}}
 	for k, v := range a.Request.Settings {
 		c.Request.Settings[k] = v
 	}
@@ -619,9 +622,9 @@ func StripJSONC(in []byte) ([]byte, error) {
 	return out[:len(out)-1], nil
 }
 
-// ParseAgentMarkdown turns an agent markdown file into a JSON definition:
+// ParseMarkdown turns an agent markdown file into a JSON definition:
 // the front matter's keys, and the body as "prompt" when it is not empty.
-func ParseAgentMarkdown(data []byte) ([]byte, error) {
+func ParseMarkdown(data []byte) ([]byte, error) {
 	text := strings.TrimPrefix(string(data), "\ufeff")
 	text = strings.ReplaceAll(text, "\r\n", "\n")
 	var fm []string

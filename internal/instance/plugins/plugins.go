@@ -1,4 +1,7 @@
-package instanceapi
+// Package plugins keeps the instance's plugins: the built-in ones, a
+// project's local ones, and package plugins installed from an npm registry
+// (packument and tarball client, sha512 integrity, a confined unpacker).
+package plugins
 
 import (
 	"archive/tar"
@@ -23,18 +26,20 @@ import (
 
 	"github.com/Masterminds/semver/v3"
 	"go.uber.org/zap"
+
+	"github.com/agentgate/agentgate/internal/instance/errs"
 )
 
-// PluginInfo is Plugin.Info's wire record.
-type PluginInfo struct {
+// Info is Plugin.Info's wire record.
+type Info struct {
 	ID       string         `json:"id,omitempty"`
-	Source   PluginSource   `json:"source"`
+	Source   Source         `json:"source"`
 	Features map[string]any `json:"features"`
-	State    PluginState    `json:"state"`
+	State    State          `json:"state"`
 }
 
-// PluginSource says where a plugin comes from.
-type PluginSource struct {
+// Source says where a plugin comes from.
+type Source struct {
 	Type     string `json:"type"` // builtin | package | local
 	Target   string `json:"target,omitempty"`
 	Version  string `json:"version,omitempty"`
@@ -43,8 +48,8 @@ type PluginSource struct {
 	Path     string `json:"path,omitempty"`
 }
 
-// PluginState is active, or failed with an error.
-type PluginState struct {
+// State is active, or failed with an error.
+type State struct {
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
 }
@@ -69,7 +74,7 @@ type pluginPackage struct {
 	name string // the npm package name; identifies the target
 	spec string // the configured version: an exact version, a range or a dist-tag
 
-	// Guarded by PluginManager.mu.
+	// Guarded by Manager.mu.
 	version   string // installed (or pinned) version
 	installed bool   // Dir/<name>/<version> holds the package
 	err       string // why the plugin is not active
@@ -79,10 +84,10 @@ type pluginPackage struct {
 	install sync.Mutex // serialises installs of this package
 }
 
-// PluginManager keeps the plugin inventory: the built-in plugins, the
+// Manager keeps the plugin inventory: the built-in plugins, the
 // package plugins of the configuration (installed under Dir/<name>/<version>
 // from an npm registry) and the local plugin files of a project.
-type PluginManager struct {
+type Manager struct {
 	registry string // base URL without trailing slash; "" = none
 	dir      string
 	log      *zap.Logger
@@ -97,8 +102,8 @@ type PluginManager struct {
 	byName map[string]*pluginPackage
 }
 
-// PluginOptions configure a PluginManager.
-type PluginOptions struct {
+// Options configure a Manager.
+type Options struct {
 	// Targets are the package plugins, as name@version.
 	Targets []string
 	// Registry is the npm registry base URL.
@@ -108,10 +113,10 @@ type PluginOptions struct {
 	Logger *zap.Logger
 }
 
-// NewPluginManager builds the inventory. It reads what is installed under
+// New builds the inventory. It reads what is installed under
 // Dir but does no network I/O: packages are installed by Update.
-func NewPluginManager(opts PluginOptions) (*PluginManager, error) {
-	m := &PluginManager{
+func New(opts Options) (*Manager, error) {
+	m := &Manager{
 		dir:         opts.Dir,
 		log:         opts.Logger,
 		client:      &http.Client{},
@@ -150,9 +155,9 @@ func NewPluginManager(opts PluginOptions) (*PluginManager, error) {
 }
 
 // noPlugins stands in for a nil manager.
-var noPlugins = &PluginManager{log: zap.NewNop(), byName: map[string]*pluginPackage{}}
+var noPlugins = &Manager{log: zap.NewNop(), byName: map[string]*pluginPackage{}}
 
-func (m *PluginManager) self() *PluginManager {
+func (m *Manager) self() *Manager {
 	if m == nil {
 		return noPlugins
 	}
@@ -161,7 +166,7 @@ func (m *PluginManager) self() *PluginManager {
 
 // resolveInstalled finds the installed version of a package at start-up:
 // the pinned version for an exact pin, else the highest installed one.
-func (m *PluginManager) resolveInstalled(p *pluginPackage) {
+func (m *Manager) resolveInstalled(p *pluginPackage) {
 	p.err = "not installed"
 	if _, ok := parseSemver(p.spec); ok {
 		p.version = p.spec
@@ -197,33 +202,33 @@ func (m *PluginManager) resolveInstalled(p *pluginPackage) {
 	}
 }
 
-func (m *PluginManager) versionDir(name, version string) string {
+func (m *Manager) versionDir(name, version string) string {
 	return filepath.Join(m.dir, filepath.FromSlash(name), version)
 }
 
 // List returns the inventory as seen from a project directory.
-func (m *PluginManager) List(projectDir string) []PluginInfo {
+func (m *Manager) List(projectDir string) []Info {
 	m = m.self()
-	out := make([]PluginInfo, 0, len(builtinPlugins)+len(m.pkgs))
+	out := make([]Info, 0, len(builtinPlugins)+len(m.pkgs))
 	for _, id := range builtinPlugins {
-		out = append(out, PluginInfo{
-			ID: id, Source: PluginSource{Type: "builtin"},
-			Features: map[string]any{"server": true}, State: PluginState{Status: "active"},
+		out = append(out, Info{
+			ID: id, Source: Source{Type: "builtin"},
+			Features: map[string]any{"server": true}, State: State{Status: "active"},
 		})
 	}
 	m.mu.Lock()
 	for _, p := range m.pkgs {
-		info := PluginInfo{
+		info := Info{
 			ID: p.name,
-			Source: PluginSource{Type: "package", Target: p.name, Version: p.version,
+			Source: Source{Type: "package", Target: p.name, Version: p.version,
 				Outdated: p.outdated, Updating: p.updaters > 0},
 			Features: map[string]any{},
-			State:    PluginState{Status: "active"},
+			State:    State{Status: "active"},
 		}
 		if p.installed {
 			info.Features["server"] = true
 		} else {
-			info.State = PluginState{Status: "failed", Error: p.err}
+			info.State = State{Status: "failed", Error: p.err}
 		}
 		out = append(out, info)
 	}
@@ -233,11 +238,11 @@ func (m *PluginManager) List(projectDir string) []PluginInfo {
 
 // localPlugins lists the plugin files of a project's .opencode/plugin and
 // .opencode/plugins directories.
-func localPlugins(projectDir string) []PluginInfo {
+func localPlugins(projectDir string) []Info {
 	if projectDir == "" {
 		return nil
 	}
-	var out []PluginInfo
+	var out []Info
 	for _, sub := range []string{"plugin", "plugins"} {
 		dir := filepath.Join(projectDir, ".opencode", sub)
 		ents, err := os.ReadDir(dir)
@@ -260,11 +265,11 @@ func localPlugins(projectDir string) []PluginInfo {
 			if len(out) >= pluginMaxLocal {
 				return out
 			}
-			out = append(out, PluginInfo{
+			out = append(out, Info{
 				ID:       strings.TrimSuffix(name, ext),
-				Source:   PluginSource{Type: "local", Path: full},
+				Source:   Source{Type: "local", Path: full},
 				Features: map[string]any{"server": true},
-				State:    PluginState{Status: "active"},
+				State:    State{Status: "active"},
 			})
 		}
 	}
@@ -272,7 +277,7 @@ func localPlugins(projectDir string) []PluginInfo {
 }
 
 // lookup finds the package of a target given as "name" or "name@version".
-func (m *PluginManager) lookup(target string) *pluginPackage {
+func (m *Manager) lookup(target string) *pluginPackage {
 	name := target
 	if i := strings.LastIndex(target, "@"); i > 0 {
 		name = target[:i]
@@ -283,13 +288,13 @@ func (m *PluginManager) lookup(target string) *pluginPackage {
 // Check asks the registry for newer versions of one package (or all) and
 // returns the full inventory. Registry failures are logged and leave the
 // plugins as they were.
-func (m *PluginManager) Check(ctx context.Context, projectDir, target string) ([]PluginInfo, error) {
+func (m *Manager) Check(ctx context.Context, projectDir, target string) ([]Info, error) {
 	m = m.self()
 	pkgs := m.pkgs
 	if target != "" {
 		p := m.lookup(target)
 		if p == nil {
-			return nil, newErr(400, "InvalidRequestError",
+			return nil, errs.New(400, "InvalidRequestError",
 				clip("Plugin package is not in the current server inventory: "+target), "field", "target")
 		}
 		pkgs = []*pluginPackage{p}
@@ -328,7 +333,7 @@ func (m *PluginManager) Check(ctx context.Context, projectDir, target string) ([
 
 // Update installs the newest versions of the named packages concurrently;
 // it returns the targets that changed and the joined failures.
-func (m *PluginManager) Update(ctx context.Context, targets []string) ([]string, error) {
+func (m *Manager) Update(ctx context.Context, targets []string) ([]string, error) {
 	m = m.self()
 	var pkgs []*pluginPackage
 	var unknown []string
@@ -344,7 +349,7 @@ func (m *PluginManager) Update(ctx context.Context, targets []string) ([]string,
 		}
 	}
 	if len(unknown) > 0 {
-		return nil, newErr(400, "InvalidRequestError",
+		return nil, errs.New(400, "InvalidRequestError",
 			clip("Plugin packages are not in the current server inventory: "+strings.Join(unknown, ", ")), "field", "targets")
 	}
 	m.mu.Lock()
@@ -353,11 +358,11 @@ func (m *PluginManager) Update(ctx context.Context, targets []string) ([]string,
 	}
 	m.mu.Unlock()
 	changed := make([]bool, len(pkgs))
-	errs := make([]error, len(pkgs))
+	failed := make([]error, len(pkgs))
 	var wg sync.WaitGroup
 	for i, p := range pkgs {
 		wg.Go(func() {
-			changed[i], errs[i] = m.updateOne(ctx, p)
+			changed[i], failed[i] = m.updateOne(ctx, p)
 			m.mu.Lock()
 			p.updaters--
 			m.mu.Unlock()
@@ -366,15 +371,15 @@ func (m *PluginManager) Update(ctx context.Context, targets []string) ([]string,
 	wg.Wait()
 	var updated, failures []string
 	for i, p := range pkgs {
-		if errs[i] != nil {
-			m.log.Error("plugin update failed", zap.String("target", p.name), zap.Error(errs[i]))
-			failures = append(failures, p.name+": "+errs[i].Error())
+		if failed[i] != nil {
+			m.log.Error("plugin update failed", zap.String("target", p.name), zap.Error(failed[i]))
+			failures = append(failures, p.name+": "+failed[i].Error())
 		} else if changed[i] {
 			updated = append(updated, p.name)
 		}
 	}
 	if len(failures) > 0 {
-		return updated, unavailable("plugin", clip("Failed to update plugin packages: "+strings.Join(failures, "; ")))
+		return updated, errs.Unavailable("plugin", clip("Failed to update plugin packages: "+strings.Join(failures, "; ")))
 	}
 	return updated, nil
 }
@@ -389,7 +394,7 @@ func clip(msg string) string {
 
 // updateOne brings one package to the registry's newest version. It reports
 // whether the inventory changed.
-func (m *PluginManager) updateOne(ctx context.Context, p *pluginPackage) (bool, error) {
+func (m *Manager) updateOne(ctx context.Context, p *pluginPackage) (bool, error) {
 	p.install.Lock()
 	defer p.install.Unlock()
 	if m.registry == "" {
@@ -487,7 +492,7 @@ func registryError(ctx context.Context, err error) error {
 }
 
 // fetchPackument GETs <registry>/<name> (a scoped name as @scope%2Fname).
-func (m *PluginManager) fetchPackument(ctx context.Context, name string) (*packument, error) {
+func (m *Manager) fetchPackument(ctx context.Context, name string) (*packument, error) {
 	ctx, cancel := context.WithTimeout(ctx, pluginMetaTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.registry+"/"+url.PathEscape(name), nil)
@@ -526,7 +531,7 @@ func (m *PluginManager) fetchPackument(ctx context.Context, name string) (*packu
 // install downloads, verifies and unpacks name@version into dest. Nothing is
 // unpacked before the tarball matches its sha512 integrity; the package is
 // unpacked into a temporary directory next to dest and renamed into place.
-func (m *PluginManager) install(ctx context.Context, name, version string, dist npmDist, dest string) error {
+func (m *Manager) install(ctx context.Context, name, version string, dist npmDist, dest string) error {
 	sums, err := parseIntegrity(dist.Integrity)
 	if err != nil {
 		return err
@@ -577,7 +582,7 @@ func (m *PluginManager) install(ctx context.Context, name, version string, dist 
 }
 
 // download writes the tarball to f and checks it against the sha512 sums.
-func (m *PluginManager) download(ctx context.Context, tarball string, f *os.File, sums [][]byte) error {
+func (m *Manager) download(ctx context.Context, tarball string, f *os.File, sums [][]byte) error {
 	ctx, cancel := context.WithTimeout(ctx, pluginDownloadTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, tarball, nil)
@@ -640,7 +645,7 @@ func parseIntegrity(sri string) ([][]byte, error) {
 // outside root, a link pointing outside, a device or other special file, or
 // when the size or entry caps are exceeded. Links that stay inside are
 // skipped, as npm does.
-func (m *PluginManager) unpack(r io.Reader, root string) error {
+func (m *Manager) unpack(r io.Reader, root string) error {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return fmt.Errorf("tarball is not gzip: %v", err)

@@ -1,4 +1,4 @@
-package instanceapi
+package loop
 
 import (
 	"context"
@@ -16,11 +16,12 @@ import (
 // renews it while it runs; it gives the lease up only in the transaction
 // that finds no work left, so a prompt stored by another node meanwhile is
 // either seen by this drain or finds the lease free. A process that dies
-// holding a lease loses it after leaseTTL, and a node sharing the store
-// sweeps for such sessions every leaseTTL. A store of one process (Badger)
+// holding a lease loses it after LeaseTTL, and a node sharing the store
+// sweeps for such sessions every LeaseTTL. A store of one process (Badger)
 // needs none of this: no lease is written there.
 const (
-	leaseTTL   = 30 * time.Second
+	// LeaseTTL is how long a lease holds without renewal.
+	LeaseTTL   = 30 * time.Second
 	leaseRenew = 10 * time.Second
 )
 
@@ -29,18 +30,8 @@ type drainLease struct {
 	Until time.Time `json:"until,omitzero"`
 }
 
-func leaseKey(instance, sid string) string { return "drain_lease/" + instance + "/" + sid }
-
-// sharedStore reports whether other processes may drain this store's
-// sessions too.
-func (s *Server) sharedStore(ctx context.Context) bool {
-	st, err := s.sessionStore(ctx)
-	if err != nil {
-		return false
-	}
-	sh, ok := st.(interface{ Shared() bool })
-	return ok && sh.Shared()
-}
+// LeaseKey is the store's meta key of a session's drain lease.
+func LeaseKey(instance, sid string) string { return "drain_lease/" + instance + "/" + sid }
 
 func newNodeID() string {
 	b := make([]byte, 8)
@@ -65,15 +56,15 @@ func readLease(tx store.Tx, key string) (drainLease, error) {
 
 // claimDrain takes or renews the session's drain lease for node; false
 // when another node holds it.
-func (s *Server) claimDrain(ctx context.Context, sid, node string) (bool, error) {
-	if !s.sharedStore(ctx) {
+func (s svc) claimDrain(ctx context.Context, sid, node string) (bool, error) {
+	if !s.Shared(ctx) {
 		return true, nil
 	}
-	key := leaseKey(s.instanceName(), sid)
+	key := LeaseKey(s.InstanceName(), sid)
 	var ok bool
-	err := s.update(ctx, func(tx store.Tx) error {
+	err := s.WriteTx(ctx, func(tx store.Tx) error {
 		ok = false
-		now := s.opts.Clock.Now()
+		now := s.Clock.Now()
 		l, err := readLease(tx, key)
 		if err != nil {
 			return err
@@ -82,7 +73,7 @@ func (s *Server) claimDrain(ctx context.Context, sid, node string) (bool, error)
 			return nil
 		}
 		ok = true
-		raw, _ := json.Marshal(drainLease{Node: node, Until: now.Add(leaseTTL)})
+		raw, _ := json.Marshal(drainLease{Node: node, Until: now.Add(LeaseTTL)})
 		return tx.PutMeta(key, raw)
 	})
 	return ok, err
@@ -90,12 +81,12 @@ func (s *Server) claimDrain(ctx context.Context, sid, node string) (bool, error)
 
 // releaseDrain gives node's lease up unless the session has work left
 // (then it reports pending and keeps the lease), in one transaction.
-func (s *Server) releaseDrain(ctx context.Context, sid, node string) (pending bool, err error) {
-	if !s.sharedStore(ctx) {
+func (s svc) releaseDrain(ctx context.Context, sid, node string) (pending bool, err error) {
+	if !s.Shared(ctx) {
 		return false, nil
 	}
-	key := leaseKey(s.instanceName(), sid)
-	err = s.update(ctx, func(tx store.Tx) error {
+	key := LeaseKey(s.InstanceName(), sid)
+	err = s.WriteTx(ctx, func(tx store.Tx) error {
 		pending = false
 		w, err := s.nextWork(tx, sid, true)
 		if err != nil {
@@ -122,10 +113,10 @@ func freeLease(tx store.Tx, key, node string) error {
 
 // releaseLease gives node's lease up whatever work is left (the drain is
 // stopping), so that another node need not wait for it to expire.
-func (s *Server) releaseLease(ctx context.Context, sid, node string) {
-	if !s.sharedStore(ctx) {
+func (s svc) releaseLease(ctx context.Context, sid, node string) {
+	if !s.Shared(ctx) {
 		return
 	}
-	key := leaseKey(s.instanceName(), sid)
-	s.update(ctx, func(tx store.Tx) error { return freeLease(tx, key, node) })
+	key := LeaseKey(s.InstanceName(), sid)
+	s.WriteTx(ctx, func(tx store.Tx) error { return freeLease(tx, key, node) })
 }

@@ -1,4 +1,4 @@
-package instanceapi
+package agents
 
 import (
 	"encoding/json"
@@ -21,7 +21,7 @@ func putFile(t *testing.T, path, content string) {
 	}
 }
 
-func agentIDs(agents []AgentInfo) []string {
+func agentIDs(agents []Agent) []string {
 	ids := make([]string, len(agents))
 	for i, a := range agents {
 		ids[i] = a.ID
@@ -29,7 +29,7 @@ func agentIDs(agents []AgentInfo) []string {
 	return ids
 }
 
-func findAgent(t *testing.T, agents []AgentInfo, id string) AgentInfo {
+func findAgent(t *testing.T, agents []Agent, id string) Agent {
 	t.Helper()
 	for _, a := range agents {
 		if a.ID == id {
@@ -37,14 +37,14 @@ func findAgent(t *testing.T, agents []AgentInfo, id string) AgentInfo {
 		}
 	}
 	t.Fatalf("agent %q not in %v", id, agentIDs(agents))
-	return AgentInfo{}
+	return Agent{}
 }
 
-func mustLoad(t *testing.T, project, dir string, configured map[string]json.RawMessage) []AgentInfo {
+func mustLoad(t *testing.T, project, dir string, configured map[string]json.RawMessage) []Agent {
 	t.Helper()
-	agents, err := LoadAgents(project, dir, configured)
+	agents, err := Load(project, dir, configured)
 	if err != nil {
-		t.Fatalf("LoadAgents: %v", err)
+		t.Fatalf("Load: %v", err)
 	}
 	return agents
 }
@@ -52,7 +52,7 @@ func mustLoad(t *testing.T, project, dir string, configured map[string]json.RawM
 func TestLoadAgentsBuiltinsOnly(t *testing.T) {
 	dir := t.TempDir()
 	got := mustLoad(t, dir, dir, nil)
-	if !reflect.DeepEqual(got, BuiltinAgents()) {
+	if !reflect.DeepEqual(got, Builtin()) {
 		t.Fatalf("got %+v, want the built-ins", got)
 	}
 	// The JSON shape: the required members are there even when empty.
@@ -94,9 +94,9 @@ func TestLoadAgentsEverySourceAndOrder(t *testing.T) {
 		t.Fatalf("ids %v, want %v (built-ins first, then by id)", agentIDs(got), want)
 	}
 	s := findAgent(t, got, "shared")
-	want := AgentInfo{ID: "shared", Name: "shared", Description: "project json", Mode: "primary", Hidden: true,
+	want := Agent{ID: "shared", Name: "shared", Description: "project json", Mode: "primary", Hidden: true,
 		Color: "blue", Steps: 9, System: "project md prompt", Permissions: []PermissionRule{},
-		Request: AgentRequest{Settings: map[string]any{}, Headers: map[string]string{}, Body: map[string]any{}}}
+		Request: Request{Settings: map[string]any{}, Headers: map[string]string{}, Body: map[string]any{}}}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("shared =\n%+v\nwant\n%+v", s, want)
 	}
@@ -151,11 +151,11 @@ func TestLoadAgentsAllFields(t *testing.T) {
   }
 }`)
 	got := findAgent(t, mustLoad(t, dir, dir, nil), "review")
-	want := AgentInfo{
+	want := Agent{
 		ID: "review", Name: "Reviewer", Description: "Reviews code", Mode: "subagent",
 		Model:  &ModelRef{ProviderID: "anthropic", ID: "claude-sonnet-4", Variant: "high"},
 		System: "You review.", Color: "#ff0000", Steps: 12, Hidden: true,
-		Request: AgentRequest{
+		Request: Request{
 			Settings: map[string]any{"temperature": 0.2, "top_p": 0.9, "reasoningEffort": "high", "store": false},
 			Headers:  map[string]string{"X-Team": "core"},
 			Body:     map[string]any{},
@@ -212,7 +212,7 @@ func TestLoadAgentsMergeAndDisable(t *testing.T) {
 		t.Fatalf("re-added general should start afresh: %+v", g)
 	}
 	// The built-in slice is not shared with the result.
-	if BuiltinAgents()[1].Color != "" {
+	if Builtin()[1].Color != "" {
 		t.Fatal("an override changed the built-ins")
 	}
 }
@@ -404,10 +404,10 @@ func TestFrontMatter(t *testing.T) {
 		"---\r\n"+
 		"Keep it short.\r\n")
 	got := findAgent(t, mustLoad(t, dir, dir, nil), "docs-writer")
-	want := AgentInfo{ID: "docs-writer", Name: "docs-writer", Description: "Writes docs: clearly", Mode: "subagent",
+	want := Agent{ID: "docs-writer", Name: "docs-writer", Description: "Writes docs: clearly", Mode: "subagent",
 		Model: &ModelRef{ProviderID: "anthropic", ID: "claude-haiku-4-5"}, Hidden: true, Color: "it's #blue", Steps: 5,
 		System: "You write documentation.\n---\nKeep it short.",
-		Request: AgentRequest{Settings: map[string]any{"temperature": 0.3, "max_tokens": 4096.0, "stop": []any{"END"},
+		Request: Request{Settings: map[string]any{"temperature": 0.3, "max_tokens": 4096.0, "stop": []any{"END"},
 			"note": "plain text: with colon"}, Headers: map[string]string{}, Body: map[string]any{}},
 		Permissions: []PermissionRule{{"edit", "*", "ask"}, {"bash", "*", "deny"}}}
 	if !reflect.DeepEqual(got, want) {
@@ -422,7 +422,7 @@ func TestFrontMatter(t *testing.T) {
 		{"empty front matter", "---\n---\nP", "P", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			def, err := ParseAgentMarkdown([]byte(tc.md))
+			def, err := ParseMarkdown([]byte(tc.md))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -490,7 +490,7 @@ func TestFrontMatterYAML(t *testing.T) {
 		{"only comments", "# nothing\n\n# here", `{}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseAgentMarkdown([]byte("---\n" + tc.fm + "\n---\n"))
+			got, err := ParseMarkdown([]byte("---\n" + tc.fm + "\n---\n"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -499,13 +499,13 @@ func TestFrontMatterYAML(t *testing.T) {
 			}
 			// The same file with CRLF line ends and a BOM reads the same.
 			crlf := "\ufeff---\r\n" + strings.ReplaceAll(tc.fm, "\n", "\r\n") + "\r\n---\r\n"
-			if got, err := ParseAgentMarkdown([]byte(crlf)); err != nil || string(got) != tc.want {
+			if got, err := ParseMarkdown([]byte(crlf)); err != nil || string(got) != tc.want {
 				t.Fatalf("with CRLF and BOM: %s, %v", got, err)
 			}
 		})
 	}
 
-	// Through LoadAgents: numbers are request settings, lists too.
+	// Through Load: numbers are request settings, lists too.
 	dir := t.TempDir()
 	putFile(t, filepath.Join(dir, ".opencode", "agent", "n.md"), "---\ntemperature: 0.3\nmax_tokens: 4096\nseed: \"42\"\n"+
 		"stop:\n  - END\ndescription: Reviews code: carefully\ncolor: #38bdf8\n---\nPrompt --- with dashes\n---\nand a rule above.\n")
@@ -567,7 +567,7 @@ func TestLoadAgentsErrors(t *testing.T) {
 			if tc.file != "" {
 				putFile(t, filepath.Join(dir, tc.file), tc.content)
 			}
-			agents, err := LoadAgents(dir, dir, tc.configured)
+			agents, err := Load(dir, dir, tc.configured)
 			if err == nil {
 				t.Fatalf("no error; agents %v", agentIDs(agents))
 			}

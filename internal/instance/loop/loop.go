@@ -1,9 +1,13 @@
-package instanceapi
+// Package loop runs the agent of an instance's sessions: one drain per
+// session takes admitted inputs at their delivery boundaries, runs
+// provider turns through the formats client and stores what they produce;
+// drain leases keep one drain per session across processes sharing a
+// store.
+package loop
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net"
 	"net/http"
 	"net/url"
@@ -12,6 +16,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/agentgate/agentgate/internal/instance/events"
+	"github.com/agentgate/agentgate/internal/instance/session"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/store"
 )
@@ -42,10 +48,11 @@ type ProviderConfig struct {
 
 // Runner owns the session drains of one instance in this process: at most
 // one drain per session. It outlives configuration reloads: Attach hands
-// it the current Server, and each step reads fresh services from it.
+// it the current session service, and each step reads fresh services
+// from it.
 type Runner struct {
 	mu      sync.Mutex
-	srv     *Server
+	srv     *session.Service
 	prov    ProviderConfig
 	drains  map[string]*drain
 	ctx     context.Context
@@ -77,7 +84,9 @@ func (r *Runner) SetProvider(p ProviderConfig) {
 	r.mu.Unlock()
 }
 
-func (r *Runner) provider() ProviderConfig {
+// Provider is the provider configuration turns use now, its base URL
+// resolved from the connection once the local address is known.
+func (r *Runner) Provider() ProviderConfig {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := r.prov
@@ -88,7 +97,7 @@ func (r *Runner) provider() ProviderConfig {
 }
 
 // ProviderBaseURL is the base URL turns go to now ("" when not known yet).
-func (r *Runner) ProviderBaseURL() string { return r.provider().BaseURL }
+func (r *Runner) ProviderBaseURL() string { return r.Provider().BaseURL }
 
 // LearnAddr records the local address (host:port) the instance is served
 // on; a provider given by connection id needs it. The first call with
@@ -117,9 +126,9 @@ func (r *Runner) readyLocked() bool {
 	return r.srv != nil && (r.prov.BaseURL != "" || r.prov.Connection == "" || r.addr != "")
 }
 
-// attach makes s the server whose services the drains use; the first
-// attach with a usable endpoint resumes admitted but unprocessed inputs.
-func (r *Runner) attach(s *Server) {
+// Attach makes s the session service the drains use; the first attach
+// with a usable endpoint resumes admitted but unprocessed inputs.
+func (r *Runner) Attach(s *session.Service) {
 	r.mu.Lock()
 	r.srv = s
 	r.mu.Unlock()
@@ -137,33 +146,36 @@ func (r *Runner) tryResume() {
 	r.mu.Unlock()
 	go func() {
 		defer r.wg.Done()
-		r.resume()
+		r.Resume()
 		r.sweep()
 	}()
 }
 
-// sweep resumes, every leaseTTL, the sessions with work left whose drain
+// sweep resumes, every LeaseTTL, the sessions with work left whose drain
 // lease has expired (their node died); only when other processes share
 // the store.
 func (r *Runner) sweep() {
-	t := time.NewTicker(leaseTTL)
+	t := time.NewTicker(LeaseTTL)
 	defer t.Stop()
 	for {
 		select {
 		case <-r.ctx.Done():
 			return
 		case <-t.C:
-			if s := r.server(); s != nil && s.sharedStore(r.ctx) {
-				r.resume()
+			if s := r.server(); s.Service != nil && s.Shared(r.ctx) {
+				r.Resume()
 			}
 		}
 	}
 }
 
-func (r *Runner) server() *Server {
+// svc is the session service with the loop's steps on it.
+type svc struct{ *session.Service }
+
+func (r *Runner) server() svc {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.srv
+	return svc{r.srv}
 }
 
 // Close stops every drain (running turns end as interrupted, without
@@ -176,19 +188,19 @@ func (r *Runner) Close() {
 	r.wg.Wait()
 }
 
-// resume schedules every session that has pending inbox items or an
+// Resume schedules every session that has pending inbox items or an
 // unanswered user message.
-func (r *Runner) resume() {
+func (r *Runner) Resume() {
 	s := r.server()
 	var todo []string
 	for attempt := 0; attempt < 50; attempt++ {
 		todo = todo[:0]
-		err := s.view(r.ctx, func(tx store.Tx) error {
+		err := s.ReadTx(r.ctx, func(tx store.Tx) error {
 			todo = todo[:0]
-			return tx.ListInstanceSessions(s.instanceName(), store.SessionScan{}, func(rec *store.InstanceSession) (bool, error) {
+			return tx.ListInstanceSessions(s.InstanceName(), store.SessionScan{}, func(rec *store.InstanceSession) (bool, error) {
 				w, err := s.nextWork(tx, rec.ID, true)
 				if err != nil {
-					s.opts.Logger.Warn("drain: cannot read session", zap.String("session", rec.ID), zap.Error(err))
+					s.Logger.Warn("drain: cannot read session", zap.String("session", rec.ID), zap.Error(err))
 					return true, nil
 				}
 				if w != nil {
@@ -259,7 +271,8 @@ func (r *Runner) Active() []string {
 	return out
 }
 
-func (r *Runner) isActive(sid string) bool {
+// IsActive reports whether the session's drain runs.
+func (r *Runner) IsActive(sid string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, ok := r.drains[sid]
@@ -270,7 +283,7 @@ func (r *Runner) loop(sid string, d *drain) {
 	s := r.server()
 	defer func() {
 		if v := recover(); v != nil {
-			s.opts.Logger.Error("drain panicked", zap.String("session", sid), zap.Any("panic", v))
+			s.Logger.Error("drain panicked", zap.String("session", sid), zap.Any("panic", v))
 			r.mu.Lock()
 			delete(r.drains, sid)
 			r.mu.Unlock()
@@ -284,7 +297,7 @@ func (r *Runner) loop(sid string, d *drain) {
 	// Another node may hold the session: it drains what this one stored.
 	if ok, err := s.claimDrain(r.ctx, sid, r.node); err != nil || !ok {
 		if err != nil && r.ctx.Err() == nil {
-			s.opts.Logger.Warn("drain: cannot claim the session", zap.String("session", sid), zap.Error(err))
+			s.Logger.Warn("drain: cannot claim the session", zap.String("session", sid), zap.Error(err))
 		}
 		end()
 		return
@@ -292,14 +305,14 @@ func (r *Runner) loop(sid string, d *drain) {
 	renewDone := make(chan struct{})
 	defer close(renewDone)
 	go r.renew(sid, renewDone)
-	s.publishStatus(sid, "running")
+	s.PublishStatus(sid, "running")
 	for {
 		r.mu.Lock()
 		d.pending = false
 		r.mu.Unlock()
 		ran, err := r.run(sid, d)
 		if err != nil && r.ctx.Err() == nil {
-			s.opts.Logger.Warn("drain stopped", zap.String("session", sid), zap.Error(err))
+			s.Logger.Warn("drain stopped", zap.String("session", sid), zap.Error(err))
 		}
 		if r.ctx.Err() == nil && err == nil && !ran {
 			// Give the lease up only if nothing was stored meanwhile (here
@@ -319,14 +332,14 @@ func (r *Runner) loop(sid string, d *drain) {
 				r.server().releaseLease(ctx, sid, r.node)
 				cancel()
 			}
-			r.server().publishStatus(sid, "idle")
+			r.server().PublishStatus(sid, "idle")
 			return
 		}
 		r.mu.Unlock()
 		// A local wake after the lease was given up: take it again.
 		if ok, err := r.server().claimDrain(r.ctx, sid, r.node); err != nil || !ok {
 			end()
-			r.server().publishStatus(sid, "idle")
+			r.server().PublishStatus(sid, "idle")
 			return
 		}
 	}
@@ -344,7 +357,7 @@ func (r *Runner) renew(sid string, done chan struct{}) {
 			return
 		case <-t.C:
 			if ok, err := r.server().claimDrain(r.ctx, sid, r.node); err == nil && !ok {
-				r.server().opts.Logger.Warn("drain: the session's lease was taken by another node", zap.String("session", sid))
+				r.server().Logger.Warn("drain: the session's lease was taken by another node", zap.String("session", sid))
 			}
 		}
 	}
@@ -366,9 +379,9 @@ type work struct {
 // nextWork finds the next work item: a step in progress first; then, when
 // idle, the oldest inbox item; in a running turn (idle false), the oldest
 // steer item only.
-func (s *Server) nextWork(tx store.Tx, sid string, idle bool) (*work, error) {
+func (s svc) nextWork(tx store.Tx, sid string, idle bool) (*work, error) {
 	var next, turn *work
-	err := tx.SessionItems(s.instanceName(), sid, store.ItemInbox, func(raw []byte) (bool, error) {
+	err := tx.SessionItems(s.InstanceName(), sid, store.ItemInbox, func(raw []byte) (bool, error) {
 		var h struct {
 			ID       string `json:"id"`
 			Type     string `json:"type"`
@@ -403,13 +416,13 @@ func (r *Runner) run(sid string, d *drain) (bool, error) {
 	for {
 		s := r.server() // fresh services at every step boundary
 		var w *work
-		if err := s.view(ctx, func(tx store.Tx) (err error) {
-			if _, err = s.getInfo(tx, sid); err != nil {
+		if err := s.ReadTx(ctx, func(tx store.Tx) (err error) {
+			if _, err = s.Info(tx, sid); err != nil {
 				return err
 			}
 			w, err = s.nextWork(tx, sid, outcome == "")
 			return err
-		}); isSessionGone(err) {
+		}); session.Gone(err) {
 			return false, nil
 		} else if err != nil {
 			return false, err
@@ -423,7 +436,7 @@ func (r *Runner) run(sid string, d *drain) (bool, error) {
 		stepID := w.id
 		switch w.kind {
 		case "move":
-			if err := s.applyMove(ctx, sid, w); isSessionGone(err) {
+			if err := s.applyMove(ctx, sid, w); session.Gone(err) {
 				return true, nil
 			} else if err != nil {
 				return true, err
@@ -431,7 +444,7 @@ func (r *Runner) run(sid string, d *drain) (bool, error) {
 			continue
 		case "user":
 			var err error
-			if stepID, err = s.deliverUser(ctx, sid, w); isSessionGone(err) {
+			if stepID, err = s.deliverUser(ctx, sid, w); session.Gone(err) {
 				return true, nil
 			} else if err != nil {
 				return true, err
@@ -441,13 +454,13 @@ func (r *Runner) run(sid string, d *drain) (bool, error) {
 		r.mu.Lock()
 		d.cancelTurn, d.interrupted = cancel, false
 		r.mu.Unlock()
-		res, err := s.turn(turnCtx, r.provider(), sid, stepID)
+		res, err := s.turn(turnCtx, r.Provider(), sid, stepID)
 		r.mu.Lock()
 		interrupted := d.interrupted
 		d.cancelTurn = nil
 		r.mu.Unlock()
 		cancel()
-		if isSessionGone(err) {
+		if session.Gone(err) {
 			return true, nil
 		}
 		if err != nil {
@@ -472,18 +485,14 @@ func (r *Runner) run(sid string, d *drain) (bool, error) {
 	return true, r.server().settleRun(ctx, sid, outcome)
 }
 
-func (s *Server) publishStatus(sid, status string) {
-	s.opts.Bus.Publish("session.status", nil, map[string]any{"sessionID": sid, "status": map[string]any{"type": status}})
-}
-
 // deliverUser turns an admitted user input into a user message (same id)
 // and marks the step that answers it; it returns the step's message id.
-func (s *Server) deliverUser(ctx context.Context, sid string, w *work) (string, error) {
-	var item InboxUser
+func (s svc) deliverUser(ctx context.Context, sid string, w *work) (string, error) {
+	var item session.InboxUser
 	if err := json.Unmarshal(w.raw, &item); err != nil {
 		return "", err
 	}
-	now := s.nowMS()
+	now := s.NowMS()
 	msg := map[string]any{"id": item.ID, "type": "user", "text": item.Payload.Text,
 		"time": map[string]any{"created": now}}
 	if len(item.Payload.Files) > 0 {
@@ -499,47 +508,47 @@ func (s *Server) deliverUser(ctx context.Context, sid string, w *work) (string, 
 	if err != nil {
 		return "", err
 	}
-	stepID := ids.next("msg", false, s.opts.Clock.Now())
+	stepID := s.NewID("msg")
 	marker, err := json.Marshal(map[string]any{"id": stepID, "sessionID": sid, "type": "turn", "time": map[string]any{"created": now}})
 	if err != nil {
 		return "", err
 	}
-	var info *SessionInfo
-	err = s.update(ctx, func(tx store.Tx) (err error) {
-		if info, err = s.getInfo(tx, sid); err != nil {
+	var info *session.Info
+	err = s.WriteTx(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, sid); err != nil {
 			return err
 		}
-		if err := tx.MoveSessionItem(s.instanceName(), sid, item.ID, store.ItemMessage, raw); err != nil {
+		if err := tx.MoveSessionItem(s.InstanceName(), sid, item.ID, store.ItemMessage, raw); err != nil {
 			return err
 		}
-		if err := tx.AppendSessionItem(s.instanceName(), sid, store.ItemInbox, stepID, marker); err != nil {
+		if err := tx.AppendSessionItem(s.InstanceName(), sid, store.ItemInbox, stepID, marker); err != nil {
 			return err
 		}
 		info.Time.Updated = max(now, info.Time.Updated)
-		return s.putInfo(tx, info, false)
+		return s.PutInfo(tx, info, false)
 	})
 	if err != nil {
 		return "", err
 	}
-	s.publishSession("session.message.created", info, map[string]any{"message": json.RawMessage(raw)})
+	s.Publish("session.message.created", info, map[string]any{"message": json.RawMessage(raw)})
 	return stepID, nil
 }
 
 // applyMove applies an inbox move at its boundary.
-func (s *Server) applyMove(ctx context.Context, sid string, w *work) error {
+func (s svc) applyMove(ctx context.Context, sid string, w *work) error {
 	var mv struct {
-		ID        string      `json:"id"`
-		Location  LocationRef `json:"location"`
-		ProjectID string      `json:"projectID"`
-		Subpath   string      `json:"subpath"`
+		ID        string             `json:"id"`
+		Location  events.LocationRef `json:"location"`
+		ProjectID string             `json:"projectID"`
+		Subpath   string             `json:"subpath"`
 	}
 	if err := json.Unmarshal(w.raw, &mv); err != nil {
 		return err
 	}
-	now := s.nowMS()
-	var info *SessionInfo
-	err := s.update(ctx, func(tx store.Tx) (err error) {
-		if info, err = s.getInfo(tx, sid); err != nil {
+	now := s.NowMS()
+	var info *session.Info
+	err := s.WriteTx(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, sid); err != nil {
 			return err
 		}
 		msg := map[string]any{"id": mv.ID, "type": "location-switched", "time": map[string]any{"created": now},
@@ -556,52 +565,46 @@ func (s *Server) applyMove(ctx context.Context, sid string, w *work) error {
 		if err != nil {
 			return err
 		}
-		if err := tx.MoveSessionItem(s.instanceName(), sid, mv.ID, store.ItemMessage, raw); err != nil {
+		if err := tx.MoveSessionItem(s.InstanceName(), sid, mv.ID, store.ItemMessage, raw); err != nil {
 			return err
 		}
 		info.Location, info.ProjectID, info.Subpath = mv.Location, mv.ProjectID, mv.Subpath
 		info.Time.Updated = max(now, info.Time.Updated)
-		return s.putInfo(tx, info, false)
+		return s.PutInfo(tx, info, false)
 	})
 	if err != nil {
 		return err
 	}
-	s.publishSession("session.updated", info, map[string]any{"info": info})
+	s.Publish("session.updated", info, map[string]any{"info": info})
 	return nil
 }
 
 // settleRun records the end of a run: an idle marker, the session's
 // outcome and time.idle.
-func (s *Server) settleRun(ctx context.Context, sid, outcome string) error {
-	now := s.nowMS()
-	var info *SessionInfo
-	err := s.update(ctx, func(tx store.Tx) (err error) {
-		if info, err = s.getInfo(tx, sid); err != nil {
+func (s svc) settleRun(ctx context.Context, sid, outcome string) error {
+	now := s.NowMS()
+	var info *session.Info
+	err := s.WriteTx(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, sid); err != nil {
 			return err
 		}
-		msg := s.newMessage("idle", now)
+		msg := s.NewMessage("idle", now)
 		msg["outcome"] = outcome
-		if err := s.appendMessage(tx, sid, msg); err != nil {
+		if err := s.AppendMessage(tx, sid, msg); err != nil {
 			return err
 		}
 		info.Outcome = outcome
 		info.Time.Idle = &now
 		info.Time.Updated = max(now, info.Time.Updated)
-		return s.putInfo(tx, info, false)
+		return s.PutInfo(tx, info, false)
 	})
-	if isSessionGone(err) {
+	if session.Gone(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	s.publishSession("session.idle", info, map[string]any{"outcome": outcome})
-	s.publishSession("session.updated", info, map[string]any{"info": info})
+	s.Publish("session.idle", info, map[string]any{"outcome": outcome})
+	s.Publish("session.updated", info, map[string]any{"info": info})
 	return nil
-}
-
-// isSessionGone reports an error that means the session was removed.
-func isSessionGone(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Status == 404 && e.Tag == "SessionNotFoundError"
 }

@@ -1,4 +1,4 @@
-package instanceapi
+package server
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/instance/events"
+	"github.com/agentgate/agentgate/internal/instance/session"
 	"github.com/agentgate/agentgate/internal/store"
 )
 
@@ -25,9 +27,9 @@ func BenchmarkSessionList(b *testing.B) {
 	for i := 0; i < total; i += batch {
 		err := st.Update(context.Background(), func(tx store.Tx) error {
 			for j := i; j < i+batch; j++ {
-				info := &SessionInfo{ID: fmt.Sprintf("ses_%08d", j), ProjectID: "p", Title: fmt.Sprint("Session ", j),
-					Time: SessionTime{Created: int64(j), Updated: int64(j)}, Location: LocationRef{Directory: dir}}
-				if err := srv.putInfo(tx, info, true); err != nil {
+				info := &session.Info{ID: fmt.Sprintf("ses_%08d", j), ProjectID: "p", Title: fmt.Sprint("Session ", j),
+					Time: session.Time{Created: int64(j), Updated: int64(j)}, Location: events.LocationRef{Directory: dir}}
+				if err := srv.Sessions().PutInfo(tx, info, true); err != nil {
 					return err
 				}
 			}

@@ -1,21 +1,29 @@
-package instanceapi
+// Package server is the instance's HTTP API: authentication and pairing,
+// the route table, and handlers that decode a request, call a location,
+// agent, plugin or session operation, and encode its answer.
+package server
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/instance/agents"
+	"github.com/agentgate/agentgate/internal/instance/errs"
+	"github.com/agentgate/agentgate/internal/instance/events"
+	"github.com/agentgate/agentgate/internal/instance/location"
+	"github.com/agentgate/agentgate/internal/instance/loop"
+	"github.com/agentgate/agentgate/internal/instance/plugins"
+	"github.com/agentgate/agentgate/internal/instance/session"
 	"github.com/agentgate/agentgate/internal/jsonio"
 	"github.com/agentgate/agentgate/internal/ratelimit"
 	"github.com/agentgate/agentgate/internal/router"
@@ -25,8 +33,8 @@ import (
 // Options configure a Server.
 type Options struct {
 	Auth    *Auth
-	Pairing *Pairing // shared across config reloads by the caller
-	Bus     *Bus     // shared across config reloads by the caller
+	Pairing *Pairing    // shared across config reloads by the caller
+	Bus     *events.Bus // shared across config reloads by the caller
 	// Limiter counts failed authentications per client address (see
 	// ServeHTTP); shared across config reloads by the caller. Default: a
 	// new one with AuthFailuresPerAddress in AuthFailureWindow.
@@ -43,7 +51,7 @@ type Options struct {
 	// shape as an opencode.json "agent" map entry).
 	Agents map[string]json.RawMessage
 	// Plugins manages package, local and built-in plugins.
-	Plugins *PluginManager
+	Plugins *plugins.Manager
 	// Version is reported by /api/info.
 	Version string
 	// Heartbeat is the event-stream heartbeat interval (default 15 s).
@@ -54,26 +62,27 @@ type Options struct {
 	Store func(ctx context.Context) (store.Store, error)
 	// Instance names this instance; sessions are scoped by it. Default "default".
 	Instance string
-	// Schedule, when set, is called after a prompt is admitted with resume
-	// not false, to wake the session's drain (the agent loop).
-	Schedule func(sessionID string)
 	// Runner, when set, runs the session drains (provider turns); it may
 	// outlive this Server (configuration reloads) and uses the newest one.
-	Runner *Runner
+	Runner Runner
 }
+
+// Runner runs the sessions' agent loops: admitted prompts wake it, and
+// it reads the sessions through the service it is attached to. The
+// agent loop (loop.Runner) is the one the instance module gives.
+type Runner interface {
+	session.Drains
+	Attach(*session.Service)
+}
+
+var _ Runner = (*loop.Runner)(nil)
 
 // Server is the instance API.
 type Server struct {
-	opts   Options
-	router *router.Router
-
-	mu        sync.Mutex
-	locations map[string]*Location // canonical directory → loaded location
-
-	activeMu sync.Mutex
-	active   map[string]struct{} // sessions whose drain runs in this process
-
-	afterAdmit func() // test hook: runs after a prompt is committed, before the answer
+	opts      Options
+	router    *router.Router
+	locations *location.Locations
+	sessions  *session.Service
 }
 
 // New builds a server.
@@ -88,7 +97,7 @@ func New(opts Options) *Server {
 		opts.Heartbeat = 15 * time.Second
 	}
 	if opts.Bus == nil {
-		opts.Bus = NewBus(0, opts.Clock)
+		opts.Bus = events.NewBus(0, opts.Clock)
 	}
 	if opts.Pairing == nil {
 		opts.Pairing = NewPairing(opts.Clock)
@@ -99,8 +108,14 @@ func New(opts Options) *Server {
 	if opts.ClientIP == nil {
 		opts.ClientIP = remoteHost
 	}
-	s := &Server{opts: opts, router: &router.Router{OnError: func(w http.ResponseWriter, _ *http.Request, err error) { writeError(w, err) }},
-		locations: map[string]*Location{}, active: map[string]struct{}{}}
+	s := &Server{opts: opts, router: &router.Router{OnError: func(w http.ResponseWriter, _ *http.Request, err error) { errs.Write(w, err) }}}
+	s.locations = location.New(location.Options{DefaultDirectory: opts.DefaultDirectory, AllowedRoots: opts.AllowedRoots,
+		Agents: opts.Agents, Bus: opts.Bus})
+	s.sessions = &session.Service{Store: opts.Store, Instance: opts.Instance, Clock: opts.Clock, Bus: opts.Bus,
+		Locations: s.locations, Logger: opts.Logger}
+	if opts.Runner != nil {
+		s.sessions.Drains = opts.Runner
+	}
 	rt := s.router
 	rt.Handle("GET", "/api/info", s.info)
 	rt.Handle("POST", "/api/pair", s.pair)
@@ -115,13 +130,24 @@ func New(opts Options) *Server {
 	rt.Handle("GET", "/api/event", s.events)
 	s.sessionRoutes(rt)
 	if opts.Runner != nil {
-		opts.Runner.attach(s)
+		opts.Runner.Attach(s.sessions)
 	}
 	return s
 }
 
 // Bus is the server's event bus.
-func (s *Server) Bus() *Bus { return s.opts.Bus }
+func (s *Server) Bus() *events.Bus { return s.opts.Bus }
+
+// Sessions is the server's session service.
+func (s *Server) Sessions() *session.Service { return s.sessions }
+
+// ReloadAll rebuilds every loaded location (see location.Locations).
+func (s *Server) ReloadAll() error { return s.locations.ReloadAll() }
+
+// IsActive reports whether a drain of the session runs in this process.
+func (s *Server) IsActive(sessionID string) bool {
+	return s.opts.Runner != nil && s.opts.Runner.IsActive(sessionID)
+}
 
 // Handles reports whether the path belongs to the instance API.
 func Handles(path string) bool {
@@ -158,7 +184,7 @@ func NewAuthLimiter(clk clock.Clock) *ratelimit.Limiter {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Auth.Enabled() {
 		if wait := s.opts.Limiter.RetryAfter(s.addressKey(r)); wait > 0 {
-			writeError(w, tooManyRequests(wait))
+			errs.Write(w, errs.TooManyRequests(wait))
 			return
 		}
 	}
@@ -169,7 +195,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.opts.Limiter.Fail(s.addressKey(r))
 			fallthrough
 		default:
-			writeError(w, unauthorized("Authentication required"))
+			errs.Write(w, errs.Unauthorized("Authentication required"))
 			return
 		}
 	}
@@ -253,7 +279,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, p router.Params
 			w.Write([]byte("This pairing link expired or was already used. Run `opencode pair` to get a new one.\n"))
 			return nil
 		}
-		return unauthorized("Pairing link expired or already used")
+		return errs.Unauthorized("Pairing link expired or already used")
 	}
 	tok := s.opts.Auth.NewToken()
 	if browser {
@@ -274,7 +300,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, _ router.Params)
 // noBody refuses a request body where the operation takes none.
 func noBody(r *http.Request) error {
 	if r.ContentLength > 0 {
-		return invalidRequest("payload", "this operation takes no request body")
+		return errs.InvalidRequest("payload", "this operation takes no request body")
 	}
 	return nil
 }
@@ -282,21 +308,17 @@ func noBody(r *http.Request) error {
 // decodeBody reads a required strict JSON body.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := jsonio.Decode(w, r, 1<<20, v); err != nil {
-		return invalidRequest("payload", errorMessage(err))
+		return errs.InvalidRequest("payload", errs.Message(err))
 	}
 	return nil
 }
 
-func errorMessage(err error) string {
-	var e interface{ Error() string }
-	if errors.As(err, &e) {
-		msg := e.Error()
-		if i := strings.Index(msg, ": "); i > 0 && !strings.Contains(msg[:i], " ") {
-			return msg[i+2:]
-		}
-		return msg
-	}
-	return "invalid request"
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
 }
 
 // locationQuery reads location[directory] (deepObject), refusing any other
@@ -309,10 +331,10 @@ func locationQuery(r *http.Request) (string, error) {
 			continue
 		}
 		if k != "location[directory]" {
-			return "", invalidRequest("query", "unknown location property "+strings.TrimPrefix(k, "location"))
+			return "", errs.InvalidRequest("query", "unknown location property "+strings.TrimPrefix(k, "location"))
 		}
 		if len(v) != 1 {
-			return "", invalidRequest("query", "location[directory] is repeated")
+			return "", errs.InvalidRequest("query", "location[directory] is repeated")
 		}
 		dir = v[0]
 	}
@@ -329,3 +351,123 @@ func locationQuery(r *http.Request) (string, error) {
 
 // ctxNoCancel keeps background work alive past the request.
 func ctxNoCancel(r *http.Request) context.Context { return context.WithoutCancel(r.Context()) }
+
+// location resolves and, on first use, loads the request's location.
+func (s *Server) location(r *http.Request) (*location.Location, error) {
+	dir, err := locationQuery(r)
+	if err != nil {
+		return nil, err
+	}
+	return s.locations.Get(dir)
+}
+
+func (s *Server) getLocation(w http.ResponseWriter, r *http.Request, _ router.Params) error {
+	loc, err := s.location(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, loc.PublicInfo())
+	return nil
+}
+
+func (s *Server) reloadLocations(w http.ResponseWriter, r *http.Request, _ router.Params) error {
+	if err := noBody(r); err != nil {
+		return err
+	}
+	if len(r.URL.Query()) > 0 {
+		return errs.InvalidRequest("query", "location.reload takes no query parameters")
+	}
+	if err := s.locations.ReloadAll(); err != nil {
+		return errs.Unavailable("location", err.Error())
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ router.Params) error {
+	loc, err := s.location(r)
+	if err != nil {
+		return err
+	}
+	list := loc.Agents
+	if list == nil {
+		list = []agents.Agent{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"location": loc.Ref(), "data": list})
+	return nil
+}
+
+func (s *Server) getAgent(w http.ResponseWriter, r *http.Request, p router.Params) error {
+	loc, err := s.location(r)
+	if err != nil {
+		return err
+	}
+	for _, a := range loc.Agents {
+		if a.ID == p["agentID"] {
+			writeJSON(w, http.StatusOK, map[string]any{"location": loc.Ref(), "data": a})
+			return nil
+		}
+	}
+	return errs.AgentNotFound(p["agentID"])
+}
+
+func (s *Server) listPlugins(w http.ResponseWriter, r *http.Request, _ router.Params) error {
+	loc, err := s.location(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"location": loc.Ref(), "data": s.opts.Plugins.List(loc.Project.Directory)})
+	return nil
+}
+
+func (s *Server) checkPlugins(w http.ResponseWriter, r *http.Request, _ router.Params) error {
+	loc, err := s.location(r)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Target *string `json:"target"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	target := ""
+	if in.Target != nil {
+		target = *in.Target
+	}
+	list, err := s.opts.Plugins.Check(r.Context(), loc.Project.Directory, target)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"location": loc.Ref(), "data": list})
+	return nil
+}
+
+func (s *Server) updatePlugins(w http.ResponseWriter, r *http.Request, _ router.Params) error {
+	if _, err := s.location(r); err != nil {
+		return err
+	}
+	var in struct {
+		Targets *[]string `json:"targets"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	if in.Targets == nil {
+		return errs.InvalidRequest("payload", "targets is required")
+	}
+	updated, err := s.opts.Plugins.Update(ctxNoCancel(r), *in.Targets)
+	if len(updated) > 0 {
+		for _, t := range updated {
+			s.opts.Bus.Publish("plugin.updated", nil, map[string]any{"target": t})
+		}
+		if rerr := s.locations.ReloadAll(); rerr != nil && err == nil {
+			err = errs.Unavailable("location", rerr.Error())
+		}
+	}
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

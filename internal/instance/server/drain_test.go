@@ -1,4 +1,4 @@
-package instanceapi
+package server
 
 import (
 	"encoding/json"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
 	"github.com/agentgate/agentgate/internal/formats"
+	"github.com/agentgate/agentgate/internal/instance/events"
+	"github.com/agentgate/agentgate/internal/instance/loop"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/store"
 )
@@ -23,7 +25,7 @@ const fakeKey = "sk-fake-provider"
 type drainHarness struct {
 	*sessHarness
 	fake   *fakeprovider.Provider
-	runner *Runner
+	runner *loop.Runner
 }
 
 // newDrainHarness starts a fake provider and a server whose drains send
@@ -35,8 +37,8 @@ func newDrainHarness(t *testing.T) *drainHarness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fake.Close() })
-	runner := NewRunner()
-	runner.SetProvider(ProviderConfig{BaseURL: fake.URL + "/v1", APIKey: fakeKey, Format: "chat", Model: "fake-model",
+	runner := loop.NewRunner()
+	runner.SetProvider(loop.ProviderConfig{BaseURL: fake.URL + "/v1", APIKey: fakeKey, Format: "chat", Model: "fake-model",
 		InputPrice: 2 * money.Scale, OutputPrice: 8 * money.Scale})
 	sh := newSessHarness(t, func(o *Options) { o.Runner = runner })
 	t.Cleanup(runner.Close)
@@ -86,7 +88,7 @@ func (h *drainHarness) waitIdle(sid string, n int) []map[string]any {
 				idles++
 			}
 		}
-		if idles >= n && !h.runner.isActive(sid) {
+		if idles >= n && !h.runner.IsActive(sid) {
 			return msgs
 		}
 		if time.Now().After(deadline) {
@@ -355,10 +357,10 @@ func TestDrainRestartResumes(t *testing.T) {
 	h.fake.SetBehavior(fakeprovider.Behavior{})
 	h.restart()
 	// A new process: a new runner and server on the reopened store.
-	r2 := NewRunner()
-	r2.SetProvider(h.runner.provider())
+	r2 := loop.NewRunner()
+	r2.SetProvider(h.runner.Provider())
 	t.Cleanup(r2.Close)
-	New(Options{Store: h.opts.Store, Runner: r2, Bus: NewBus(0, nil)})
+	New(Options{Store: h.opts.Store, Runner: r2, Bus: events.NewBus(0, nil)})
 	h.runner = r2
 	msgs := h.waitIdle("ses_r", 1)
 	if len(msgs) != 3 || text(msgs[0]) != "pending" || text(msgs[1]) != fakeprovider.Text {
@@ -393,7 +395,7 @@ func TestDrainStatsEqualMessages(t *testing.T) {
 		var msgs []map[string]any
 		for {
 			msgs = h.messages(sid)
-			if len(ofType(msgs, "assistant")) == i+1 && !h.runner.isActive(sid) {
+			if len(ofType(msgs, "assistant")) == i+1 && !h.runner.IsActive(sid) {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -473,7 +475,7 @@ func TestDrainFormats(t *testing.T) {
 	} {
 		t.Run(tc.format, func(t *testing.T) {
 			h := newDrainHarness(t)
-			p := h.runner.provider()
+			p := h.runner.Provider()
 			p.Format, p.BaseURL = tc.format, h.fake.URL+tc.base
 			h.runner.SetProvider(p)
 			h.send("POST", "/api/session", map[string]any{"id": "ses_fmt"})
@@ -513,7 +515,7 @@ func TestDrainSessionRemovedMidTurn(t *testing.T) {
 		t.Fatalf("delete: %d", r.status)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for h.runner.isActive("ses_del") {
+	for h.runner.IsActive("ses_del") {
 		if time.Now().After(deadline) {
 			t.Fatal("the drain of a removed session still runs")
 		}
@@ -534,7 +536,7 @@ func TestDrainNotAProviderStream(t *testing.T) {
 		w.Write([]byte(`{"ok":true}`))
 	}))
 	t.Cleanup(other.Close)
-	p := h.runner.provider()
+	p := h.runner.Provider()
 	p.BaseURL = other.URL + "/custom/conn_x"
 	h.runner.SetProvider(p)
 	h.send("POST", "/api/session", map[string]any{"id": "ses_n"})

@@ -1,4 +1,6 @@
-package instanceapi
+// Package events is the instance server's event bus: operations publish
+// events, and each subscriber of the event stream gets them as SSE frames.
+package events
 
 import (
 	"encoding/json"
@@ -7,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/instance/ids"
 )
 
 // Event is one frame of the event stream.
@@ -60,7 +63,7 @@ func (b *Bus) Publish(typ string, loc *LocationRef, data any) {
 		data = map[string]any{}
 	}
 	now := b.Clock.Now()
-	frame, err := json.Marshal(Event{ID: NewEventID(now), Created: now.UnixMilli(), Type: typ, Location: loc, Data: data})
+	frame, err := json.Marshal(Event{ID: ids.Event(now), Created: now.UnixMilli(), Type: typ, Location: loc, Data: data})
 	if err != nil {
 		return
 	}
@@ -110,7 +113,7 @@ func (b *Bus) Serve(w http.ResponseWriter, r *http.Request, heartbeat time.Durat
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	first, _ := json.Marshal(Event{ID: NewEventID(b.Clock.Now()), Type: "server.connected", Data: map[string]any{}})
+	first, _ := json.Marshal(Event{ID: ids.Event(b.Clock.Now()), Type: "server.connected", Data: map[string]any{}})
 	if !writeFrame(w, rc, first) {
 		return
 	}

@@ -1,4 +1,4 @@
-package instanceapi
+package plugins
 
 import (
 	"archive/tar"
@@ -24,6 +24,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentgate/agentgate/internal/instance/errs"
 )
 
 // tarEntry is one entry of a test tarball.
@@ -241,16 +243,16 @@ func (r *fakeRegistry) serve(w http.ResponseWriter, req *http.Request) {
 	json.NewEncoder(w).Encode(doc)
 }
 
-func newTestManager(t *testing.T, registry, dir string, targets ...string) *PluginManager {
+func newTestManager(t *testing.T, registry, dir string, targets ...string) *Manager {
 	t.Helper()
-	m, err := NewPluginManager(PluginOptions{Targets: targets, Registry: registry, Dir: dir})
+	m, err := New(Options{Targets: targets, Registry: registry, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
-func findPlugin(t *testing.T, list []PluginInfo, id string) PluginInfo {
+func findPlugin(t *testing.T, list []Info, id string) Info {
 	t.Helper()
 	for _, p := range list {
 		if p.ID == id {
@@ -258,12 +260,12 @@ func findPlugin(t *testing.T, list []PluginInfo, id string) PluginInfo {
 		}
 	}
 	t.Fatalf("plugin %q not in %+v", id, list)
-	return PluginInfo{}
+	return Info{}
 }
 
-func wantTagged(t *testing.T, err error, status int, tag string, fields map[string]any) *Error {
+func wantTagged(t *testing.T, err error, status int, tag string, fields map[string]any) *errs.Error {
 	t.Helper()
-	var e *Error
+	var e *errs.Error
 	if !errors.As(err, &e) {
 		t.Fatalf("error = %v, want a tagged %s", err, tag)
 	}
@@ -308,7 +310,7 @@ func closedPortURL(t *testing.T) string {
 
 func TestPluginNewValidation(t *testing.T) {
 	for _, good := range []string{"alpha@1.2.3", "@scope/name@1.2.3", "plain", "a-b.c_d@^1.0.0", "x@latest", "y@>=1.0.0 <2.0.0", "z@1.0.0-beta.1+build.5"} {
-		if _, err := NewPluginManager(PluginOptions{Targets: []string{good}}); err != nil {
+		if _, err := New(Options{Targets: []string{good}}); err != nil {
 			t.Errorf("%q: %v", good, err)
 		}
 	}
@@ -318,14 +320,14 @@ func TestPluginNewValidation(t *testing.T) {
 		"@scope/.hidden@1.0.0", strings.Repeat("a", 215) + "@1.0.0", "",
 	}
 	for _, b := range bad {
-		if _, err := NewPluginManager(PluginOptions{Targets: []string{b}}); err == nil {
+		if _, err := New(Options{Targets: []string{b}}); err == nil {
 			t.Errorf("%q accepted", b)
 		}
 	}
-	if _, err := NewPluginManager(PluginOptions{Targets: []string{"a@1.0.0", "a@2.0.0"}}); err == nil {
+	if _, err := New(Options{Targets: []string{"a@1.0.0", "a@2.0.0"}}); err == nil {
 		t.Error("duplicate name accepted")
 	}
-	if _, err := NewPluginManager(PluginOptions{Registry: "ftp://x"}); err == nil {
+	if _, err := New(Options{Registry: "ftp://x"}); err == nil {
 		t.Error("non-http registry accepted")
 	}
 }
@@ -386,7 +388,7 @@ func TestPluginList(t *testing.T) {
 		t.Errorf("json = %s", raw)
 	}
 	// A nil manager still lists the builtins.
-	var nilM *PluginManager
+	var nilM *Manager
 	if n := len(nilM.List("")); n != 1 {
 		t.Errorf("nil manager lists %d", n)
 	}
@@ -465,7 +467,7 @@ func TestPluginCheck(t *testing.T) {
 	e := wantTagged(t, err, 400, "InvalidRequestError", map[string]any{
 		"message": "Plugin package is not in the current server inventory: nope", "field": "target"})
 	rec := httptest.NewRecorder()
-	writeError(rec, e)
+	errs.Write(rec, e)
 	var body map[string]any
 	json.Unmarshal(rec.Body.Bytes(), &body)
 	if rec.Code != 400 || body["_tag"] != "InvalidRequestError" || body["field"] != "target" {
@@ -686,12 +688,12 @@ func TestPluginUpdateRefusesEvilTarballs(t *testing.T) {
 func TestPluginUpdateTarballLimits(t *testing.T) {
 	for name, tc := range map[string]struct {
 		extra []tarEntry
-		tune  func(*PluginManager)
+		tune  func(*Manager)
 		want  string
 	}{
-		"size":          {[]tarEntry{{name: "package/big.bin", body: strings.Repeat("x", 4096)}}, func(m *PluginManager) { m.maxUnpacked = 2048 }, "size limit"},
-		"entries":       {[]tarEntry{{name: "package/1"}, {name: "package/2"}, {name: "package/3"}}, func(m *PluginManager) { m.maxEntries = 6 }, "too many entries"},
-		"download":      {nil, func(m *PluginManager) { m.maxTarball = 64 }, "too large"},
+		"size":          {[]tarEntry{{name: "package/big.bin", body: strings.Repeat("x", 4096)}}, func(m *Manager) { m.maxUnpacked = 2048 }, "size limit"},
+		"entries":       {[]tarEntry{{name: "package/1"}, {name: "package/2"}, {name: "package/3"}}, func(m *Manager) { m.maxEntries = 6 }, "too many entries"},
+		"download":      {nil, func(m *Manager) { m.maxTarball = 64 }, "too large"},
 		"wrong-package": {nil, nil, "package.json"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -793,7 +795,7 @@ func TestPluginUpdateRegistryFailures(t *testing.T) {
 		if updated != nil || reg.total() != 0 {
 			t.Errorf("work done: %v, %d requests", updated, reg.total())
 		}
-		var nilM *PluginManager
+		var nilM *Manager
 		_, err = nilM.Update(ctx, []string{"alpha"})
 		wantTagged(t, err, 400, "InvalidRequestError", map[string]any{"field": "targets"})
 	})
