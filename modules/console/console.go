@@ -114,7 +114,7 @@ func (c *Console) Validate() error {
 // ServeHTTP serves the Console routes.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	if taken, err := c.accessLog.Serve(w, r, c, next); taken {
-		return err // logged without the key (internal/accesslog)
+		return err // logged without the key (package accesslog)
 	}
 	switch p := r.URL.Path; {
 	case oauth.Handles(p):

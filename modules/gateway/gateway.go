@@ -184,7 +184,7 @@ func (g *Gateway) Cleanup() error {
 // ServeHTTP forwards a gateway request, or passes other paths on.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	if taken, err := g.accessLog.Serve(w, r, g, next); taken {
-		return err // logged without the key (modules/internal/accesslog)
+		return err // logged without the key (package accesslog)
 	}
 	if !strings.HasPrefix(r.URL.Path, formats.Prefix) {
 		return next.ServeHTTP(w, r)
