@@ -551,25 +551,13 @@ func (s svc) applyMove(ctx context.Context, sid string, w *work) error {
 		if info, err = s.Info(tx, sid); err != nil {
 			return err
 		}
-		msg := map[string]any{"id": mv.ID, "type": "location-switched", "time": map[string]any{"created": now},
-			"location": mv.Location, "projectID": mv.ProjectID}
-		if mv.Subpath != "" {
-			msg["subpath"] = mv.Subpath
-		}
-		prev := map[string]any{"location": info.Location, "projectID": info.ProjectID}
-		if info.Subpath != "" {
-			prev["subpath"] = info.Subpath
-		}
-		msg["previous"] = prev
-		raw, err := json.Marshal(msg)
+		raw, err := json.Marshal(session.SwitchLocation(info, mv.ID, now, mv.Location, mv.ProjectID, mv.Subpath))
 		if err != nil {
 			return err
 		}
 		if err := tx.MoveSessionItem(s.InstanceName(), sid, mv.ID, store.ItemMessage, raw); err != nil {
 			return err
 		}
-		info.Location, info.ProjectID, info.Subpath = mv.Location, mv.ProjectID, mv.Subpath
-		info.Time.Updated = max(now, info.Time.Updated)
 		return s.PutInfo(tx, info, false)
 	})
 	if err != nil {

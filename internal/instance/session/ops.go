@@ -411,20 +411,10 @@ func (s *Service) Move(ctx context.Context, sid, dir, delivery string) (*Info, e
 			}
 			return tx.AppendSessionItem(s.InstanceName(), sid, store.ItemInbox, item["id"].(string), raw)
 		}
-		msg := s.NewMessage("location-switched", now)
-		for k, v := range target {
-			msg[k] = v
-		}
-		prev := map[string]any{"location": info.Location, "projectID": info.ProjectID}
-		if info.Subpath != "" {
-			prev["subpath"] = info.Subpath
-		}
-		msg["previous"] = prev
+		msg := SwitchLocation(info, s.NewID("msg"), now, events.LocationRef{Directory: clean}, pid, sub)
 		if err := s.AppendMessage(tx, sid, msg); err != nil {
 			return err
 		}
-		info.Location, info.ProjectID, info.Subpath = events.LocationRef{Directory: clean}, pid, sub
-		info.Time.Updated = max(now, info.Time.Updated)
 		return s.PutInfo(tx, info, false)
 	})
 	if err != nil {
@@ -432,4 +422,23 @@ func (s *Service) Move(ctx context.Context, sid, dir, delivery string) (*Info, e
 	}
 	s.Publish("session.updated", info, map[string]any{"info": info})
 	return info, nil
+}
+
+// SwitchLocation moves info to a location, projectID and subpath, and
+// returns the location-switched message (id, created now) that records
+// the move with the previous location.
+func SwitchLocation(info *Info, id string, now int64, loc events.LocationRef, projectID, subpath string) map[string]any {
+	msg := map[string]any{"id": id, "type": "location-switched", "time": map[string]any{"created": now},
+		"location": loc, "projectID": projectID}
+	if subpath != "" {
+		msg["subpath"] = subpath
+	}
+	prev := map[string]any{"location": info.Location, "projectID": info.ProjectID}
+	if info.Subpath != "" {
+		prev["subpath"] = info.Subpath
+	}
+	msg["previous"] = prev
+	info.Location, info.ProjectID, info.Subpath = loc, projectID, subpath
+	info.Time.Updated = max(now, info.Time.Updated)
+	return msg
 }
