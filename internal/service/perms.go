@@ -68,7 +68,7 @@ func Check(p *Principal, op Op) Access {
 			}
 		}
 		// Managing models, service accounts, keys and members always needs a
-		// person, even with an All key (seed, Authentication rule 6).
+		// person, even with an All key.
 		return Deny
 	case KindPerson:
 		switch op {

@@ -114,7 +114,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, toOAuth(err))
 			return
 		}
-		// verification_uri_complete is a path relative to the Console host (seed).
+		// verification_uri_complete is a path relative to the Console host.
 		start.VerificationURIComplete = VerificationPath + "?user_code=" + url.QueryEscape(start.UserCode)
 		writeJSON(w, http.StatusOK, start)
 	case TokenPath:
