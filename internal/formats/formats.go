@@ -40,22 +40,23 @@ var (
 	Google    = register(googleWire{})
 )
 
-// registry holds the formats by value; index 0 is the zero Format.
-var registry = []wire{nil}
+// registry holds the formats by value; index 0 is the zero Format. all
+// lists the registered ones, for All.
+var (
+	registry = []wire{nil}
+	all      []Format
+)
 
 func register(w wire) Format {
 	registry = append(registry, w)
-	return Format(len(registry) - 1)
+	f := Format(len(registry) - 1)
+	all = append(all, f)
+	return f
 }
 
-// All returns every registered format, in registration order.
-func All() []Format {
-	out := make([]Format, 0, len(registry)-1)
-	for i := 1; i < len(registry); i++ {
-		out = append(out, Format(i))
-	}
-	return out
-}
+// All returns every registered format, in registration order. The slice
+// is shared (the gateway asks for it on every request): do not modify it.
+func All() []Format { return all[:len(all):len(all)] }
 
 // Count is the number of registered formats; Format values run from 1 to
 // Count, so a table indexed by Format has Count()+1 entries.

@@ -349,13 +349,13 @@ func (c *call) finish(res *ledger.Reservation, status int, result formats.MeterR
 	if c.p.Annotate != nil {
 		c.p.Annotate(c.r, rec)
 	}
-	f := c.route.Format
+	f, p := c.route.Format, c.p
 	record := func(err error) {
 		if err != nil {
-			c.p.Logger.Error("recording usage failed", zap.String("workspace", rec.Workspace), zap.String("usage_id", rec.ID), zap.Error(err))
+			p.Logger.Error("recording usage failed", zap.String("workspace", rec.Workspace), zap.String("usage_id", rec.ID), zap.Error(err))
 			return
 		}
-		c.p.Metrics.observe(f, status, rec.Tokens, rec.Cost)
+		p.Metrics.observe(f, status, rec.Tokens, rec.Cost)
 	}
 	if res == nil {
 		record(svc.Ledger.Record(c.r.Context(), rec))
