@@ -2,7 +2,7 @@ package endpoint
 
 import (
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // The operations on a workspace that the API surfaces share. The Console

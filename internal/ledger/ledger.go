@@ -27,7 +27,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/clock"
 	"github.com/agentgate/agentgate/internal/money"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // ExceededError refuses a request whose reservation does not fit.

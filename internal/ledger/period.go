@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/secrets"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // PeriodStart is the start of the budget period that contains t: calendar

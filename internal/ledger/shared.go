@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/money"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // HoldTTL bounds how long a hold of a shared store counts against its

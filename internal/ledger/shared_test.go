@@ -10,7 +10,7 @@ import (
 	"github.com/agentgate/agentgate/internal/clock"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/pgtest"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }

@@ -13,7 +13,7 @@ import (
 	"github.com/agentgate/agentgate/internal/endpoint"
 	"github.com/agentgate/agentgate/internal/router"
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // API serves the operator routes.

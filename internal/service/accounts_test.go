@@ -9,7 +9,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 func TestDeleteServiceAccountRevokesItsKeys(t *testing.T) {

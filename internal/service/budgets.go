@@ -9,7 +9,7 @@ import (
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/ledger"
 	"github.com/agentgate/agentgate/internal/money"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // BudgetView is a member's budget on the wire (GET /api/v1/budgets/members).

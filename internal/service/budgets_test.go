@@ -9,7 +9,7 @@ import (
 	"github.com/agentgate/agentgate/internal/ledger"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // settle records one request of member through the service's ledger.

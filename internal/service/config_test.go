@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 func TestConfig(t *testing.T) {

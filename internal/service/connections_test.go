@@ -8,7 +8,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 const credential = "sk-live-UPSTREAM-CREDENTIAL-0123456789abcdef"

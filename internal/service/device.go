@@ -12,7 +12,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/secrets"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // Device flow constants (RFC 8628 and the Console's device sign-in).

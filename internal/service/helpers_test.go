@@ -17,8 +17,8 @@ import (
 	"github.com/agentgate/agentgate/internal/clock"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/internal/testenv"
-	"github.com/agentgate/agentgate/modules/store"
 )
 
 var (

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/secrets"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // generational is a store that counts committed writes to the records

@@ -7,8 +7,8 @@ import (
 
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/internal/testenv"
-	"github.com/agentgate/agentgate/modules/store"
 )
 
 // cacheEnv is the service over a tracked store, with the raw Badger store

@@ -5,7 +5,7 @@ import (
 	"errors"
 
 	"github.com/agentgate/agentgate/internal/apierr"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // MemberView is a member with the person's name and email.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 func roles(t *testing.T, e *env, ws string) map[string]string {

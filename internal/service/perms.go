@@ -2,7 +2,7 @@ package service
 
 import (
 	"github.com/agentgate/agentgate/internal/apierr"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // Op is a row of the permission matrix: which credential may do what.
@@ -68,7 +68,7 @@ func Check(p *Principal, op Op) Access {
 			}
 		}
 		// Managing models, service accounts, keys and members always needs a
-		// person, even with an All key (seed, Authentication rule 6).
+		// person, even with an All key.
 		return Deny
 	case KindPerson:
 		switch op {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // TestPermissionMatrix walks every row of the matrix for every credential

@@ -18,7 +18,7 @@ import (
 	"github.com/agentgate/agentgate/internal/clock"
 	"github.com/agentgate/agentgate/internal/ledger"
 	"github.com/agentgate/agentgate/internal/secrets"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // Service is safe for concurrent use.

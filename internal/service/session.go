@@ -9,7 +9,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/secrets"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // SessionTTL is the lifetime of a Console web session.

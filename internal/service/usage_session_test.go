@@ -14,8 +14,8 @@ import (
 	"github.com/agentgate/agentgate/internal/pgtest"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/internal/testenv"
-	"github.com/agentgate/agentgate/modules/store"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }

@@ -21,7 +21,7 @@ import (
 	"github.com/agentgate/agentgate/internal/ledger"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 func init() {

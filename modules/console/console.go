@@ -13,11 +13,11 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/agentgate/agentgate/internal/accesslog"
+	"github.com/agentgate/agentgate/internal/console/api"
+	"github.com/agentgate/agentgate/internal/console/oauth"
+	"github.com/agentgate/agentgate/internal/console/web"
 	"github.com/agentgate/agentgate/modules/agentgate"
-	"github.com/agentgate/agentgate/modules/console/api"
-	"github.com/agentgate/agentgate/modules/console/oauth"
-	"github.com/agentgate/agentgate/modules/console/web"
+	"github.com/agentgate/agentgate/modules/internal/accesslog"
 )
 
 func init() {
@@ -114,7 +114,7 @@ func (c *Console) Validate() error {
 // ServeHTTP serves the Console routes.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	if taken, err := c.accessLog.Serve(w, r, c, next); taken {
-		return err // logged without the key (internal/accesslog)
+		return err // logged without the key (package accesslog)
 	}
 	switch p := r.URL.Path; {
 	case oauth.Handles(p):

@@ -4,13 +4,13 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/agentgate/agentgate/internal/accesslog"
-	"github.com/agentgate/agentgate/modules/gateway/formats"
+	"github.com/agentgate/agentgate/internal/formats"
+	"github.com/agentgate/agentgate/modules/internal/accesslog"
 )
 
 // TestAccessLogCoversEveryKeySlot: every header the gateway reads a
 // workspace key from is either redacted by Caddy (Authorization) or kept
-// out of the access log by internal/accesslog (?key= is covered by the
+// out of the access log by package accesslog (?key= is covered by the
 // site test there).
 func TestAccessLogCoversEveryKeySlot(t *testing.T) {
 	for _, h := range formats.ClientCredentialHeaders {

@@ -9,7 +9,7 @@ import (
 	"github.com/agentgate/agentgate/internal/fakeprovider"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 func TestChatForwardedWithSwapAndRewrite(t *testing.T) {

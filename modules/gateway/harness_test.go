@@ -19,9 +19,9 @@ import (
 	"github.com/agentgate/agentgate/internal/fakeprovider"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/internal/testenv"
 	"github.com/agentgate/agentgate/modules/agentgate"
-	"github.com/agentgate/agentgate/modules/store"
 )
 
 // env is one running Caddy (in this process) with the gateway and the

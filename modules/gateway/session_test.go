@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentgate/agentgate/modules/store"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // postRaw sends a gateway request with headers set exactly as named (no

@@ -9,7 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/agentgate/agentgate/internal/instanceapi"
+	"github.com/agentgate/agentgate/internal/formats"
 )
 
 func init() {
@@ -117,7 +117,7 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				case "api_key":
 					in.Provider.APIKey = v
 				case "format":
-					if !instanceapi.KnownProviderFormat(v) {
+					if !knownFormat(v) {
 						return d.Errf("provider format must be chat, responses, anthropic or google, not '%s'", v)
 					}
 					in.Provider.Format = v
@@ -193,3 +193,9 @@ func parseAgent(d *caddyfile.Dispenser) (string, json.RawMessage, error) {
 
 // Interface guard
 var _ caddyfile.Unmarshaler = (*Instance)(nil)
+
+// knownFormat reports whether turns can be made in a provider format.
+func knownFormat(name string) bool {
+	_, ok := formats.Named(name)
+	return ok
+}

@@ -1,6 +1,6 @@
 // Package instance is the instance server handler
 // (http.handlers.agent_instance): the coding-agent session API that
-// OpenCode-style clients speak, over the plain package instanceapi.
+// OpenCode-style clients speak, over the plain packages of internal/instance.
 package instance
 
 import (
@@ -20,11 +20,15 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agentgate/agentgate/internal/clock"
-	"github.com/agentgate/agentgate/internal/instanceapi"
+	"github.com/agentgate/agentgate/internal/instance/agents"
+	"github.com/agentgate/agentgate/internal/instance/events"
+	"github.com/agentgate/agentgate/internal/instance/loop"
+	"github.com/agentgate/agentgate/internal/instance/plugins"
+	"github.com/agentgate/agentgate/internal/instance/server"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/ratelimit"
+	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/modules/agentgate"
-	"github.com/agentgate/agentgate/modules/store"
 )
 
 func init() {
@@ -37,10 +41,10 @@ func init() {
 var shared = caddy.NewUsagePool()
 
 type sharedState struct {
-	pairing *instanceapi.Pairing
-	bus     *instanceapi.Bus
-	limiter *ratelimit.Limiter  // a reload does not forgive a guesser
-	runner  *instanceapi.Runner // session drains: they survive config reloads
+	pairing *server.Pairing
+	bus     *events.Bus
+	limiter *ratelimit.Limiter // a reload does not forgive a guesser
+	runner  *loop.Runner       // session drains: they survive config reloads
 }
 
 func (s sharedState) Destruct() error {
@@ -73,13 +77,13 @@ type Provider struct {
 	OutputPrice string `json:"output_price,omitempty"`
 }
 
-func (p *Provider) config(repl *caddy.Replacer) (instanceapi.ProviderConfig, error) {
-	c := instanceapi.ProviderConfig{BaseURL: repl.ReplaceAll(p.BaseURL, ""), Connection: repl.ReplaceAll(p.Connection, ""),
+func (p *Provider) config(repl *caddy.Replacer) (loop.ProviderConfig, error) {
+	c := loop.ProviderConfig{BaseURL: repl.ReplaceAll(p.BaseURL, ""), Connection: repl.ReplaceAll(p.Connection, ""),
 		APIKey: repl.ReplaceAll(p.APIKey, ""), Format: p.Format, Model: repl.ReplaceAll(p.Model, "")}
 	if c.Format == "" {
 		c.Format = "chat"
 	}
-	if !instanceapi.KnownProviderFormat(c.Format) {
+	if !knownFormat(c.Format) {
 		return c, fmt.Errorf("provider format %q is not one of chat, responses, anthropic, google", c.Format)
 	}
 	if c.BaseURL == "" && c.Connection == "" {
@@ -161,8 +165,8 @@ type Instance struct {
 	// inputs become provider turns.
 	Provider *Provider `json:"provider,omitempty"`
 
-	server *instanceapi.Server
-	runner *instanceapi.Runner
+	server *server.Server
+	runner *loop.Runner
 	logger *zap.Logger
 	key    string
 }
@@ -219,19 +223,19 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 	}
 	// Malformed agent definitions are a config error now, not a 503 on
 	// every location later.
-	if _, err := instanceapi.LoadAgents("", "", in.Agents); err != nil {
+	if _, err := agents.Load("", "", in.Agents); err != nil {
 		return fmt.Errorf("agents: %v", err)
 	}
 	in.key = in.Name
 	val, _, err := shared.LoadOrNew(in.key, func() (caddy.Destructor, error) {
-		return sharedState{pairing: instanceapi.NewPairing(clock.Real{}), bus: instanceapi.NewBus(0, clock.Real{}),
-			limiter: instanceapi.NewAuthLimiter(clock.Real{}), runner: instanceapi.NewRunner()}, nil
+		return sharedState{pairing: server.NewPairing(clock.Real{}), bus: events.NewBus(0, clock.Real{}),
+			limiter: server.NewAuthLimiter(clock.Real{}), runner: loop.NewRunner()}, nil
 	})
 	if err != nil {
 		return err
 	}
 	st := val.(sharedState)
-	var runner *instanceapi.Runner
+	var runner *loop.Runner
 	if in.Provider != nil {
 		pc, err := in.Provider.config(repl)
 		if err != nil {
@@ -243,7 +247,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		runner.SetProvider(pc)
 		in.runner = runner
 	}
-	plugins, err := instanceapi.NewPluginManager(instanceapi.PluginOptions{
+	pm, err := plugins.New(plugins.Options{
 		Targets: in.Plugins, Registry: repl.ReplaceAll(in.Registry, ""),
 		Dir: filepath.Join(app.DataDir(), "plugins", in.Name), Logger: in.logger.Named("plugins"),
 	})
@@ -252,12 +256,12 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		in.key = ""
 		return err
 	}
-	in.server = instanceapi.New(instanceapi.Options{
-		Auth:    &instanceapi.Auth{Username: in.Username, Password: password, Clock: clock.Real{}},
+	opts := server.Options{
+		Auth:    &server.Auth{Username: in.Username, Password: password, Clock: clock.Real{}},
 		Pairing: st.pairing, Bus: st.bus, Limiter: st.limiter, ClientIP: agentgate.ClientIP,
 		DefaultDirectory: dir, AllowedRoots: roots, Agents: in.Agents,
-		Plugins: plugins, Version: caddy.CustomVersion, Heartbeat: time.Duration(in.Heartbeat), Logger: in.logger,
-		Instance: in.Name, Runner: runner,
+		Plugins: pm, Version: caddy.CustomVersion, Heartbeat: time.Duration(in.Heartbeat), Logger: in.logger,
+		Instance: in.Name,
 		Store: func(ctx context.Context) (store.Store, error) {
 			svc, err := app.Service(ctx)
 			if err != nil {
@@ -265,7 +269,11 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 			}
 			return svc.Store, nil
 		},
-	})
+	}
+	if runner != nil {
+		opts.Runner = runner
+	}
+	in.server = server.New(opts)
 	return nil
 }
 
@@ -279,7 +287,7 @@ func (in *Instance) Validate() error {
 
 // ServeHTTP serves the instance routes and passes other paths on.
 func (in *Instance) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if !instanceapi.Handles(r.URL.Path) {
+	if !server.Handles(r.URL.Path) {
 		return next.ServeHTTP(w, r)
 	}
 	if in.runner != nil {

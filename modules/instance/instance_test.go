@@ -17,7 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/agentgate/agentgate/internal/instanceapi"
+	"github.com/agentgate/agentgate/internal/instance/server"
 )
 
 // provisionCtx makes a config context holding the agentgate app (its data
@@ -171,7 +171,7 @@ func serveFrom(t *testing.T, in *Instance, ip, target string, headers ...string)
 func TestAuthLimitPerClientIPAcrossReload(t *testing.T) {
 	name := "limit-" + t.Name()
 	old := provision(t, &Instance{Name: name, Password: "pw"})
-	for i := 0; i < instanceapi.AuthFailuresPerAddress; i++ {
+	for i := 0; i < server.AuthFailuresPerAddress; i++ {
 		if r := serveFrom(t, old, "203.0.113.9", "/api/info", "Authorization", basic("guess")); r.status != 401 {
 			t.Fatalf("wrong password %d: %d", i+1, r.status)
 		}

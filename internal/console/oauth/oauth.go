@@ -1,0 +1,215 @@
+// Package oauth serves the Console's RFC 8628 device authorization and
+// token endpoints (POST /auth/device/code, POST /auth/device/token) and
+// their RFC 8414 metadata. Answers are JSON with Cache-Control: no-store;
+// errors follow RFC 6749 §5.2.
+package oauth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/service"
+)
+
+// Paths of the endpoints.
+const (
+	CodePath         = "/auth/device/code"
+	TokenPath        = "/auth/device/token"
+	VerificationPath = "/device"
+	MetadataPath     = "/.well-known/oauth-authorization-server"
+)
+
+// GrantDeviceCode is the device-code grant type.
+const GrantDeviceCode = "urn:ietf:params:oauth:grant-type:device_code"
+
+// Handler serves the endpoints.
+type Handler struct {
+	// Service returns the Console service (503 while the store opens).
+	Service func(ctx context.Context) (*service.Service, error)
+	// Clients are the client_ids allowed to use the device flow.
+	Clients map[string]bool
+	// BaseURL is the Console's public base URL; empty means the request's
+	// scheme and host.
+	BaseURL string
+}
+
+// Handles reports whether the handler serves the request's path.
+func Handles(path string) bool {
+	return path == CodePath || path == TokenPath || path == MetadataPath
+}
+
+func (h *Handler) base(r *http.Request) string {
+	if h.BaseURL != "" {
+		return strings.TrimRight(h.BaseURL, "/")
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+// ServeHTTP serves the endpoints.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == MetadataPath {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET")
+			writeError(w, &service.OAuthError{Status: http.StatusMethodNotAllowed, Code: "invalid_request", Description: "use GET"})
+			return
+		}
+		b := h.base(r)
+		writeJSON(w, http.StatusOK, map[string]any{
+			"issuer":                                b,
+			"device_authorization_endpoint":         b + CodePath,
+			"token_endpoint":                        b + TokenPath,
+			"grant_types_supported":                 []string{GrantDeviceCode, "refresh_token"},
+			"token_endpoint_auth_methods_supported": []string{"none"},
+			"response_types_supported":              []string{},
+		})
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		writeError(w, &service.OAuthError{Status: http.StatusMethodNotAllowed, Code: "invalid_request", Description: "use POST"})
+		return
+	}
+	form, oerr := parseForm(w, r)
+	if oerr != nil {
+		writeError(w, oerr)
+		return
+	}
+	clientID, basicTried, oerr := clientOf(r, form)
+	if oerr != nil {
+		writeError(w, oerr)
+		return
+	}
+	if !h.Clients[clientID] {
+		e := &service.OAuthError{Status: http.StatusUnauthorized, Code: "invalid_client", Description: "unknown client_id"}
+		if basicTried {
+			w.Header().Set("WWW-Authenticate", `Basic realm="agentgate"`)
+		}
+		writeError(w, e)
+		return
+	}
+	svc, err := h.Service(r.Context())
+	if err != nil {
+		writeError(w, &service.OAuthError{Status: http.StatusServiceUnavailable, Code: "temporarily_unavailable", Description: apierr.As(err).Message})
+		return
+	}
+	switch r.URL.Path {
+	case CodePath:
+		scope := form.Get("supports_org_scope")
+		if scope != "" && scope != "true" && scope != "false" {
+			writeError(w, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "supports_org_scope must be true or false"})
+			return
+		}
+		start, err := svc.StartDevice(r.Context(), clientID, scope == "true", h.base(r)+VerificationPath)
+		if err != nil {
+			writeError(w, toOAuth(err))
+			return
+		}
+		// verification_uri_complete is a path relative to the Console host.
+		start.VerificationURIComplete = VerificationPath + "?user_code=" + url.QueryEscape(start.UserCode)
+		writeJSON(w, http.StatusOK, start)
+	case TokenPath:
+		var pair *service.TokenPair
+		switch form.Get("grant_type") {
+		case GrantDeviceCode:
+			pair, err = svc.PollDevice(r.Context(), clientID, form.Get("device_code"))
+		case "refresh_token":
+			if form.Get("refresh_token") == "" {
+				writeError(w, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "refresh_token is required"})
+				return
+			}
+			pair, err = svc.Refresh(r.Context(), clientID, form.Get("refresh_token"))
+		case "":
+			writeError(w, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "grant_type is required"})
+			return
+		default:
+			writeError(w, &service.OAuthError{Status: 400, Code: "unsupported_grant_type", Description: "use the device_code or refresh_token grant"})
+			return
+		}
+		if err != nil {
+			writeError(w, toOAuth(err))
+			return
+		}
+		writeJSON(w, http.StatusOK, pair)
+	}
+}
+
+// parseForm reads an application/x-www-form-urlencoded body (at most 64 KiB).
+// Repeated parameters are refused (RFC 6749 §3.1); unknown ones ignored.
+func parseForm(w http.ResponseWriter, r *http.Request) (url.Values, *service.OAuthError) {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt != "application/x-www-form-urlencoded" {
+		return nil, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "the body must be application/x-www-form-urlencoded"}
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := r.ParseForm(); err != nil {
+		return nil, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "malformed form body"}
+	}
+	for k, v := range r.PostForm {
+		if len(v) > 1 {
+			return nil, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "parameter " + k + " is repeated"}
+		}
+	}
+	return r.PostForm, nil
+}
+
+// clientOf finds the client id in the form or in HTTP Basic credentials
+// (clients that try Basic first, such as golang.org/x/oauth2's auto-detect).
+func clientOf(r *http.Request, form url.Values) (string, bool, *service.OAuthError) {
+	id := form.Get("client_id")
+	user, _, basic := r.BasicAuth()
+	if basic {
+		if u, err := url.QueryUnescape(user); err == nil {
+			user = u
+		}
+		if id != "" && id != user {
+			return "", true, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "client_id differs between the form and Basic credentials"}
+		}
+		id = user
+	}
+	if id == "" {
+		return "", basic, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "client_id is required"}
+	}
+	return id, basic, nil
+}
+
+func toOAuth(err error) *service.OAuthError {
+	var oe *service.OAuthError
+	if errors.As(err, &oe) {
+		return oe
+	}
+	e := apierr.As(err)
+	if e.Status == http.StatusServiceUnavailable {
+		return &service.OAuthError{Status: 503, Code: "temporarily_unavailable", Description: e.Message}
+	}
+	return &service.OAuthError{Status: 500, Code: "server_error", Description: "internal error"}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Pragma", "no-cache")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, e *service.OAuthError) {
+	body := map[string]any{"error": e.Code, "error_description": e.Description}
+	if e.Interval > 0 {
+		body["interval"] = e.Interval
+	}
+	if e.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, e.Status, body)
+}

@@ -1,0 +1,690 @@
+package web_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentgate/agentgate/internal/console/web"
+	"github.com/agentgate/agentgate/internal/ledger"
+	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/store"
+)
+
+func sessionCookieOf(t *testing.T, p page, name string) *http.Cookie {
+	t.Helper()
+	for _, c := range (&http.Response{Header: p.header}).Cookies() {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no %s cookie set; Set-Cookie: %q", name, p.header.Values("Set-Cookie"))
+	return nil
+}
+
+func TestSignIn(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("Acme <Research>")
+	_, email := e.person(ws, store.RoleOwner)
+	b := e.browser()
+
+	signin := b.get("/signin")
+	wantStatus(t, "GET /signin", signin, 200)
+	wantContains(t, "sign-in page", signin, `<label for="email">Email</label>`, `<label for="password">Password</label>`, `autocomplete="current-password"`)
+
+	// A wrong password and an unknown email get the same generic answer.
+	bad := b.post("/signin", form(csrf(t, signin), "email", email, "password", "wrong password!"))
+	wantStatus(t, "wrong password", bad, http.StatusUnauthorized)
+	wantContains(t, "wrong password", bad, "The email or password is not correct.")
+	unknown := b.post("/signin", form(csrf(t, bad), "email", "nobody@example.com", "password", password))
+	wantStatus(t, "unknown email", unknown, http.StatusUnauthorized)
+	wantContains(t, "unknown email", unknown, "The email or password is not correct.")
+	if len(bad.header.Values("Set-Cookie")) != 0 && strings.Contains(strings.Join(bad.header.Values("Set-Cookie"), ";"), "ag_session=ag_") {
+		t.Fatal("a failed sign-in set a session cookie")
+	}
+
+	// The right password (email in another case) signs in and sets the cookie.
+	ok := b.post("/signin", form(csrf(t, unknown), "email", strings.ToUpper(email), "password", password))
+	wantStatus(t, "good sign-in", ok, http.StatusSeeOther)
+	if ok.location() != "/" {
+		t.Fatalf("redirected to %q, want /", ok.location())
+	}
+	c := sessionCookieOf(t, ok, web.SessionCookiePlain)
+	if !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Path != "/" || c.Secure || !strings.HasPrefix(c.Value, "ag_ws_") {
+		t.Fatalf("session cookie %+v: want HttpOnly, SameSite=Lax, Path=/, not Secure on plain HTTP", c)
+	}
+	home := b.get("/")
+	wantStatus(t, "home", home, 200)
+	wantContains(t, "home", home, "Acme &lt;Research&gt;", "/w/"+ws, email)
+
+	// Signed in, /signin goes on to next.
+	if p := b.get("/signin?next=/device"); p.status != http.StatusSeeOther || p.location() != "/device" {
+		t.Fatalf("GET /signin while signed in: %d → %q", p.status, p.location())
+	}
+
+	// Sign out revokes the session at once.
+	cookie := c.Value
+	out := b.post("/signout", form(csrf(t, home)))
+	wantStatus(t, "sign out", out, http.StatusSeeOther)
+	if _, err := e.svc.LookupSession(ctx, cookie); err == nil {
+		t.Fatal("the session still works after sign-out")
+	}
+	if p := b.get("/"); p.status != http.StatusSeeOther || !strings.HasPrefix(p.location(), "/signin") {
+		t.Fatalf("GET / after sign-out: %d → %q", p.status, p.location())
+	}
+}
+
+func TestSignInNext(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleOwner)
+	for next, want := range map[string]string{
+		"/device?user_code=BCDF-GHJK": "/device?user_code=BCDF-GHJK",
+		"/w/" + ws + "/members":       "/w/" + ws + "/members",
+		"//evil.example/x":            "/",
+		"/\\evil.example":             "/",
+		"https://evil.example/":       "/",
+		"javascript:alert(1)":         "/",
+		"evil":                        "/",
+	} {
+		b := e.browser()
+		p := b.signIn(email, password, next)
+		wantStatus(t, "sign-in with next "+next, p, http.StatusSeeOther)
+		if p.location() != want {
+			t.Errorf("next=%q: redirected to %q, want %q", next, p.location(), want)
+		}
+	}
+}
+
+func TestSessionCookieOnHTTPS(t *testing.T) {
+	e := newEnvTLS(t, true)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleOwner)
+	b := e.browser()
+	p := b.signIn(email, password, "")
+	wantStatus(t, "sign-in over HTTPS", p, http.StatusSeeOther)
+	c := sessionCookieOf(t, p, web.SessionCookieTLS)
+	if !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Path != "/" || c.Domain != "" {
+		t.Fatalf("cookie %+v: want __Host- rules (Secure, Path=/, no Domain), HttpOnly, SameSite=Lax", c)
+	}
+	wantStatus(t, "home over HTTPS", b.get("/"), 200)
+}
+
+func TestSignInRateLimited(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleOwner)
+	_, other := e.person(ws, store.RoleMember)
+	b := e.browser()
+	tok := csrf(t, b.get("/signin"))
+	for i := 0; i < web.SignInFailuresPerEmail; i++ {
+		wantStatus(t, "failure", b.post("/signin", form(tok, "email", email, "password", "nope-nope-nope")), http.StatusUnauthorized)
+	}
+	// The email is blocked, even with the right password.
+	p := b.post("/signin", form(tok, "email", email, "password", password))
+	wantStatus(t, "blocked email", p, http.StatusTooManyRequests)
+	wantContains(t, "blocked email", p, "Too many failed sign-ins")
+	// Another email from the same IP still signs in.
+	wantStatus(t, "other email", e.browser().signIn(other, password, ""), http.StatusSeeOther)
+	// The window passes.
+	e.clk.Advance(web.LimitWindow + time.Second)
+	wantStatus(t, "after the window", b.post("/signin", form(tok, "email", email, "password", password)), http.StatusSeeOther)
+}
+
+func TestSignInRateLimitedPerIP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("30 password checks")
+	}
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleOwner)
+	b := e.browser()
+	b.ip = "198.51.100.7"
+	tok := csrf(t, b.get("/signin"))
+	for i := 0; i < web.SignInFailuresPerIP; i++ {
+		p := b.post("/signin", form(tok, "email", "guess"+string(rune('a'+i%26))+string(rune('a'+i/26))+"@example.com", "password", "nope-nope-nope"))
+		wantStatus(t, "failure", p, http.StatusUnauthorized)
+	}
+	wantStatus(t, "blocked IP", b.post("/signin", form(tok, "email", email, "password", password)), http.StatusTooManyRequests)
+	b2 := e.browser()
+	b2.ip = "198.51.100.8"
+	wantStatus(t, "another IP", b2.signIn(email, password, ""), http.StatusSeeOther)
+}
+
+func TestPagesRequireSignIn(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	b := e.browser()
+	for _, path := range []string{"/", "/device", "/device?user_code=bcdf-ghjk", "/w/" + ws + "/service-accounts",
+		"/w/" + ws + "/connections", "/w/" + ws + "/members", "/w/" + ws + "/budgets", "/w/" + ws} {
+		p := b.get(path)
+		if p.status != http.StatusSeeOther {
+			t.Fatalf("GET %s signed out: %d, want 303", path, p.status)
+		}
+		want := "/signin"
+		if path != "/" {
+			want += "?next=" + url.QueryEscape(path)
+		}
+		if p.location() != want {
+			t.Errorf("GET %s signed out: redirected to %q, want %q", path, p.location(), want)
+		}
+	}
+	for _, path := range postRoutes(ws, "sa_x", "key_x", "conn_x", "usr_x") {
+		p := b.post(path, form("anything", "name", "x"))
+		if p.status != http.StatusSeeOther || !strings.HasPrefix(p.location(), "/signin") {
+			t.Errorf("POST %s signed out: %d → %q, want 303 to /signin", path, p.status, p.location())
+		}
+	}
+	// A forged cookie is no session.
+	b.client.Jar.SetCookies(mustURL(e.srv.URL), []*http.Cookie{{Name: web.SessionCookiePlain, Value: "ag_ws_forged"}})
+	if p := b.get("/"); p.status != http.StatusSeeOther {
+		t.Fatalf("GET / with a forged cookie: %d", p.status)
+	}
+}
+
+func mustURL(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return u
+}
+
+// postRoutes are every state-changing route.
+func postRoutes(ws, sa, key, conn, member string) []string {
+	w := "/w/" + ws
+	return []string{"/signout", "/device", w + "/service-accounts", w + "/service-accounts/" + sa + "/delete",
+		w + "/service-accounts/" + sa + "/keys", w + "/service-accounts/" + sa + "/keys/" + key + "/revoke",
+		w + "/connections/" + conn + "/models", w + "/members", w + "/members/" + member + "/role",
+		w + "/members/" + member + "/remove", w + "/budgets/" + member}
+}
+
+func TestCSRFRequiredOnEveryPost(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	owner, email := e.person(ws, store.RoleOwner)
+	member, _ := e.person(ws, store.RoleMember)
+	sa, err := e.svc.CreateServiceAccount(ctx, service.Operator(ws), "robot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := e.svc.CreateKey(ctx, service.Operator(ws), sa.ID, service.NewKey{Name: "k", Permission: store.PermissionInference})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := e.svc.CreateConnection(ctx, service.Operator(ws), service.ConnectionInput{Name: "up", Kind: store.KindOpenAI,
+		BaseURL: "https://api.example.com/v1", Credential: "sk-x", Models: map[string]service.ModelInput{"gpt-4o": {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, good := e.signedIn(email)
+	_ = owner
+	fields := []string{"name", "x", "permission", "inference", "model", "gpt-4o", "enabled", "false", "email", "a@example.com",
+		"role", "admin", "limit_usd", "5", "period", "daily", "user_code", "BCDF-GHJK", "action", "approve", "workspace", ws}
+	for _, path := range postRoutes(ws, sa.ID, k.ID, conn.ID, member) {
+		for name, tok := range map[string]string{"missing": "", "wrong": strings.Repeat("0", len(good)), "truncated": good[:len(good)-1]} {
+			p := b.post(path, form(tok, fields...))
+			if p.status != http.StatusForbidden {
+				t.Fatalf("POST %s with a %s CSRF token: %d, want 403; body:\n%s", path, name, p.status, p.body)
+			}
+			wantContains(t, "POST "+path, p, "CSRF")
+		}
+		// A cross-site request is refused even with the token.
+		p := b.do("POST", path, form(good, fields...), http.Header{"Sec-Fetch-Site": {"cross-site"}})
+		wantStatus(t, "cross-site POST "+path, p, http.StatusForbidden)
+	}
+	// Nothing changed.
+	if sas, _ := e.svc.ServiceAccounts(ctx, service.Operator(ws)); len(sas) != 1 {
+		t.Fatalf("service accounts: %d, want 1", len(sas))
+	}
+	if keys, _ := e.svc.Keys(ctx, service.Operator(ws), sa.ID); len(keys) != 1 || keys[0].RevokedAt != nil {
+		t.Fatal("the key changed")
+	}
+	if cv, _ := e.svc.Connection(ctx, service.Operator(ws), conn.ID); !cv.Models["gpt-4o"].Enabled {
+		t.Fatal("the model was disabled")
+	}
+	if ms, _ := e.svc.Members(ctx, service.Operator(ws)); len(ms) != 2 {
+		t.Fatalf("members: %d, want 2", len(ms))
+	}
+	// Still signed in (sign-out was refused too).
+	wantStatus(t, "home", b.get("/"), 200)
+
+	// The sign-in form has its own token, bound to a cookie.
+	anon := e.browser()
+	wantStatus(t, "sign-in without a token", anon.post("/signin", form("", "email", email, "password", password)), http.StatusForbidden)
+	tok := csrf(t, anon.get("/signin"))
+	other := e.browser() // no sign-in cookie
+	wantStatus(t, "sign-in with another browser's token", other.post("/signin", form(tok, "email", email, "password", password)), http.StatusForbidden)
+	wantStatus(t, "sign-in with its token", anon.post("/signin", form(tok, "email", email, "password", password)), http.StatusSeeOther)
+}
+
+var scriptTag = regexp.MustCompile(`<script[^>]*>`)
+
+func TestSecurityHeaders(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleOwner)
+	b, _ := e.signedIn(email)
+	for _, path := range []string{"/signin", "/", "/device", "/w/" + ws + "/service-accounts", "/w/" + ws + "/connections",
+		"/w/" + ws + "/members", "/w/" + ws + "/budgets", "/nope"} {
+		p := b.get(path)
+		if path == "/signin" {
+			p = e.browser().get(path)
+		}
+		csp := p.header.Get("Content-Security-Policy")
+		for _, want := range []string{"default-src 'none'", "script-src 'self'", "frame-ancestors 'none'", "form-action 'self'"} {
+			if !strings.Contains(csp, want) {
+				t.Errorf("%s: CSP %q lacks %q", path, csp, want)
+			}
+		}
+		if strings.Contains(csp, "unsafe-inline") {
+			t.Errorf("%s: CSP allows inline code: %q", path, csp)
+		}
+		if p.header.Get("X-Content-Type-Options") != "nosniff" || p.header.Get("Cache-Control") != "no-store" {
+			t.Errorf("%s: headers %v", path, p.header)
+		}
+		for _, tag := range scriptTag.FindAllString(p.body, -1) {
+			if !strings.Contains(tag, `src="/static/`) {
+				t.Errorf("%s: inline or external script %s", path, tag)
+			}
+		}
+		if strings.Contains(p.body, `src="http`) || strings.Contains(p.body, `href="http`) || strings.Contains(p.body, `href="//`) {
+			t.Errorf("%s: an external resource", path)
+		}
+		if !strings.Contains(p.body, `name="viewport"`) {
+			t.Errorf("%s: no viewport meta", path)
+		}
+	}
+	if p := b.get("/nope"); p.status != 404 || !strings.Contains(p.header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /nope: %d %s", p.status, p.header.Get("Content-Type"))
+	}
+	for path, ct := range map[string]string{"/static/app.css": "text/css", "/static/app.js": "javascript", "/static/favicon.svg": "image/svg+xml"} {
+		p := e.browser().get(path)
+		if p.status != 200 || !strings.Contains(p.header.Get("Content-Type"), ct) || p.header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET %s: %d %q", path, p.status, p.header.Get("Content-Type"))
+		}
+	}
+	if p := e.browser().get("/static/"); p.status != 404 {
+		t.Errorf("GET /static/: %d, want 404 (no listing)", p.status)
+	}
+}
+
+func TestServiceAccountsAndKeys(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleAdmin)
+	b, tok := e.signedIn(email)
+	base := "/w/" + ws + "/service-accounts"
+
+	p := b.post(base, form(tok, "name", "ci-bot"))
+	wantStatus(t, "create service account", p, http.StatusSeeOther)
+	list := b.get(p.location())
+	wantStatus(t, "list", list, 200)
+	wantContains(t, "list", list, "Service account created.", "ci-bot", "No keys yet.")
+	sas, _ := e.svc.ServiceAccounts(ctx, service.Operator(ws))
+	if len(sas) != 1 {
+		t.Fatalf("%d service accounts", len(sas))
+	}
+	sa := sas[0]
+
+	// Bad input shows the service's message on the page.
+	p = b.post(base, form(tok, "name", "  "))
+	wantStatus(t, "empty name", p, http.StatusBadRequest)
+	wantContains(t, "empty name", p, "name is required")
+
+	// Create a key: its value is on the result page, once.
+	p = b.post(base+"/"+sa.ID+"/keys", form(tok, "name", "laptop", "permission", "inference", "expires", "2025-07-01"))
+	wantStatus(t, "create key", p, http.StatusCreated)
+	m := regexp.MustCompile(`id="key-value"[^>]*value="(ag_sk_[A-Za-z0-9_]+)"`).FindStringSubmatch(p.body)
+	if m == nil {
+		t.Fatalf("no key value in a read-only input:\n%s", p.body)
+	}
+	key := m[1]
+	wantContains(t, "key page", p, "readonly", "only time it is shown", `data-copy="key-value"`, "Inference only")
+	pr, err := e.svc.Authenticate(ctx, key, "")
+	if err != nil || pr.Workspace != ws || pr.Permission != store.PermissionInference {
+		t.Fatalf("the shown key does not authenticate: %v %+v", err, pr)
+	}
+	keys, _ := e.svc.Keys(ctx, service.Operator(ws), sa.ID)
+	if len(keys) != 1 || keys[0].ExpiresAt == nil || !keys[0].ExpiresAt.Equal(time.Date(2025, 7, 2, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("key expiry: %+v", keys[0].ExpiresAt)
+	}
+	// The listing shows the key id, never its value.
+	list = b.get(base)
+	wantContains(t, "list with a key", list, keys[0].ID, "laptop", "active")
+	secret := key[len("ag_sk_")+13:]
+	wantNotContains(t, "list with a key", list, key, secret[:20])
+
+	// Bad expiry and bad permission.
+	wantStatus(t, "bad expiry", b.post(base+"/"+sa.ID+"/keys", form(tok, "name", "x", "permission", "inference", "expires", "tomorrow")), http.StatusBadRequest)
+	wantStatus(t, "past expiry", b.post(base+"/"+sa.ID+"/keys", form(tok, "name", "x", "permission", "inference", "expires", "2020-01-01")), http.StatusBadRequest)
+	wantStatus(t, "bad permission", b.post(base+"/"+sa.ID+"/keys", form(tok, "name", "x", "permission", "root")), http.StatusBadRequest)
+
+	// Revoke: the key stops working at once.
+	p = b.post(base+"/"+sa.ID+"/keys/"+keys[0].ID+"/revoke", form(tok))
+	wantStatus(t, "revoke", p, http.StatusSeeOther)
+	if _, err := e.svc.Authenticate(ctx, key, ""); err == nil {
+		t.Fatal("a revoked key still authenticates")
+	}
+	wantContains(t, "after revoke", b.get(p.location()), "Key revoked.", "revoked")
+
+	// Delete the service account.
+	p = b.post(base+"/"+sa.ID+"/delete", form(tok))
+	wantStatus(t, "delete", p, http.StatusSeeOther)
+	wantContains(t, "after delete", b.get(p.location()), "No service accounts yet.")
+	wantStatus(t, "delete again", b.post(base+"/"+sa.ID+"/delete", form(tok)), http.StatusNotFound)
+}
+
+func TestUserInputIsEscaped(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleOwner)
+	b, tok := e.signedIn(email)
+	evil := `<script>alert("x")</script>`
+	wantStatus(t, "create", b.post("/w/"+ws+"/service-accounts", form(tok, "name", evil)), http.StatusSeeOther)
+	for _, path := range []string{"/w/" + ws + "/service-accounts", "/w/" + ws + "/budgets"} {
+		p := b.get(path)
+		wantContains(t, path, p, "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;")
+		wantNotContains(t, path, p, evil, "<script>alert")
+	}
+	// Echoed form input is escaped too.
+	p := b.post("/w/"+ws+"/members", form(tok, "email", `"><img src=x onerror=alert(1)>@example.com`, "role", "member"))
+	wantNotContains(t, "members echo", p, `"><img`)
+	p = b.get("/device?user_code=" + url.QueryEscape(`"><b>x</b>`))
+	wantNotContains(t, "device echo", p, `<b>x</b>`)
+}
+
+func TestMemberRoleRefused(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	memberID, email := e.person(ws, store.RoleMember)
+	_, adminEmail := e.person(ws, store.RoleAdmin)
+	ownerID, _ := e.person(ws, store.RoleOwner)
+	sa, _ := e.svc.CreateServiceAccount(ctx, service.Operator(ws), "robot")
+	b, tok := e.signedIn(email)
+	w := "/w/" + ws
+
+	for _, c := range []struct {
+		path, msg string
+		f         []string
+	}{
+		{w + "/service-accounts", "your role (member) cannot manage service accounts and keys", []string{"name", "x"}},
+		{w + "/service-accounts/" + sa.ID + "/keys", "your role (member) cannot manage service accounts and keys", []string{"name", "x", "permission", "inference"}},
+		{w + "/service-accounts/" + sa.ID + "/delete", "your role (member) cannot manage service accounts and keys", nil},
+		{w + "/members", "your role (member) cannot manage members and roles", []string{"email", "a@example.com", "role", "member"}},
+		{w + "/members/" + ownerID + "/role", "your role (member) cannot manage members and roles", []string{"role", "member"}},
+		{w + "/members/" + ownerID + "/remove", "your role (member) cannot manage members and roles", nil},
+		{w + "/budgets/" + memberID, "your role (member) cannot set budgets", []string{"limit_usd", "100", "period", "monthly"}},
+		{w + "/connections/conn_x/models", "your role (member) cannot manage models", []string{"model", "m", "enabled", "false"}},
+	} {
+		p := b.post(c.path, form(tok, c.f...))
+		wantStatus(t, "POST "+c.path, p, http.StatusForbidden)
+		wantContains(t, "POST "+c.path, p, c.msg)
+	}
+	for path, msg := range map[string]string{
+		w + "/service-accounts": "your role (member) cannot manage service accounts and keys",
+		w + "/connections":      "your role (member) cannot set budgets, manage connections and pricing",
+		w + "/members":          "your role (member) cannot manage members and roles",
+	} {
+		p := b.get(path)
+		wantStatus(t, "GET "+path, p, http.StatusForbidden)
+		wantContains(t, "GET "+path, p, msg)
+	}
+	// Budgets: a member reads their own, without the form.
+	p := b.get(w + "/budgets")
+	wantStatus(t, "member budgets", p, 200)
+	wantContains(t, "member budgets", p, "Your budget", "cannot set budgets")
+	wantNotContains(t, "member budgets", p, `name="limit_usd"`, "robot")
+
+	// An admin may not touch an owner.
+	ab, atok := e.signedIn(adminEmail)
+	p = ab.post(w+"/members/"+ownerID+"/role", form(atok, "role", "member"))
+	wantStatus(t, "admin demotes owner", p, http.StatusForbidden)
+	wantContains(t, "admin demotes owner", p, "only an owner can add, change or remove an owner")
+
+	// Not a member of another workspace.
+	other := e.workspace("Other")
+	p = b.get("/w/" + other + "/budgets")
+	wantStatus(t, "other workspace", p, http.StatusForbidden)
+	wantContains(t, "other workspace", p, "you are not a member of this workspace")
+	wantStatus(t, "unknown workspace", b.get("/w/wrk_nope/budgets"), http.StatusNotFound)
+}
+
+func TestMembersPage(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleOwner)
+	newID, newEmail := e.person()
+	b, tok := e.signedIn(email)
+	w := "/w/" + ws + "/members"
+
+	p := b.post(w, form(tok, "email", strings.ToUpper(newEmail), "role", "member"))
+	wantStatus(t, "add", p, http.StatusSeeOther)
+	wantContains(t, "after add", b.get(p.location()), "Member added.", newEmail)
+	wantStatus(t, "add again", b.post(w, form(tok, "email", newEmail, "role", "member")), http.StatusConflict)
+	p = b.post(w, form(tok, "email", "ghost@example.com", "role", "member"))
+	wantStatus(t, "add unknown", p, http.StatusNotFound)
+	wantContains(t, "add unknown", p, "no person with this email")
+
+	wantStatus(t, "set role", b.post(w+"/"+newID+"/role", form(tok, "role", "admin")), http.StatusSeeOther)
+	if ms, _ := e.svc.Members(ctx, service.Operator(ws)); !hasRole(ms, newID, "admin") {
+		t.Fatalf("role not changed: %+v", ms)
+	}
+	wantStatus(t, "bad role", b.post(w+"/"+newID+"/role", form(tok, "role", "god")), http.StatusBadRequest)
+	wantStatus(t, "remove", b.post(w+"/"+newID+"/remove", form(tok)), http.StatusSeeOther)
+	if ms, _ := e.svc.Members(ctx, service.Operator(ws)); len(ms) != 1 {
+		t.Fatalf("members after remove: %+v", ms)
+	}
+}
+
+func hasRole(ms []service.MemberView, id, role string) bool {
+	for _, m := range ms {
+		if m.MemberID == id {
+			return m.Role == role
+		}
+	}
+	return false
+}
+
+func TestConnectionsPage(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleAdmin)
+	conn, err := e.svc.CreateConnection(ctx, service.Operator(ws), service.ConnectionInput{Name: "OpenAI prod", Kind: store.KindOpenAI,
+		BaseURL: "https://api.example.com/v1", Credential: "sk-SECRET-credential",
+		Models: map[string]service.ModelInput{"gpt-4o": {UpstreamID: "gpt-4o-2024-08-06", Pricing: &store.Pricing{Input: 2_500_000, Output: 10_000_000}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, tok := e.signedIn(email)
+	w := "/w/" + ws + "/connections"
+	p := b.get(w)
+	wantStatus(t, "connections", p, 200)
+	wantContains(t, "connections", p, "OpenAI prod", conn.ID, "gpt-4o-2024-08-06", "$2.5", "$10", "enabled",
+		"https://gw.example.com/custom/"+conn.ID)
+	wantNotContains(t, "connections", p, "sk-SECRET")
+
+	p = b.post(w+"/"+conn.ID+"/models", form(tok, "model", "gpt-4o", "enabled", "false"))
+	wantStatus(t, "disable", p, http.StatusSeeOther)
+	if cv, _ := e.svc.Connection(ctx, service.Operator(ws), conn.ID); cv.Models["gpt-4o"].Enabled {
+		t.Fatal("still enabled")
+	}
+	wantContains(t, "after disable", b.get(p.location()), "Model disabled.", "disabled", `name="enabled" value="true"`)
+	wantStatus(t, "enable", b.post(w+"/"+conn.ID+"/models", form(tok, "model", "gpt-4o", "enabled", "true")), http.StatusSeeOther)
+	if cv, _ := e.svc.Connection(ctx, service.Operator(ws), conn.ID); !cv.Models["gpt-4o"].Enabled || cv.Models["gpt-4o"].UpstreamID != "gpt-4o-2024-08-06" {
+		t.Fatalf("after enable: %+v", cv.Models["gpt-4o"])
+	}
+	wantStatus(t, "unknown model", b.post(w+"/"+conn.ID+"/models", form(tok, "model", "gpt-5", "enabled", "true")), http.StatusNotFound)
+	if cv, _ := e.svc.Connection(ctx, service.Operator(ws), conn.ID); len(cv.Models) != 1 {
+		t.Fatal("a model was added")
+	}
+	wantStatus(t, "bad enabled", b.post(w+"/"+conn.ID+"/models", form(tok, "model", "gpt-4o", "enabled", "maybe")), http.StatusBadRequest)
+	wantStatus(t, "unknown connection", b.post(w+"/conn_nope/models", form(tok, "model", "gpt-4o", "enabled", "true")), http.StatusNotFound)
+}
+
+func TestBudgetsPage(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	ownerID, email := e.person(ws, store.RoleOwner)
+	sa, _ := e.svc.CreateServiceAccount(ctx, service.Operator(ws), "robot")
+	// Spend on three days of the last 30, and one before.
+	for _, u := range []struct {
+		ago  time.Duration
+		cost money.Pico
+	}{{0, 1_500_000_000_000}, {2 * time.Hour, 500_000_000_000}, {24 * time.Hour, 250_000_000_000}, {10 * 24 * time.Hour, 3_000_000_000_000}, {40 * 24 * time.Hour, 9_000_000_000_000}} {
+		at := t0.Add(-u.ago)
+		if err := e.svc.Ledger.Record(ctx, &store.UsageRecord{ID: ledger.UsageID(at), Time: at, Workspace: ws, MemberID: sa.ID,
+			MemberKind: store.MemberServiceAccount, Cost: u.cost, Status: 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, tok := e.signedIn(email)
+	w := "/w/" + ws + "/budgets"
+	p := b.get(w)
+	wantStatus(t, "budgets", p, 200)
+	wantContains(t, "budgets", p, "<svg", `class="chart"`, "Daily spend, last 30 days", "total <strong>$5.25</strong>", "robot", `name="limit_usd"`)
+	if n := strings.Count(p.body, `<rect class="bar"`); n != 30 {
+		t.Fatalf("%d bars, want 30", n)
+	}
+	wantContains(t, "bar titles", p, "Sun Jun 1: $2.00", "Sat May 31: $0.25", "Thu May 22: $3.00")
+
+	p = b.post(w+"/"+sa.ID, form(tok, "limit_usd", "$12.50", "period", "monthly"))
+	wantStatus(t, "set budget", p, http.StatusSeeOther)
+	after := b.get(p.location())
+	wantContains(t, "after set", after, "Budget saved.", "$12.50")
+	bs, _ := e.svc.Budgets(ctx, service.Operator(ws))
+	found := false
+	for _, bv := range bs {
+		if bv.MemberID == sa.ID {
+			found = bv.LimitUSD != nil && *bv.LimitUSD == 12_500_000_000_000 && *bv.Period == "monthly"
+		}
+	}
+	if !found {
+		t.Fatalf("budget not set: %+v", bs)
+	}
+	wantStatus(t, "bad amount", b.post(w+"/"+sa.ID, form(tok, "limit_usd", "lots", "period", "monthly")), http.StatusBadRequest)
+	wantStatus(t, "bad period", b.post(w+"/"+ownerID, form(tok, "limit_usd", "5", "period", "hourly")), http.StatusBadRequest)
+	p = b.post(w+"/"+sa.ID, form(tok, "limit_usd", "", "period", "monthly"))
+	wantStatus(t, "remove budget", p, http.StatusSeeOther)
+	wantContains(t, "after remove", b.get(p.location()), "Budget removed.")
+}
+
+// TestBudgetsPageSessions: the budgets page shows the spend per agent
+// session over the chart's 30 days, dearest first; each row links to the
+// page filtered by that session; a member sees their own sessions only.
+func TestBudgetsPageSessions(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, ownerEmail := e.person(ws, store.RoleOwner)
+	memberID, memberEmail := e.person(ws, store.RoleMember)
+	sa, _ := e.svc.CreateServiceAccount(ctx, service.Operator(ws), "robot")
+	const odd = `ses B/<x>&y "z"` // printable ASCII that needs escaping in HTML and URLs
+	for _, u := range []struct {
+		ago     time.Duration
+		member  string
+		session string
+		tokens  int64
+		cost    money.Pico
+	}{
+		{1 * time.Hour, sa.ID, "ses_A", 100, 1_000_000_000_000},
+		{2 * time.Hour, sa.ID, "ses_A", 50, 500_000_000_000},
+		{3 * time.Hour, memberID, "ses_M", 10, 2_000_000_000_000},
+		{24 * time.Hour, sa.ID, odd, 1_234_567, 250_000_000_000},
+		{10 * 24 * time.Hour, sa.ID, "", 5, 3_000_000_000_000},
+		{40 * 24 * time.Hour, sa.ID, "ses_old", 5, 9_000_000_000_000},
+	} {
+		at := t0.Add(-u.ago)
+		kind := store.MemberServiceAccount
+		if u.member == memberID {
+			kind = store.MemberPerson
+		}
+		if err := e.svc.Ledger.Record(ctx, &store.UsageRecord{ID: ledger.UsageID(at), Time: at, Workspace: ws, MemberID: u.member,
+			MemberKind: kind, Cost: u.cost, Status: 200, Session: u.session, Tokens: store.Tokens{Input: u.tokens}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := "/w/" + ws + "/budgets"
+	links := regexp.MustCompile(`href="(/w/[^"]*\?session=[^"]*)"`)
+	rows := func(p page) []string { // the sessions of the table, in order
+		t.Helper()
+		var out []string
+		for _, m := range links.FindAllStringSubmatch(p.body, -1) {
+			u, err := url.Parse(strings.ReplaceAll(m[1], "&amp;", "&"))
+			if err != nil {
+				t.Fatalf("bad link %q: %v", m[1], err)
+			}
+			if u.Path != w {
+				t.Fatalf("link %q goes to %s, want %s", m[1], u.Path, w)
+			}
+			out = append(out, u.Query().Get("session"))
+		}
+		return out
+	}
+
+	b, _ := e.signedIn(ownerEmail)
+	p := b.get(w)
+	wantStatus(t, "budgets", p, 200)
+	wantContains(t, "budgets", p, "Spend per agent session", "total <strong>$6.75</strong>",
+		`<td class="num">2</td>`, `<td class="num">150</td>`, "$1.50", "1,234,567", "2025-06-01 09:00 UTC",
+		"ses B/&lt;x&gt;&amp;y &#34;z&#34;")
+	wantNotContains(t, "budgets", p, "ses_old", `<x>`)
+	if got := rows(p); strings.Join(got, "|") != strings.Join([]string{"ses_M", "ses_A", odd}, "|") {
+		t.Fatalf("session rows %q, want ses_M, ses_A, the odd one (dearest first)", got)
+	}
+
+	// Each row's link shows that session only: chart, total and table.
+	for _, c := range []struct{ session, total string }{{"ses_A", "$1.50"}, {odd, "$0.25"}, {"ses_M", "$2.00"}} {
+		p := b.get(w + "?session=" + url.QueryEscape(c.session))
+		wantStatus(t, "filtered by "+c.session, p, 200)
+		wantContains(t, "filtered by "+c.session, p, "Showing the agent session", "total <strong>"+c.total+"</strong>", `href="`+w+`">Show every session`)
+		if got := rows(p); len(got) != 1 || got[0] != c.session {
+			t.Errorf("filtered by %q: rows %q", c.session, got)
+		}
+	}
+	p = b.get(w + "?session=ses_none")
+	wantContains(t, "unknown session", p, "total <strong>$0.00</strong>", "No agent sessions in the last 30 days.")
+
+	// A member sees their own session, not the service account's.
+	mb, _ := e.signedIn(memberEmail)
+	p = mb.get(w)
+	wantStatus(t, "member budgets", p, 200)
+	wantContains(t, "member budgets", p, "Spend per agent session", "your requests", "total <strong>$2.00</strong>")
+	if got := rows(p); len(got) != 1 || got[0] != "ses_M" {
+		t.Fatalf("member sees sessions %q, want only ses_M", got)
+	}
+	wantNotContains(t, "member budgets", p, "ses_A", "ses B")
+	p = mb.get(w + "?session=ses_A")
+	wantStatus(t, "member filters by another's session", p, 200)
+	wantContains(t, "member filters by another's session", p, "total <strong>$0.00</strong>", "No agent sessions in the last 30 days.")
+	if got := rows(p); len(got) != 0 {
+		t.Fatalf("member sees rows %q of another member's session", got)
+	}
+}
+
+// TestBudgetsPageSessionsTopN: the table lists the dearest sessions only
+// and says how many there were.
+func TestBudgetsPageSessionsTopN(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleOwner)
+	sa, _ := e.svc.CreateServiceAccount(ctx, service.Operator(ws), "robot")
+	for i := range 27 {
+		at := t0.Add(-time.Duration(i+1) * time.Minute)
+		if err := e.svc.Ledger.Record(ctx, &store.UsageRecord{ID: ledger.UsageID(at), Time: at, Workspace: ws, MemberID: sa.ID,
+			MemberKind: store.MemberServiceAccount, Cost: money.Pico(i+1) * 1_000_000_000_000, Status: 200, Session: fmt.Sprintf("ses_%02d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := e.signedIn(email)
+	p := b.get("/w/" + ws + "/budgets")
+	wantContains(t, "budgets", p, "The 25 dearest of 27 sessions are shown.", "?session=ses_26", "?session=ses_02")
+	wantNotContains(t, "budgets", p, "?session=ses_01", "?session=ses_00")
+	if i, j := strings.Index(p.body, "?session=ses_26"), strings.Index(p.body, "?session=ses_25"); i < 0 || j < i {
+		t.Fatal("sessions are not dearest first")
+	}
+}

@@ -1,0 +1,509 @@
+package web
+
+import (
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/store"
+)
+
+// workspaceHome sends a person to the first page they can use.
+func (h *Web) workspaceHome(w http.ResponseWriter, r *http.Request, q *req) {
+	to := "budgets"
+	if canOf(q.p).ServiceAccounts {
+		to = "service-accounts"
+	}
+	http.Redirect(w, r, wsPath(q.ws.ID, to), http.StatusSeeOther)
+}
+
+// ---- Service accounts and keys ----
+
+type saRow struct {
+	*store.ServiceAccount
+	Keys []keyRow
+}
+
+type keyRow struct {
+	*store.APIKey
+	Status string // active, revoked, expired
+}
+
+type saData struct {
+	Accounts []saRow
+	Now      time.Time
+	MinDate  string // the earliest expiry date the form accepts
+	Name     string // the create form's name, after an error
+}
+
+func (h *Web) serviceAccountsPage(w http.ResponseWriter, r *http.Request, q *req) {
+	h.renderServiceAccounts(w, r, q, http.StatusOK, "", flash(r))
+}
+
+func (h *Web) renderServiceAccounts(w http.ResponseWriter, r *http.Request, q *req, status int, msg, fl string) {
+	d := q.data("Service accounts and keys")
+	d.Nav, d.Flash = "service-accounts", fl
+	now := q.svc.Clock.Now().UTC()
+	sd := saData{Now: now, MinDate: now.AddDate(0, 0, 1).Format(time.DateOnly)}
+	sas, err := q.svc.ServiceAccounts(r.Context(), q.p)
+	if err != nil {
+		if !h.shown(w, q, err, d, &msg, &status) {
+			return
+		}
+		sas = nil
+	}
+	sort.Slice(sas, func(i, j int) bool { return sas[i].Created.Before(sas[j].Created) })
+	for _, sa := range sas {
+		keys, err := q.svc.Keys(r.Context(), q.p, sa.ID)
+		if err != nil {
+			h.fail(w, q, err)
+			return
+		}
+		row := saRow{ServiceAccount: sa}
+		for _, k := range keys {
+			st := "active"
+			switch {
+			case k.RevokedAt != nil:
+				st = "revoked"
+			case !k.Usable(now):
+				st = "expired"
+			}
+			row.Keys = append(row.Keys, keyRow{APIKey: k, Status: st})
+		}
+		sd.Accounts = append(sd.Accounts, row)
+	}
+	d.Error = msg
+	d.Data = sd
+	h.render(w, status, "service-accounts", d)
+}
+
+// refused handles an error of a page's listing: a 4xx (403 for a role
+// that may not see it) is shown on the page and reported true; anything
+// else is an error page, reported false.
+func (h *Web) refused(w http.ResponseWriter, q *req, err error, d *pageData) bool {
+	e := apierr.As(err)
+	if e.Status >= 400 && e.Status < 500 {
+		d.Error = e.Message
+		return true
+	}
+	h.fail(w, q, err)
+	return false
+}
+
+// shown puts a refused listing on the page being rendered: the page keeps
+// an earlier message and answers the higher status. It reports false when
+// an error page was written instead.
+func (h *Web) shown(w http.ResponseWriter, q *req, err error, d *pageData, msg *string, status *int) bool {
+	if !h.refused(w, q, err, d) {
+		return false
+	}
+	if *msg == "" {
+		*msg = d.Error
+	}
+	*status = maxStatus(*status, apierr.As(err).Status)
+	return true
+}
+
+func maxStatus(a, b int) int {
+	if b > a {
+		return b
+	}
+	return a
+}
+
+func (h *Web) createServiceAccount(w http.ResponseWriter, r *http.Request, q *req) {
+	_, err := q.svc.CreateServiceAccount(r.Context(), q.p, r.PostForm.Get("name"))
+	if err != nil {
+		h.formFailed(w, r, q, err, h.renderServiceAccounts)
+		return
+	}
+	redirectDone(w, r, wsPath(q.ws.ID, "service-accounts"), "sa-created")
+}
+
+func (h *Web) deleteServiceAccount(w http.ResponseWriter, r *http.Request, q *req) {
+	if err := q.svc.DeleteServiceAccount(r.Context(), q.p, r.PathValue("sa")); err != nil {
+		h.formFailed(w, r, q, err, h.renderServiceAccounts)
+		return
+	}
+	redirectDone(w, r, wsPath(q.ws.ID, "service-accounts"), "sa-deleted")
+}
+
+// keyCreated is the page that shows a new key's value, once.
+type keyCreated struct {
+	Account *store.ServiceAccount
+	Key     *service.CreatedKey
+}
+
+func (h *Web) createKey(w http.ResponseWriter, r *http.Request, q *req) {
+	in := service.NewKey{Name: r.PostForm.Get("name"), Permission: r.PostForm.Get("permission")}
+	if v := strings.TrimSpace(r.PostForm.Get("expires")); v != "" {
+		day, err := time.Parse(time.DateOnly, v)
+		if err != nil {
+			h.formFailed(w, r, q, apierr.BadRequest("the expiry date must look like 2030-12-31"), h.renderServiceAccounts)
+			return
+		}
+		end := day.AddDate(0, 0, 1) // the key works until the end of that day (UTC)
+		in.ExpiresAt = &end
+	}
+	saID := r.PathValue("sa")
+	sa, err := q.svc.ServiceAccount(r.Context(), q.p, saID)
+	if err != nil {
+		h.formFailed(w, r, q, err, h.renderServiceAccounts)
+		return
+	}
+	k, err := q.svc.CreateKey(r.Context(), q.p, saID, in)
+	if err != nil {
+		h.formFailed(w, r, q, err, h.renderServiceAccounts)
+		return
+	}
+	d := q.data("New key " + k.Name)
+	d.Nav = "service-accounts"
+	d.Data = keyCreated{Account: sa, Key: k}
+	h.render(w, http.StatusCreated, "key-created", d)
+}
+
+func (h *Web) revokeKey(w http.ResponseWriter, r *http.Request, q *req) {
+	if err := q.svc.RevokeKey(r.Context(), q.p, r.PathValue("sa"), r.PathValue("key")); err != nil {
+		h.formFailed(w, r, q, err, h.renderServiceAccounts)
+		return
+	}
+	redirectDone(w, r, wsPath(q.ws.ID, "service-accounts"), "key-revoked")
+}
+
+// formFailed shows the page again with the service's message and status
+// (403 for a role that may not do this, 400 for bad input, 409 …).
+func (h *Web) formFailed(w http.ResponseWriter, r *http.Request, q *req, err error,
+	render func(http.ResponseWriter, *http.Request, *req, int, string, string)) {
+	e := apierr.As(err)
+	if e.Status >= 500 {
+		h.fail(w, q, err)
+		return
+	}
+	render(w, r, q, e.Status, e.Message, "")
+}
+
+// ---- Connections and models ----
+
+type connRow struct {
+	*service.ConnectionView
+	Gateway string
+	Models  []modelRow
+}
+
+type modelRow struct {
+	ID string
+	store.Model
+}
+
+type connData struct {
+	Connections []connRow
+}
+
+func (h *Web) inferenceBase(r *http.Request) string {
+	if h.opts.InferenceURL != "" {
+		return strings.TrimRight(h.opts.InferenceURL, "/")
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+func (h *Web) connectionsPage(w http.ResponseWriter, r *http.Request, q *req) {
+	h.renderConnections(w, r, q, http.StatusOK, "", flash(r))
+}
+
+func (h *Web) renderConnections(w http.ResponseWriter, r *http.Request, q *req, status int, msg, fl string) {
+	d := q.data("Connections and models")
+	d.Nav, d.Flash = "connections", fl
+	var cd connData
+	cs, err := q.svc.Connections(r.Context(), q.p)
+	if err != nil {
+		if !h.shown(w, q, err, d, &msg, &status) {
+			return
+		}
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name })
+	base := h.inferenceBase(r)
+	for _, c := range cs {
+		row := connRow{ConnectionView: c, Gateway: base + "/custom/" + urlPathEscape(c.ID)}
+		for id, m := range c.Models {
+			row.Models = append(row.Models, modelRow{ID: id, Model: m})
+		}
+		sort.Slice(row.Models, func(i, j int) bool { return row.Models[i].ID < row.Models[j].ID })
+		cd.Connections = append(cd.Connections, row)
+	}
+	d.Error = msg
+	d.Data = cd
+	h.render(w, status, "connections", d)
+}
+
+// setModel enables or disables a model: fields model and enabled=true|false.
+func (h *Web) setModel(w http.ResponseWriter, r *http.Request, q *req) {
+	var on bool
+	switch r.PostForm.Get("enabled") {
+	case "true":
+		on = true
+	case "false":
+	default:
+		h.formFailed(w, r, q, apierr.BadRequest("enabled must be true or false"), h.renderConnections)
+		return
+	}
+	model := r.PostForm.Get("model")
+	conn := r.PathValue("conn")
+	// Only an existing model may be switched (PutModel would add a new one),
+	// so look it up first; the permission of the change itself comes first.
+	err := service.Require(q.p, service.OpManageModels)
+	var cv *service.ConnectionView
+	if err == nil {
+		cv, err = q.svc.Connection(r.Context(), q.p, conn)
+	}
+	if err == nil {
+		if _, ok := cv.Models[model]; !ok {
+			err = apierr.NotFound("ModelNotFound", "model %s not found on this connection", model)
+		}
+	}
+	if err == nil {
+		_, err = q.svc.PutModel(r.Context(), q.p, conn, model, service.ModelInput{Enabled: &on})
+	}
+	if err != nil {
+		h.formFailed(w, r, q, err, h.renderConnections)
+		return
+	}
+	done := "model-disabled"
+	if on {
+		done = "model-enabled"
+	}
+	redirectDone(w, r, wsPath(q.ws.ID, "connections"), done)
+}
+
+// ---- Members and roles ----
+
+type membersData struct {
+	Members []service.MemberView
+	Roles   []string
+	You     string
+	Email   string // the add form's email, after an error
+}
+
+func (h *Web) membersPage(w http.ResponseWriter, r *http.Request, q *req) {
+	h.renderMembers(w, r, q, http.StatusOK, "", flash(r))
+}
+
+func (h *Web) renderMembers(w http.ResponseWriter, r *http.Request, q *req, status int, msg, fl string) {
+	d := q.data("Members and roles")
+	d.Nav, d.Flash = "members", fl
+	md := membersData{Roles: []string{store.RoleMember, store.RoleAdmin, store.RoleOwner}, You: q.sess.Person.ID}
+	if r.Method == http.MethodPost {
+		md.Email = r.PostForm.Get("email")
+	}
+	ms, err := q.svc.Members(r.Context(), q.p)
+	if err != nil {
+		if !h.shown(w, q, err, d, &msg, &status) {
+			return
+		}
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Email < ms[j].Email })
+	md.Members = ms
+	d.Error = msg
+	d.Data = md
+	h.render(w, status, "members", d)
+}
+
+func (h *Web) addMember(w http.ResponseWriter, r *http.Request, q *req) {
+	email := store.FoldEmail(strings.TrimSpace(r.PostForm.Get("email")))
+	if email == "" {
+		h.formFailed(w, r, q, apierr.BadRequest("enter the email of the person to add"), h.renderMembers)
+		return
+	}
+	_, err := q.svc.AddMember(r.Context(), q.p, service.NewMember{Email: email, Role: r.PostForm.Get("role")})
+	if err != nil {
+		if apierr.As(err).Tag == "PersonNotFound" {
+			err = apierr.NotFound("PersonNotFound", "no person with this email has an account: the operator creates accounts")
+		}
+		h.formFailed(w, r, q, err, h.renderMembers)
+		return
+	}
+	redirectDone(w, r, wsPath(q.ws.ID, "members"), "member-added")
+}
+
+func (h *Web) setRole(w http.ResponseWriter, r *http.Request, q *req) {
+	if _, err := q.svc.SetRole(r.Context(), q.p, r.PathValue("member"), r.PostForm.Get("role")); err != nil {
+		h.formFailed(w, r, q, err, h.renderMembers)
+		return
+	}
+	redirectDone(w, r, wsPath(q.ws.ID, "members"), "role-changed")
+}
+
+func (h *Web) removeMember(w http.ResponseWriter, r *http.Request, q *req) {
+	if err := q.svc.RemoveMember(r.Context(), q.p, r.PathValue("member")); err != nil {
+		h.formFailed(w, r, q, err, h.renderMembers)
+		return
+	}
+	if r.PathValue("member") == q.sess.Person.ID {
+		http.Redirect(w, r, "/", http.StatusSeeOther) // you left the workspace
+		return
+	}
+	redirectDone(w, r, wsPath(q.ws.ID, "members"), "member-removed")
+}
+
+// ---- Budgets and usage ----
+
+type budgetsData struct {
+	Budgets []service.BudgetView
+	Periods []string
+	Chart   chart
+	OwnOnly bool
+	// Session is the agent session the page is filtered by ("": all).
+	Session string
+	// Sessions are the agent sessions with the most spend over the chart's
+	// days, dearest first; SessionCount is how many there were in all.
+	Sessions     []sessionSpend
+	SessionCount int
+}
+
+// sessionSpend is what one agent session cost over the shown days.
+type sessionSpend struct {
+	Session  string
+	Requests int64
+	Tokens   int64
+	Cost     money.Pico
+	LastSeen time.Time
+}
+
+func (h *Web) budgetsPage(w http.ResponseWriter, r *http.Request, q *req) {
+	h.renderBudgets(w, r, q, http.StatusOK, "", flash(r))
+}
+
+func (h *Web) renderBudgets(w http.ResponseWriter, r *http.Request, q *req, status int, msg, fl string) {
+	d := q.data("Budgets and usage")
+	d.Nav, d.Flash = "budgets", fl
+	bd := budgetsData{Periods: []string{store.PeriodMonthly, store.PeriodWeekly, store.PeriodDaily, store.PeriodTotal},
+		OwnOnly: service.Check(q.p, service.OpReadSpend) == service.OwnOnly, Session: r.URL.Query().Get("session")}
+	bs, err := q.svc.Budgets(r.Context(), q.p)
+	if err != nil {
+		if !h.shown(w, q, err, d, &msg, &status) {
+			return
+		}
+	}
+	sort.SliceStable(bs, func(i, j int) bool {
+		if bs[i].Kind != bs[j].Kind {
+			return bs[i].Kind == store.MemberPerson
+		}
+		return strings.ToLower(bs[i].Name) < strings.ToLower(bs[j].Name)
+	})
+	bd.Budgets = bs
+	if err == nil {
+		days, sessions, truncated, err := h.spendSummary(r, q, bd.Session)
+		if err != nil {
+			if !h.refused(w, q, err, d) {
+				return
+			}
+			msg = d.Error
+		}
+		bd.Chart = buildChart(days, truncated)
+		bd.SessionCount = len(sessions)
+		bd.Sessions = sessions[:min(len(sessions), maxSessionRows)]
+	}
+	d.Error = msg
+	d.Data = bd
+	h.render(w, status, "budgets", d)
+}
+
+// chartDays is the span of the spend chart.
+const chartDays = 30
+
+// maxUsagePages bounds the usage read for the chart (1000 records a page).
+const maxUsagePages = 100
+
+// maxSessionRows bounds the table of spend per agent session.
+const maxSessionRows = 25
+
+// spendSummary reads the workspace's usage (a member's own, for the member
+// role; one agent session's, when session is set) over the last chartDays
+// days, today included, in one pass: the spend per UTC day, and the spend
+// per agent session, dearest first (requests without a session are in the
+// days only).
+func (h *Web) spendSummary(r *http.Request, q *req, session string) ([]daySpend, []sessionSpend, bool, error) {
+	today := q.svc.Clock.Now().UTC().Truncate(24 * time.Hour)
+	from := today.AddDate(0, 0, -(chartDays - 1))
+	days := make([]daySpend, chartDays)
+	for i := range days {
+		days[i].Day = from.AddDate(0, 0, i)
+	}
+	bySession := map[string]*sessionSpend{}
+	truncated := true
+	cursor := ""
+	for page := 0; page < maxUsagePages; page++ {
+		recs, next, err := q.svc.Usage(r.Context(), q.p, service.UsageQuery{Session: session, From: from, Cursor: cursor, Limit: 1000})
+		if err != nil {
+			return nil, nil, false, err
+		}
+		for _, u := range recs {
+			i := int(u.Time.UTC().Sub(from) / (24 * time.Hour))
+			if i < 0 || i >= chartDays {
+				continue
+			}
+			days[i].Cost += u.Cost
+			if u.Session == "" {
+				continue
+			}
+			ss := bySession[u.Session]
+			if ss == nil {
+				ss = &sessionSpend{Session: u.Session}
+				bySession[u.Session] = ss
+			}
+			ss.Requests++
+			ss.Tokens += u.Tokens.Total()
+			ss.Cost += u.Cost
+			if u.Time.After(ss.LastSeen) {
+				ss.LastSeen = u.Time
+			}
+		}
+		if next == "" {
+			truncated = false
+			break
+		}
+		cursor = next
+	}
+	sessions := make([]sessionSpend, 0, len(bySession))
+	for _, ss := range bySession {
+		sessions = append(sessions, *ss)
+	}
+	sort.Slice(sessions, func(i, j int) bool {
+		a, b := sessions[i], sessions[j]
+		if a.Cost != b.Cost {
+			return a.Cost > b.Cost
+		}
+		if !a.LastSeen.Equal(b.LastSeen) {
+			return a.LastSeen.After(b.LastSeen)
+		}
+		return a.Session < b.Session
+	})
+	return days, sessions, truncated, nil
+}
+
+// setBudget is POST /w/{wrk}/budgets/{member}: limit_usd (empty removes
+// the budget) and period.
+func (h *Web) setBudget(w http.ResponseWriter, r *http.Request, q *req) {
+	in := service.BudgetInput{Period: r.PostForm.Get("period")}
+	done := "budget-removed"
+	if v := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(r.PostForm.Get("limit_usd")), "$")); v != "" {
+		m, err := money.Parse(strings.ReplaceAll(v, ",", ""))
+		if err != nil {
+			h.formFailed(w, r, q, apierr.BadRequest("the limit must be an amount of dollars such as 25 or 12.50"), h.renderBudgets)
+			return
+		}
+		in.LimitUSD, done = &m, "budget-set"
+	}
+	if _, err := q.svc.SetBudget(r.Context(), q.p, r.PathValue("member"), in); err != nil {
+		h.formFailed(w, r, q, err, h.renderBudgets)
+		return
+	}
+	redirectDone(w, r, wsPath(q.ws.ID, "budgets"), done)
+}

@@ -1,0 +1,325 @@
+package formats
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/store"
+)
+
+// chatWire is OpenAI Chat Completions: POST /chat/completions, the model
+// in the body, usage in a last chunk that a stream sends only when asked
+// (stream_options.include_usage).
+type chatWire struct{}
+
+func (chatWire) name() string { return "chat" }
+
+func (chatWire) match(tail string) (Op, string, string, *ParseError, bool) {
+	return Generate, "", "", nil, tail == "/chat/completions"
+}
+
+func (chatWire) suggests(tail, _ string) bool {
+	return tail == "/chat/completions" || strings.HasPrefix(tail, "/chat/")
+}
+func (chatWire) upstreamPath(Route, string) string { return "/chat/completions" }
+func (chatWire) streamsByPath(Route) bool          { return false }
+
+func (chatWire) serves(kind string) bool   { return openAIKind(kind) }
+func (chatWire) nativeTo(kind string) bool { return openAIKind(kind) }
+
+func (chatWire) setCredential(h http.Header, secret string) { setBearer(h, secret) }
+
+// keySlots: Azure OpenAI's SDK sends its key in api-key.
+func (chatWire) keySlots() (string, bool) { return "Api-Key", false }
+func (chatWire) claims(http.Header) bool  { return false }
+
+// openAIKind reports the kinds that speak OpenAI's formats.
+func openAIKind(kind string) bool {
+	return kind == store.KindOpenAI || kind == store.KindOpenAICompatible
+}
+
+func setBearer(h http.Header, secret string) { h.Set("Authorization", "Bearer "+secret) }
+
+func (chatWire) foldsKeys() bool                    { return false }
+func (chatWire) modelInPath() bool                  { return false }
+func (chatWire) check(Route, *Fields) *apierr.Error { return nil }
+func (chatWire) extraOutput(*Fields) int64          { return 0 }
+
+// outputLimit: max_completion_tokens, or the older max_tokens.
+func (chatWire) outputLimit(f *Fields) int64 {
+	if n := positive(f.maxCompletionTokens); n > 0 {
+		return n
+	}
+	return positive(f.maxTokens)
+}
+
+func (chatWire) rewrite(_ Route, body []byte, _ *Fields, requested, upstream string) ([]byte, *apierr.Error) {
+	return rewriteBodyModel(body, requested, upstream)
+}
+
+// prepareStream asks a stream for its usage chunk when the client did not,
+// and says to hide that chunk from it.
+func (chatWire) prepareStream(body []byte, f *Fields) ([]byte, bool) {
+	if f.streamOptions.Get("include_usage").Bool() {
+		return body, false
+	}
+	patched, err := sjson.SetBytes(body, "stream_options.include_usage", true)
+	if err != nil {
+		return body, false
+	}
+	return patched, true
+}
+
+func (chatWire) errorBody(m map[string]any, status int, tag, message string) {
+	openAIError(m, status, tag, message)
+}
+
+func (chatWire) modelObject(m ModelInfo, ownedBy string) any { return openAIModelObject(m, ownedBy) }
+func (chatWire) modelList(objects []any, _ []ModelInfo) any  { return openAIModelList(objects) }
+
+// openAIError is OpenAI's error envelope: error {message, type, code}.
+func openAIError(m map[string]any, status int, tag, message string) {
+	m["error"] = map[string]any{"message": message, "type": openAIType(status), "code": tag}
+}
+
+func openAIType(status int) string {
+	switch {
+	case status == 401:
+		return "authentication_error"
+	case status == 403:
+		return "permission_error"
+	case status == 404:
+		return "not_found_error"
+	case status == 402:
+		return "insufficient_quota"
+	case status == 413:
+		return "request_too_large"
+	case status >= 500:
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+type openAIModel struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func openAIModelObject(m ModelInfo, ownedBy string) any {
+	return openAIModel{ID: m.ID, Object: "model", Created: m.Created.Unix(), OwnedBy: ownedBy}
+}
+
+// openAIModelList is {"object":"list","data":[…]}.
+func openAIModelList(objects []any) any {
+	return struct {
+		Object string `json:"object"`
+		Data   []any  `json:"data"`
+	}{"list", objects}
+}
+
+// Usage.
+
+func (chatWire) arrayStream() bool     { return false }
+func (chatWire) dropsUsageChunk() bool { return true }
+
+// event reads a chunk; a chunk with a usage and no choices is the usage
+// chunk.
+func (chatWire) event(m *Meter, _ []byte, v gjson.Result) (usageOnly bool) {
+	choices := -1
+	hasUsage := false
+	var text int64
+	v.ForEach(func(k, val gjson.Result) bool {
+		switch k.Str {
+		case "model":
+			m.setModel(val)
+		case "usage":
+			if val.IsObject() {
+				chatUsage(m, val)
+				hasUsage = true
+			}
+		case "choices":
+			if val.IsArray() {
+				choices = 0
+				val.ForEach(func(_, ch gjson.Result) bool {
+					choices++
+					text += chatDeltaText(ch.Get("delta"))
+					return true
+				})
+			}
+		}
+		return true
+	})
+	m.addText(text)
+	return hasUsage && choices == 0
+}
+
+func chatDeltaText(d gjson.Result) int64 {
+	var n int64
+	d.ForEach(func(k, val gjson.Result) bool {
+		switch k.Str {
+		case "content", "refusal", "reasoning_content", "reasoning":
+			n += textLen(val)
+		case "tool_calls":
+			val.ForEach(func(_, tc gjson.Result) bool {
+				n += textLen(tc.Get("function.arguments"))
+				return true
+			})
+		}
+		return true
+	})
+	return n
+}
+
+// chatUsage reads a Chat usage object: prompt_tokens includes the cached
+// tokens, completion_tokens the reasoning tokens.
+func chatUsage(m *Meter, u gjson.Result) {
+	var prompt, cached, hit, completion, reasoning int64
+	cachedSet := false
+	u.ForEach(func(k, val gjson.Result) bool {
+		switch k.Str {
+		case "prompt_tokens":
+			prompt = num(val)
+		case "completion_tokens":
+			completion = num(val)
+		case "prompt_tokens_details":
+			if c := val.Get("cached_tokens"); c.Exists() {
+				cached, cachedSet = num(c), true
+			}
+		case "completion_tokens_details":
+			reasoning = num(val.Get("reasoning_tokens"))
+		case "prompt_cache_hit_tokens": // DeepSeek
+			hit = num(val)
+		}
+		return true
+	})
+	if !cachedSet {
+		cached = hit
+	}
+	var t Tokens
+	t.Input, t.CacheRead = split(prompt, cached)
+	t.Output, t.Reasoning = split(completion, reasoning)
+	m.tok = t
+	m.inputSeen, m.usageSeen, m.complete = true, true, true
+}
+
+func (chatWire) body(m *Meter, v gjson.Result) {
+	if !v.IsObject() {
+		return
+	}
+	m.setModel(v.Get("model"))
+	if u := v.Get("usage"); u.IsObject() {
+		chatUsage(m, u)
+	}
+	var text int64
+	v.Get("choices").ForEach(func(_, ch gjson.Result) bool {
+		text += chatDeltaText(ch.Get("message"))
+		return true
+	})
+	m.textBytes += text
+}
+
+func (chatWire) salvage(m *Meter, _ []byte, w *window, _ bool) {
+	if u, ok := lastObject(w.last(), `"usage":`); ok {
+		chatUsage(m, u)
+	}
+}
+
+// Client.
+
+func (chatWire) clientPath(string) string { return "/chat/completions" }
+
+var chatSettings = settings{"temperature": "temperature", "top_p": "top_p", "topP": "top_p", "seed": "seed", "stop": "stop",
+	"presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
+	"reasoningEffort": "reasoning_effort", "reasoning_effort": "reasoning_effort"}.withOutput("max_tokens")
+
+func (chatWire) encode(c *Conversation) map[string]any {
+	body := map[string]any{}
+	chatSettings.apply(body, c.Settings)
+	var msgs []map[string]any
+	if c.System != "" {
+		msgs = append(msgs, map[string]any{"role": "system", "content": c.System})
+	}
+	for _, m := range c.Messages {
+		msgs = append(msgs, chatMessages(m)...)
+	}
+	body["model"] = c.Model
+	body["messages"] = msgs
+	body["stream"] = true
+	body["stream_options"] = map[string]any{"include_usage": true}
+	if len(c.Tools) > 0 {
+		tools := make([]map[string]any, len(c.Tools))
+		for i, t := range c.Tools {
+			tools[i] = map[string]any{"type": "function", "function": map[string]any{"name": t.Name, "description": t.Description, "parameters": schemaOf(t)}}
+		}
+		body["tools"] = tools
+	}
+	return body
+}
+
+// chatMessages is one conversation message as Chat messages: tool results
+// are messages of their own (role tool), after the message's text.
+func chatMessages(m Message) []map[string]any {
+	if onlyText(m.Parts) {
+		return []map[string]any{{"role": string(m.Role), "content": joinText(m.Parts)}}
+	}
+	var out []map[string]any
+	var calls []map[string]any
+	var results []map[string]any
+	for _, p := range m.Parts {
+		switch p.Kind {
+		case ToolCallPart:
+			calls = append(calls, map[string]any{"id": p.CallID, "type": "function",
+				"function": map[string]any{"name": p.Name, "arguments": string(argsObject(p.Input))}})
+		case ToolResultPart:
+			results = append(results, map[string]any{"role": "tool", "tool_call_id": p.CallID, "content": p.Output})
+		}
+	}
+	if text := joinText(m.Parts); text != "" || len(calls) > 0 {
+		msg := map[string]any{"role": string(m.Role), "content": text}
+		if text == "" {
+			msg["content"] = nil
+		}
+		if len(calls) > 0 {
+			msg["tool_calls"] = calls
+		}
+		out = append(out, msg)
+	}
+	return append(out, results...)
+}
+
+var chatFinishes = finishTable{"stop": FinishStop, "length": FinishLength, "content_filter": FinishContentFilter,
+	"tool_calls": FinishToolCalls, "function_call": FinishToolCalls}
+
+func (chatWire) decode(d *decoder, _ string, ev gjson.Result) {
+	if e := ev.Get("error"); e.Exists() {
+		d.fail(e.Get("message").String())
+		return
+	}
+	ch := ev.Get("choices.0")
+	d.addText(ch.Get("delta.content").String())
+	for _, key := range []string{"delta.reasoning_content", "delta.reasoning"} {
+		if r := ch.Get(key); r.Type == gjson.String {
+			d.addReasoning(r.Str)
+		}
+	}
+	for _, tc := range ch.Get("delta.tool_calls").Array() {
+		i := int(tc.Get("index").Int())
+		c := d.call(i)
+		if v := tc.Get("id").String(); v != "" {
+			c.ID = keep(v)
+		}
+		if v := tc.Get("function.name").String(); v != "" {
+			c.Name = keep(v)
+		}
+		d.addArgs(i, tc.Get("function.arguments").String())
+	}
+	if f := ch.Get("finish_reason").String(); f != "" {
+		d.setFinish(f, chatFinishes.of(f))
+	}
+}

@@ -1,0 +1,308 @@
+package formats
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/agentgate/agentgate/internal/apierr"
+)
+
+// Fields are the top-level members of a request body that the gateway
+// reads, found in one pass over the body instead of one search per member
+// (a search for an absent member reads the whole body).
+//
+// A body that repeats a key is refused (duplicate names it): the gateway
+// would read and rewrite one copy while the provider's parser, which keeps
+// the last, acts on the other — a model that is not enabled, served at an
+// enabled model's price, or a stream metered as a plain answer.
+type Fields struct {
+	format                                      Format
+	model, stream, streamOptions                gjson.Result
+	maxTokens, maxCompletionTokens, maxOutput   gjson.Result
+	generationConfig, generationConfigSnakeCase gjson.Result
+	// duplicate is a key that the body repeats, or "".
+	duplicate string
+	// variant is a top-level key that is another spelling (by the rules of
+	// keySet) of variantOf, a key the gateway reads: the gateway would not
+	// see it, a provider might.
+	variant, variantOf string
+}
+
+// Refusal is why the body is refused before anything else is read from
+// it, or nil.
+func (f *Fields) Refusal() *apierr.Error {
+	if f.duplicate != "" {
+		return apierr.BadRequest("the request body repeats the key %q; send each key once", f.duplicate)
+	}
+	if f.variant != "" {
+		return apierr.BadRequest("the request body has the key %q, another spelling of %q; send it as %q", f.variant, f.variantOf, f.variantOf)
+	}
+	return nil
+}
+
+// BodyModel is the body's "model" as a string ("" when absent), for the
+// usage record of a request refused before its model is checked.
+func (f *Fields) BodyModel() string { return f.model.String() }
+
+// Stream reports whether the body asks for a stream.
+func (f *Fields) Stream() bool { return f.stream.Bool() }
+
+// OutputLimit is the request's own bound on output tokens, 0 when it sets
+// none.
+func (f *Fields) OutputLimit() int64 { return f.format.w().outputLimit(f) }
+
+// ExtraOutput is output the request allows beyond OutputLimit (a thinking
+// budget), 0 when none.
+func (f *Fields) ExtraOutput() int64 { return f.format.w().extraOutput(f) }
+
+// positive is a number member that is a positive count, or 0.
+func positive(v gjson.Result) int64 {
+	if v.Type == gjson.Number && v.Int() > 0 {
+		return v.Int()
+	}
+	return 0
+}
+
+// RequestedModel is the model a request asks for: the path's, or else the
+// body's "model", which must be a non-empty string.
+func (r Route) RequestedModel(f *Fields) (string, *apierr.Error) {
+	if r.Format.w().modelInPath() {
+		return r.Model, nil
+	}
+	m := f.model
+	if !m.Exists() {
+		return "", apierr.BadRequest("model is required")
+	}
+	if m.Type != gjson.String || m.Str == "" {
+		return "", apierr.BadRequest("model must be a non-empty string")
+	}
+	return m.Str, nil
+}
+
+// Check refuses a request that lacks a field the format requires (one the
+// gateway relies on, such as an output limit), before its model is looked
+// up.
+func (r Route) Check(f *Fields) *apierr.Error { return r.Format.w().check(r, f) }
+
+// Rewrite checks the model a body names and rewrites it from requested to
+// upstream, keeping every other byte; a model in the path is rewritten by
+// UpstreamPath.
+func (r Route) Rewrite(body []byte, f *Fields, requested, upstream string) ([]byte, *apierr.Error) {
+	return r.Format.w().rewrite(r, body, f, requested, upstream)
+}
+
+// PrepareStream edits a streamed request so that its answer reports usage.
+// drop says that the client did not ask for that usage, and a Meter must
+// hide it (MeterOptions.DropUsageChunk).
+func (r Route) PrepareStream(body []byte, f *Fields) (_ []byte, drop bool) {
+	return r.Format.w().prepareStream(body, f)
+}
+
+// rewriteBodyModel sets the body's "model" to upstream when it differs
+// from the requested model.
+func rewriteBodyModel(body []byte, requested, upstream string) ([]byte, *apierr.Error) {
+	if upstream == requested {
+		return body, nil
+	}
+	out, err := sjson.SetBytes(body, "model", upstream)
+	if err != nil {
+		return nil, apierr.BadRequest("the model cannot be rewritten")
+	}
+	return out, nil
+}
+
+// readKeys are the top-level keys the gateway reads.
+var readKeys = [...]string{"model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "max_output_tokens",
+	"generationConfig", "generation_config"}
+
+// readKeyVariant returns the key the gateway reads that k is another
+// spelling of, or "". Only keys whose first letter could fold to m, s or g
+// are compared.
+func readKeyVariant(k string, fold bool) string {
+	if k == "" {
+		return ""
+	}
+	if c := k[0] | 0x20; c != 'm' && c != 's' && c != 'g' && k[0] < utf8.RuneSelf {
+		return ""
+	}
+	for _, name := range readKeys {
+		if keysEqual(k, name, fold) {
+			return name
+		}
+	}
+	return ""
+}
+
+// ScanFields reads the members of a request body of format f, which the
+// caller validated as a JSON object. It reads the body in place (gjson.ParseBytes would copy it
+// whole) and copies out only the members it keeps, which must outlive the
+// body's buffer (a pooled buffer is reused after the request). A format
+// that folds keys makes the two spellings of a field name
+// (generationConfig and generation_config) count as the same key.
+//
+// In the same pass it checks that no key repeats, in the top-level object
+// and in the nested objects the gateway reads (stream_options and the
+// generation config with its thinking config), and that no top-level key
+// is another spelling of one the gateway reads ("Stream" alone would be
+// missed here and honoured by a provider whose decoder ignores case).
+func ScanFields(body []byte, format Format) (f Fields) {
+	f.format = format
+	fold := format.w().foldsKeys()
+	keys := keySet{fold: fold}
+	gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))).ForEach(func(k, v gjson.Result) bool {
+		if keys.add(k.Str) {
+			f.duplicate = strings.Clone(k.Str)
+			return false
+		}
+		var dst *gjson.Result
+		nested := false // an object whose own keys must not repeat either
+		switch k.Str {
+		case "model":
+			dst = &f.model
+		case "stream":
+			dst = &f.stream
+		case "stream_options":
+			dst, nested = &f.streamOptions, true
+		case "max_tokens":
+			dst = &f.maxTokens
+		case "max_completion_tokens":
+			dst = &f.maxCompletionTokens
+		case "max_output_tokens":
+			dst = &f.maxOutput
+		case "generationConfig":
+			dst, nested = &f.generationConfig, true
+		case "generation_config":
+			dst, nested = &f.generationConfigSnakeCase, true
+		default:
+			if name := readKeyVariant(k.Str, fold); name != "" {
+				f.variant, f.variantOf = strings.Clone(k.Str), name
+				return false
+			}
+			return true
+		}
+		if nested {
+			if d := duplicateKey(v, fold, 1); d != "" {
+				f.duplicate = k.Str + "." + d
+				return false
+			}
+		}
+		v.Raw, v.Str = strings.Clone(v.Raw), strings.Clone(v.Str)
+		*dst = v
+		return true
+	})
+	return f
+}
+
+// duplicateKey returns a key that an object repeats (as a dotted path), or
+// "". depth > 0 also looks into a thinking config object.
+func duplicateKey(obj gjson.Result, fold bool, depth int) (dup string) {
+	if !obj.IsObject() {
+		return ""
+	}
+	keys := keySet{fold: fold}
+	obj.ForEach(func(k, v gjson.Result) bool {
+		if keys.add(k.Str) {
+			dup = strings.Clone(k.Str)
+			return false
+		}
+		if depth > 0 && (k.Str == "thinkingConfig" || k.Str == "thinking_config") {
+			if d := duplicateKey(v, fold, depth-1); d != "" {
+				dup = k.Str + "." + d
+				return false
+			}
+		}
+		return true
+	})
+	return dup
+}
+
+// keySet holds the keys of one JSON object seen so far. Keys are equal
+// when they are equal after JSON unescaping (gjson unescapes them) and
+// Unicode case folding, since some providers' JSON decoders match names
+// without regard to case; for a format that folds keys, also when they
+// differ only in the snake_case and lowerCamelCase spellings of a name,
+// which its parser takes as the same field. The first keys are compared in place against an
+// array (no allocation for an ordinary body); past that a map of
+// canonical forms takes over.
+type keySet struct {
+	fold bool
+	n    int
+	few  [32]string
+	many map[string]struct{}
+}
+
+// add records k and reports whether an equal key was already there.
+func (s *keySet) add(k string) (seen bool) {
+	if s.many != nil {
+		c := canonicalKey(k, s.fold)
+		if _, ok := s.many[c]; ok {
+			return true
+		}
+		s.many[c] = struct{}{}
+		return false
+	}
+	for _, o := range s.few[:s.n] {
+		if keysEqual(o, k, s.fold) {
+			return true
+		}
+	}
+	if s.n < len(s.few) {
+		s.few[s.n] = k
+		s.n++
+		return false
+	}
+	s.many = make(map[string]struct{}, 2*len(s.few))
+	for _, o := range s.few {
+		s.many[canonicalKey(o, s.fold)] = struct{}{}
+	}
+	s.many[canonicalKey(k, s.fold)] = struct{}{}
+	return false
+}
+
+// nextKeyRune returns the canonical rune of a key at byte i and the index
+// after it: case folded, and when fold is set an underscore before an
+// ASCII letter dropped (max_output_tokens reads as maxOutputTokens).
+func nextKeyRune(s string, i int, fold bool) (rune, int) {
+	c := s[i]
+	if fold && c == '_' && i+1 < len(s) && ('a' <= s[i+1]|0x20 && s[i+1]|0x20 <= 'z') {
+		i++
+		c = s[i]
+	}
+	if c < utf8.RuneSelf {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		return rune(c), i + 1
+	}
+	r, size := utf8.DecodeRuneInString(s[i:])
+	return unicode.ToLower(unicode.ToUpper(r)), i + size
+}
+
+func keysEqual(a, b string, fold bool) bool {
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		var ra, rb rune
+		ra, i = nextKeyRune(a, i, fold)
+		rb, j = nextKeyRune(b, j, fold)
+		if ra != rb {
+			return false
+		}
+	}
+	return i == len(a) && j == len(b)
+}
+
+func canonicalKey(k string, fold bool) string {
+	var b strings.Builder
+	b.Grow(len(k))
+	for i := 0; i < len(k); {
+		var r rune
+		r, i = nextKeyRune(k, i, fold)
+		b.WriteRune(r)
+	}
+	return b.String()
+}

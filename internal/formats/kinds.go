@@ -1,0 +1,99 @@
+package formats
+
+import (
+	"net/http"
+	"strings"
+)
+
+// Supports reports whether connections of a kind speak format f.
+func Supports(kind string, f Format) bool { return f.Valid() && registry[f].serves(kind) }
+
+// OfKind is the format whose envelope a connection's errors use: f when
+// the connection serves it, else the kind's own (Chat for a kind that has
+// none registered).
+func OfKind(kind string, f Format) Format {
+	if Supports(kind, f) {
+		return f
+	}
+	return nativeOf(kind)
+}
+
+// nativeOf is the first registered format native to a kind, or Chat.
+func nativeOf(kind string) Format {
+	for _, f := range All() {
+		if registry[f].nativeTo(kind) {
+			return f
+		}
+	}
+	return Chat
+}
+
+// SetCredential puts the provider credential in the native slot of the
+// connection kind (and the headers that slot requires, when missing).
+func SetCredential(h http.Header, kind, credential string) {
+	registry[nativeOf(kind)].setCredential(h, credential)
+}
+
+// ClientCredentialHeaders are the headers a client may carry its workspace
+// key in: Authorization, then each format's own key header in registration
+// order. All are removed before forwarding.
+var ClientCredentialHeaders = clientCredentialHeaders()
+
+func clientCredentialHeaders() []string {
+	hs := []string{"Authorization"}
+	for _, f := range All() {
+		if h, _ := registry[f].keySlots(); h != "" {
+			hs = append(hs, http.CanonicalHeaderKey(h))
+		}
+	}
+	return hs
+}
+
+// QueryKey is the query parameter a client may send its key in, for a
+// format whose key slots include it.
+const QueryKey = "key"
+
+// ClientCredential returns the workspace credential of a request: the first
+// of Authorization: Bearer, the formats' key headers and ?key=.
+func ClientCredential(h http.Header, queryKey string) string {
+	if v := h.Get("Authorization"); len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+		return strings.TrimSpace(v[7:])
+	}
+	for _, name := range ClientCredentialHeaders[1:] {
+		if v := h.Get(name); v != "" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return queryKey
+}
+
+// CredentialFormat is the format whose SDK sends a credential the way this
+// request does, for errors answered before the path or the connection
+// tells: the format whose key header carries it (?key= is Google's); a
+// bearer token, or no credential, is Chat's unless a header marks another
+// format's client (anthropic-version: Anthropic clients that authenticate
+// with a bearer token). Call it before the credentials are removed.
+func CredentialFormat(h http.Header, queryKey string) Format {
+	bearer := false
+	if v := h.Get("Authorization"); len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+		bearer = true
+	}
+	if !bearer {
+		for _, f := range All() {
+			if k, _ := registry[f].keySlots(); k != "" && h.Get(k) != "" {
+				return f
+			}
+		}
+		for _, f := range All() {
+			if _, q := registry[f].keySlots(); q && queryKey != "" {
+				return f
+			}
+		}
+	}
+	for _, f := range All() {
+		if registry[f].claims(h) {
+			return f
+		}
+	}
+	return Chat
+}

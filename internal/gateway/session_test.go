@@ -1,0 +1,52 @@
+package gateway
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/agentgate/agentgate/internal/store"
+)
+
+// TestRequestSession: every agent's header is read, in the documented
+// precedence, and values that cannot be recorded faithfully are dropped.
+func TestRequestSession(t *testing.T) {
+	max := strings.Repeat("s", store.MaxSessionLen)
+	for _, c := range []struct {
+		name string
+		hdr  [][2]string // as received: canonical names
+		want string
+	}{
+		{"none", nil, ""},
+		{"opencode", [][2]string{{"X-Opencode-Session", "ses_1"}}, "ses_1"},
+		{"claude code", [][2]string{{"X-Claude-Code-Session-Id", "cc-1"}}, "cc-1"},
+		{"qwen code", [][2]string{{"X-Qwen-Code-Session-Id", "q-1"}}, "q-1"},
+		{"kilo code", [][2]string{{"X-Kilocode-Taskid", "k-1"}}, "k-1"},
+		{"generic", [][2]string{{"X-Session-Id", "g-1"}}, "g-1"},
+		{"codex session_id", [][2]string{{"Session_id", "cx-1"}}, "cx-1"},
+		{"codex Session-Id", [][2]string{{"Session-Id", "cx-2"}}, "cx-2"},
+		{"both codex casings: underscore first", [][2]string{{"Session-Id", "cx-2"}, {"Session_id", "cx-1"}}, "cx-1"},
+		{"precedence", [][2]string{{"Session_id", "cx"}, {"X-Session-Id", "g"}, {"X-Kilocode-Taskid", "k"}, {"X-Qwen-Code-Session-Id", "q"},
+			{"X-Claude-Code-Session-Id", "cc"}, {"X-Opencode-Session", "oc"}}, "oc"},
+		{"claude code over generic", [][2]string{{"X-Session-Id", "g"}, {"X-Claude-Code-Session-Id", "cc"}}, "cc"},
+		{"empty falls through", [][2]string{{"X-Opencode-Session", ""}, {"Session_id", "cx"}}, "cx"},
+		{"first value of a repeated header", [][2]string{{"X-Opencode-Session", "a"}, {"X-Opencode-Session", "b"}}, "a"},
+		{"printable ASCII kept", [][2]string{{"X-Opencode-Session", " !a~"}}, " !a~"},
+		{"longest kept", [][2]string{{"X-Opencode-Session", max}}, max},
+		{"too long", [][2]string{{"X-Opencode-Session", max + "s"}}, ""},
+		{"too long is not replaced by the next", [][2]string{{"X-Opencode-Session", max + "s"}, {"Session_id", "cx"}}, ""},
+		{"tab", [][2]string{{"X-Opencode-Session", "a\tb"}}, ""},
+		{"newline", [][2]string{{"X-Opencode-Session", "a\nb"}}, ""},
+		{"NUL", [][2]string{{"X-Opencode-Session", "a\x00"}}, ""},
+		{"DEL", [][2]string{{"X-Opencode-Session", "a\x7f"}}, ""},
+		{"non-ASCII", [][2]string{{"X-Opencode-Session", "sé"}}, ""},
+	} {
+		h := http.Header{}
+		for _, kv := range c.hdr {
+			h[kv[0]] = append(h[kv[0]], kv[1])
+		}
+		if got := requestSession(h); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/agentgate/agentgate/internal/formats"
+)
+
+// upstream is a connection's base URL, parsed once: the path its routes
+// go under, and where to send them.
+type upstream struct {
+	Upstream
+	path string
+}
+
+// upstreamOf parses a base URL once per distinct URL (a handful per
+// config); the map lives as long as the pipeline, which a reload replaces.
+func (p *Pipeline) upstreamOf(baseURL string) (*upstream, error) {
+	if v, ok := p.upstreams.Load(baseURL); ok {
+		return v.(*upstream), nil
+	}
+	base, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, err
+	}
+	addr := base.Host
+	if base.Port() == "" {
+		if base.Scheme == "https" {
+			addr = net.JoinHostPort(base.Hostname(), "443")
+		} else {
+			addr = net.JoinHostPort(base.Hostname(), "80")
+		}
+	}
+	u := &upstream{Upstream: Upstream{Dial: addr, HTTPS: base.Scheme == "https"}, path: strings.TrimRight(base.Path, "/")}
+	v, _ := p.upstreams.LoadOrStore(baseURL, u)
+	return v.(*upstream), nil
+}
+
+// outgoing is the request the forwarder sends: the route's upstream path
+// under the base URL, the connection's headers, the body as admitted, and
+// the provider credential in its context. The client's credentials are
+// already gone from the request's headers, and nothing secret is ever set
+// on them (the forwarder's transport adds the credential to its own
+// copy), so the request is edited in place.
+func (c *call) outgoing(to *upstream) *http.Request {
+	r := c.r
+	up := *r.URL
+	up.Scheme, up.Host = "", ""
+	up.Path = to.path + c.route.UpstreamPath(c.upstream)
+	up.RawPath = ""
+	up.RawQuery = c.query.Encode()
+
+	out := r.WithContext(WithCredential(r.Context(), c.conn.Kind, c.secret))
+	out.URL = &up
+	out.RequestURI = up.RequestURI()
+	out.Header = r.Header
+	out.Header.Del("Accept-Encoding") // the transport asks for gzip itself and decodes it
+	for k, v := range c.conn.Headers {
+		out.Header.Set(k, v)
+	}
+	out.Header.Set("Content-Type", "application/json")
+	body := c.body
+	if p := c.pooled; p != nil && &body[0] == &p.b[0] {
+		out.Body = &releasingBody{Reader: bytes.NewReader(body), p: p}
+		c.pooled = nil
+	} else {
+		out.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	out.ContentLength = int64(len(body))
+	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	out.Header.Del("Transfer-Encoding")
+	out.TransferEncoding = nil
+	return out
+}
+
+type credentialKey struct{}
+
+// credential is the provider credential of one request, carried in the
+// request context under a private key (not in Caddy's vars, which
+// placeholders and logs can read).
+type credential struct {
+	kind, secret string
+}
+
+// WithCredential returns ctx carrying a connection kind's provider
+// credential for AddCredential.
+func WithCredential(ctx context.Context, kind, secret string) context.Context {
+	return context.WithValue(ctx, credentialKey{}, &credential{kind: kind, secret: secret})
+}
+
+// AddCredential returns the request to send: req itself when its context
+// carries no credential, else a copy whose headers (a new map sharing the
+// never-modified value slices) hold the credential in the kind's slot.
+// Called by a transport just before the round trip, so that the request
+// the proxy and its logs hold never sees the credential.
+func AddCredential(req *http.Request) *http.Request {
+	c, ok := req.Context().Value(credentialKey{}).(*credential)
+	if !ok {
+		return req
+	}
+	out := new(http.Request)
+	*out = *req
+	out.Header = make(http.Header, len(req.Header)+2)
+	for k, v := range req.Header {
+		out.Header[k] = v
+	}
+	formats.SetCredential(out.Header, c.kind, c.secret)
+	return out
+}

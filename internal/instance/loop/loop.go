@@ -1,0 +1,598 @@
+// Package loop runs the agent of an instance's sessions: one drain per
+// session takes admitted inputs at their delivery boundaries, runs
+// provider turns through the formats client and stores what they produce;
+// drain leases keep one drain per session across processes sharing a
+// store.
+package loop
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/agentgate/agentgate/internal/instance/events"
+	"github.com/agentgate/agentgate/internal/instance/session"
+	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/store"
+)
+
+// ProviderConfig is where the session drain sends provider turns.
+type ProviderConfig struct {
+	// BaseURL is the OpenAI-style base URL; a Chat Completions turn posts
+	// to BaseURL + "/chat/completions" (for the workspace gateway:
+	// http://host:port/custom/<connection>).
+	BaseURL string
+	// Connection, when BaseURL is empty, names a gateway connection of the
+	// same process: the base URL becomes http://<local address>/custom/<id>
+	// once the server has learnt its own address (LearnAddr).
+	Connection string
+	// APIKey is sent as "Authorization: Bearer <key>". Never logged.
+	APIKey string
+	// Format is the wire format; only "chat" (Chat Completions) is made.
+	Format string
+	// Model is the model id used when neither the session nor its agent
+	// names one.
+	Model string
+	// InputPrice and OutputPrice are USD per million tokens; a turn's cost
+	// is 0 when they are 0.
+	InputPrice, OutputPrice money.Micros
+	// Client sends the requests (default: no overall timeout).
+	Client *http.Client
+}
+
+// Runner owns the session drains of one instance in this process: at most
+// one drain per session. It outlives configuration reloads: Attach hands
+// it the current session service, and each step reads fresh services
+// from it.
+type Runner struct {
+	mu      sync.Mutex
+	srv     *session.Service
+	prov    ProviderConfig
+	drains  map[string]*drain
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	wg      sync.WaitGroup
+	resumed bool
+	closed  bool
+	addr    string // learnt local address, for Connection
+	node    string // this process's drain-lease holder id
+}
+
+type drain struct {
+	pending     bool               // a wake arrived since the drain last looked
+	cancelTurn  context.CancelFunc // cancels the running turn
+	interrupted bool
+}
+
+// NewRunner returns a runner with no server yet.
+func NewRunner() *Runner {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Runner{drains: map[string]*drain{}, ctx: ctx, cancel: cancel, node: newNodeID()}
+}
+
+// SetProvider replaces the provider configuration; turns that start later
+// use it.
+func (r *Runner) SetProvider(p ProviderConfig) {
+	r.mu.Lock()
+	r.prov = p
+	r.mu.Unlock()
+}
+
+// Provider is the provider configuration turns use now, its base URL
+// resolved from the connection once the local address is known.
+func (r *Runner) Provider() ProviderConfig {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.prov
+	if p.BaseURL == "" && p.Connection != "" && r.addr != "" {
+		p.BaseURL = "http://" + r.addr + "/custom/" + url.PathEscape(p.Connection)
+	}
+	return p
+}
+
+// ProviderBaseURL is the base URL turns go to now ("" when not known yet).
+func (r *Runner) ProviderBaseURL() string { return r.Provider().BaseURL }
+
+// LearnAddr records the local address (host:port) the instance is served
+// on; a provider given by connection id needs it. The first call with
+// a loopback-reachable address wins.
+func (r *Runner) LearnAddr(addr string) {
+	r.mu.Lock()
+	if r.addr != "" || addr == "" {
+		r.mu.Unlock()
+		return
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		r.mu.Unlock()
+		return
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	r.addr = net.JoinHostPort(host, port)
+	r.mu.Unlock()
+	r.tryResume()
+}
+
+// ready reports whether turns have an endpoint.
+func (r *Runner) readyLocked() bool {
+	return r.srv != nil && (r.prov.BaseURL != "" || r.prov.Connection == "" || r.addr != "")
+}
+
+// Attach makes s the session service the drains use; the first attach
+// with a usable endpoint resumes admitted but unprocessed inputs.
+func (r *Runner) Attach(s *session.Service) {
+	r.mu.Lock()
+	r.srv = s
+	r.mu.Unlock()
+	r.tryResume()
+}
+
+func (r *Runner) tryResume() {
+	r.mu.Lock()
+	if r.resumed || r.closed || !r.readyLocked() {
+		r.mu.Unlock()
+		return
+	}
+	r.resumed = true
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.wg.Done()
+		r.Resume()
+		r.sweep()
+	}()
+}
+
+// sweep resumes, every LeaseTTL, the sessions with work left whose drain
+// lease has expired (their node died); only when other processes share
+// the store.
+func (r *Runner) sweep() {
+	t := time.NewTicker(LeaseTTL)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+			if s := r.server(); s.Service != nil && s.Shared(r.ctx) {
+				r.Resume()
+			}
+		}
+	}
+}
+
+// svc is the session service with the loop's steps on it.
+type svc struct{ *session.Service }
+
+func (r *Runner) server() svc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return svc{r.srv}
+}
+
+// Close stops every drain (running turns end as interrupted, without
+// being stored) and waits for them.
+func (r *Runner) Close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.cancel(errShutdown)
+	r.wg.Wait()
+}
+
+// Resume schedules every session that has pending inbox items or an
+// unanswered user message.
+func (r *Runner) Resume() {
+	s := r.server()
+	var todo []string
+	for attempt := 0; attempt < 50; attempt++ {
+		todo = todo[:0]
+		err := s.ReadTx(r.ctx, func(tx store.Tx) error {
+			todo = todo[:0]
+			return tx.ListInstanceSessions(s.InstanceName(), store.SessionScan{}, func(rec *store.InstanceSession) (bool, error) {
+				w, err := s.nextWork(tx, rec.ID, true)
+				if err != nil {
+					s.Logger.Warn("drain: cannot read session", zap.String("session", rec.ID), zap.Error(err))
+					return true, nil
+				}
+				if w != nil {
+					todo = append(todo, rec.ID)
+				}
+				return true, nil
+			})
+		})
+		if err == nil {
+			break
+		}
+		if r.ctx.Err() != nil {
+			return
+		}
+		select { // the store may not be open yet
+		case <-time.After(100 * time.Millisecond):
+		case <-r.ctx.Done():
+			return
+		}
+	}
+	for _, id := range todo {
+		r.Schedule(id)
+	}
+}
+
+// Schedule wakes the drain of a session, starting it when none runs.
+func (r *Runner) Schedule(sid string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || r.srv == nil {
+		return
+	}
+	if d, ok := r.drains[sid]; ok {
+		d.pending = true
+		return
+	}
+	d := &drain{pending: true}
+	r.drains[sid] = d
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.loop(sid, d)
+	}()
+}
+
+// Interrupt stops the running turn of a session, if any; it reports
+// whether one was running.
+func (r *Runner) Interrupt(sid string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, ok := r.drains[sid]
+	if !ok || d.cancelTurn == nil {
+		return false
+	}
+	d.interrupted = true
+	d.cancelTurn()
+	return true
+}
+
+// Active lists the sessions whose drain runs.
+func (r *Runner) Active() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.drains))
+	for id := range r.drains {
+		out = append(out, id)
+	}
+	return out
+}
+
+// IsActive reports whether the session's drain runs.
+func (r *Runner) IsActive(sid string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.drains[sid]
+	return ok
+}
+
+func (r *Runner) loop(sid string, d *drain) {
+	s := r.server()
+	defer func() {
+		if v := recover(); v != nil {
+			s.Logger.Error("drain panicked", zap.String("session", sid), zap.Any("panic", v))
+			r.mu.Lock()
+			delete(r.drains, sid)
+			r.mu.Unlock()
+		}
+	}()
+	end := func() {
+		r.mu.Lock()
+		delete(r.drains, sid)
+		r.mu.Unlock()
+	}
+	// Another node may hold the session: it drains what this one stored.
+	if ok, err := s.claimDrain(r.ctx, sid, r.node); err != nil || !ok {
+		if err != nil && r.ctx.Err() == nil {
+			s.Logger.Warn("drain: cannot claim the session", zap.String("session", sid), zap.Error(err))
+		}
+		end()
+		return
+	}
+	renewDone := make(chan struct{})
+	defer close(renewDone)
+	go r.renew(sid, renewDone)
+	s.PublishStatus(sid, "running")
+	for {
+		r.mu.Lock()
+		d.pending = false
+		r.mu.Unlock()
+		ran, err := r.run(sid, d)
+		if err != nil && r.ctx.Err() == nil {
+			s.Logger.Warn("drain stopped", zap.String("session", sid), zap.Error(err))
+		}
+		if r.ctx.Err() == nil && err == nil && !ran {
+			// Give the lease up only if nothing was stored meanwhile (here
+			// or by another node); otherwise keep draining.
+			pending, rerr := r.server().releaseDrain(r.ctx, sid, r.node)
+			if rerr == nil && pending {
+				continue
+			}
+		}
+		r.mu.Lock()
+		if r.ctx.Err() != nil || err != nil || (!ran && !d.pending) {
+			delete(r.drains, sid)
+			r.mu.Unlock()
+			if r.ctx.Err() != nil || err != nil {
+				// Stopping or failing: let another node take over at once.
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				r.server().releaseLease(ctx, sid, r.node)
+				cancel()
+			}
+			r.server().PublishStatus(sid, "idle")
+			return
+		}
+		r.mu.Unlock()
+		// A local wake after the lease was given up: take it again.
+		if ok, err := r.server().claimDrain(r.ctx, sid, r.node); err != nil || !ok {
+			end()
+			r.server().PublishStatus(sid, "idle")
+			return
+		}
+	}
+}
+
+// renew keeps a running drain's lease until done is closed.
+func (r *Runner) renew(sid string, done chan struct{}) {
+	t := time.NewTicker(leaseRenew)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+			if ok, err := r.server().claimDrain(r.ctx, sid, r.node); err == nil && !ok {
+				r.server().Logger.Warn("drain: the session's lease was taken by another node", zap.String("session", sid))
+			}
+		}
+	}
+}
+
+// work is the next thing a drain does.
+type work struct {
+	kind  string // "user", "move" or "turn" (a delivered input awaiting its answer)
+	id    string
+	raw   json.RawMessage
+	steer bool
+}
+
+// A "turn" inbox item marks a provider step in progress: it is written
+// with the user message it answers and replaced by the assistant message
+// (same id) when the step settles, so a restart re-runs exactly the steps
+// that never settled.
+
+// nextWork finds the next work item: a step in progress first; then, when
+// idle, the oldest inbox item; in a running turn (idle false), the oldest
+// steer item only.
+func (s svc) nextWork(tx store.Tx, sid string, idle bool) (*work, error) {
+	var next, turn *work
+	err := tx.SessionItems(s.InstanceName(), sid, store.ItemInbox, func(raw []byte) (bool, error) {
+		var h struct {
+			ID       string `json:"id"`
+			Type     string `json:"type"`
+			Delivery string `json:"delivery"`
+		}
+		if err := json.Unmarshal(raw, &h); err != nil {
+			return true, nil // unreadable: skip
+		}
+		steer := h.Delivery != "queue"
+		switch {
+		case h.Type == "turn":
+			turn = &work{kind: "turn", id: h.ID, raw: raw}
+			return false, nil
+		case h.Type != "user" && h.Type != "move":
+		case next == nil && (idle || steer):
+			next = &work{kind: h.Type, id: h.ID, raw: raw, steer: steer}
+		}
+		return true, nil
+	})
+	if turn != nil {
+		return turn, err
+	}
+	return next, err
+}
+
+// run performs one run: an idle-time input and the steer inputs taken at
+// its step boundaries. It reports whether there was anything to do.
+func (r *Runner) run(sid string, d *drain) (bool, error) {
+	ctx := r.ctx
+	outcome := ""
+	steps := 0
+	for {
+		s := r.server() // fresh services at every step boundary
+		var w *work
+		if err := s.ReadTx(ctx, func(tx store.Tx) (err error) {
+			if _, err = s.Info(tx, sid); err != nil {
+				return err
+			}
+			w, err = s.nextWork(tx, sid, outcome == "")
+			return err
+		}); session.Gone(err) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+		if w == nil {
+			break
+		}
+		if outcome == "" {
+			outcome = "succeeded"
+		}
+		stepID := w.id
+		switch w.kind {
+		case "move":
+			if err := s.applyMove(ctx, sid, w); session.Gone(err) {
+				return true, nil
+			} else if err != nil {
+				return true, err
+			}
+			continue
+		case "user":
+			var err error
+			if stepID, err = s.deliverUser(ctx, sid, w); session.Gone(err) {
+				return true, nil
+			} else if err != nil {
+				return true, err
+			}
+		}
+		turnCtx, cancel := context.WithCancel(ctx)
+		r.mu.Lock()
+		d.cancelTurn, d.interrupted = cancel, false
+		r.mu.Unlock()
+		res, err := s.turn(turnCtx, r.Provider(), sid, stepID)
+		r.mu.Lock()
+		interrupted := d.interrupted
+		d.cancelTurn = nil
+		r.mu.Unlock()
+		cancel()
+		if session.Gone(err) {
+			return true, nil
+		}
+		if err != nil {
+			return true, err
+		}
+		steps++
+		if interrupted && r.ctx.Err() == nil {
+			outcome = "interrupted"
+			break
+		}
+		if r.ctx.Err() != nil {
+			return true, nil // shutting down: the next start resumes
+		}
+		if res == "failed" {
+			outcome = "failed"
+			break
+		}
+	}
+	if outcome == "" {
+		return false, nil
+	}
+	return true, r.server().settleRun(ctx, sid, outcome)
+}
+
+// deliverUser turns an admitted user input into a user message (same id)
+// and marks the step that answers it; it returns the step's message id.
+func (s svc) deliverUser(ctx context.Context, sid string, w *work) (string, error) {
+	var item session.InboxUser
+	if err := json.Unmarshal(w.raw, &item); err != nil {
+		return "", err
+	}
+	now := s.NowMS()
+	msg := map[string]any{"id": item.ID, "type": "user", "text": item.Payload.Text,
+		"time": map[string]any{"created": now}}
+	if len(item.Payload.Files) > 0 {
+		msg["files"] = item.Payload.Files
+	}
+	if len(item.Payload.Agents) > 0 {
+		msg["agents"] = item.Payload.Agents
+	}
+	if len(item.Payload.Metadata) > 0 {
+		msg["metadata"] = item.Payload.Metadata
+	}
+	raw, err := json.Marshal(msg)
+	if err != nil {
+		return "", err
+	}
+	stepID := s.NewID("msg")
+	marker, err := json.Marshal(map[string]any{"id": stepID, "sessionID": sid, "type": "turn", "time": map[string]any{"created": now}})
+	if err != nil {
+		return "", err
+	}
+	var info *session.Info
+	err = s.WriteTx(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, sid); err != nil {
+			return err
+		}
+		if err := tx.MoveSessionItem(s.InstanceName(), sid, item.ID, store.ItemMessage, raw); err != nil {
+			return err
+		}
+		if err := tx.AppendSessionItem(s.InstanceName(), sid, store.ItemInbox, stepID, marker); err != nil {
+			return err
+		}
+		info.Time.Updated = max(now, info.Time.Updated)
+		return s.PutInfo(tx, info, false)
+	})
+	if err != nil {
+		return "", err
+	}
+	s.Publish("session.message.created", info, map[string]any{"message": json.RawMessage(raw)})
+	return stepID, nil
+}
+
+// applyMove applies an inbox move at its boundary.
+func (s svc) applyMove(ctx context.Context, sid string, w *work) error {
+	var mv struct {
+		ID        string             `json:"id"`
+		Location  events.LocationRef `json:"location"`
+		ProjectID string             `json:"projectID"`
+		Subpath   string             `json:"subpath"`
+	}
+	if err := json.Unmarshal(w.raw, &mv); err != nil {
+		return err
+	}
+	now := s.NowMS()
+	var info *session.Info
+	err := s.WriteTx(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, sid); err != nil {
+			return err
+		}
+		raw, err := json.Marshal(session.SwitchLocation(info, mv.ID, now, mv.Location, mv.ProjectID, mv.Subpath))
+		if err != nil {
+			return err
+		}
+		if err := tx.MoveSessionItem(s.InstanceName(), sid, mv.ID, store.ItemMessage, raw); err != nil {
+			return err
+		}
+		return s.PutInfo(tx, info, false)
+	})
+	if err != nil {
+		return err
+	}
+	s.Publish("session.updated", info, map[string]any{"info": info})
+	return nil
+}
+
+// settleRun records the end of a run: an idle marker, the session's
+// outcome and time.idle.
+func (s svc) settleRun(ctx context.Context, sid, outcome string) error {
+	now := s.NowMS()
+	var info *session.Info
+	err := s.WriteTx(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, sid); err != nil {
+			return err
+		}
+		msg := s.NewMessage("idle", now)
+		msg["outcome"] = outcome
+		if err := s.AppendMessage(tx, sid, msg); err != nil {
+			return err
+		}
+		info.Outcome = outcome
+		info.Time.Idle = &now
+		info.Time.Updated = max(now, info.Time.Updated)
+		return s.PutInfo(tx, info, false)
+	})
+	if session.Gone(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.Publish("session.idle", info, map[string]any{"outcome": outcome})
+	s.Publish("session.updated", info, map[string]any{"info": info})
+	return nil
+}

@@ -1,0 +1,267 @@
+package session
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentgate/agentgate/internal/instance/errs"
+	"github.com/agentgate/agentgate/internal/store"
+)
+
+// Mention is a span of the prompt text.
+type Mention struct {
+	Start int    `json:"start"`
+	End   int    `json:"end"`
+	Text  string `json:"text"`
+}
+
+func (m *Mention) validate(field string) error {
+	if m != nil && (m.Start < 0 || m.End < m.Start) {
+		return errs.Field(field, field+" mention must have 0 <= start <= end")
+	}
+	return nil
+}
+
+// FileIn is a prompt's file attachment as the client sends it: a data:
+// URI inline or a file: URI inside the allowed roots.
+type FileIn struct {
+	URI         string   `json:"uri"`
+	Name        string   `json:"name,omitempty"`
+	Description string   `json:"description,omitempty"`
+	Mention     *Mention `json:"mention,omitempty"`
+	Source      *Mention `json:"source,omitempty"` // older dialect
+	Mime        string   `json:"mime,omitempty"`   // older dialect
+}
+
+// AgentAttachment names an agent the prompt mentions.
+type AgentAttachment struct {
+	Name    string   `json:"name"`
+	Mention *Mention `json:"mention,omitempty"`
+	Source  *Mention `json:"source,omitempty"` // older dialect, in only
+}
+
+// SkillIn names a skill the prompt mentions.
+type SkillIn struct {
+	ID      string   `json:"id"`
+	Mention *Mention `json:"mention,omitempty"`
+}
+
+// FileAttachment is Prompt.FileAttachment.
+type FileAttachment struct {
+	Data        string         `json:"data"`
+	Mime        string         `json:"mime"`
+	Source      map[string]any `json:"source"`
+	Name        string         `json:"name,omitempty"`
+	Description string         `json:"description,omitempty"`
+	Mention     *Mention       `json:"mention,omitempty"`
+}
+
+// UserPayload is Session.Inbox.UserPayload.
+type UserPayload struct {
+	Text     string                     `json:"text"`
+	Files    []FileAttachment           `json:"files,omitempty"`
+	Agents   []AgentAttachment          `json:"agents,omitempty"`
+	Skills   []json.RawMessage          `json:"skills,omitempty"`
+	Metadata map[string]json.RawMessage `json:"metadata,omitempty"`
+}
+
+// InboxUser is Session.Inbox.User.
+type InboxUser struct {
+	ID        string `json:"id"`
+	SessionID string `json:"sessionID"`
+	Time      struct {
+		Created int64 `json:"created"`
+	} `json:"time"`
+	Type     string      `json:"type"`
+	Payload  UserPayload `json:"payload"`
+	Delivery string      `json:"delivery"`
+}
+
+// PromptFields is the prompt itself.
+type PromptFields struct {
+	Text   *string           `json:"text"`
+	Files  []FileIn          `json:"files"`
+	Agents []AgentAttachment `json:"agents"`
+	Skills []SkillIn         `json:"skills"`
+}
+
+const maxAttachment = 10 << 20
+
+// resolveFile turns a request attachment into a stored one: data: URIs
+// inline, file: URIs (inside the allowed roots) read now.
+func (s *Service) resolveFile(f FileIn) (FileAttachment, error) {
+	out := FileAttachment{Name: f.Name, Description: f.Description, Mention: f.Mention}
+	if out.Mention == nil {
+		out.Mention = f.Source
+	}
+	if err := out.Mention.validate("files"); err != nil {
+		return out, err
+	}
+	switch {
+	case strings.HasPrefix(f.URI, "data:"):
+		meta, payload, ok := strings.Cut(f.URI[5:], ",")
+		if !ok {
+			return out, errs.Field("files", "malformed data URI")
+		}
+		mt := strings.TrimSuffix(meta, ";base64")
+		if mt == "" {
+			mt = "text/plain"
+		}
+		var data []byte
+		var err error
+		if strings.HasSuffix(meta, ";base64") {
+			data, err = base64.StdEncoding.DecodeString(payload)
+		} else {
+			var u string
+			u, err = urlUnescape(payload)
+			data = []byte(u)
+		}
+		if err != nil || len(data) > maxAttachment {
+			return out, errs.Field("files", "data URI cannot be read")
+		}
+		out.Data, out.Mime, out.Source = base64.StdEncoding.EncodeToString(data), mt, map[string]any{"type": "inline"}
+	case strings.HasPrefix(f.URI, "file://"):
+		path := strings.TrimPrefix(f.URI, "file://")
+		if p, err := urlUnescape(path); err == nil {
+			path = p
+		}
+		if _, _, err := s.Locations.Check(filepath.Dir(path)); err != nil || !filepath.IsAbs(path) {
+			return out, errs.Field("files", "File is not readable: "+f.URI)
+		}
+		fi, err := os.Stat(path)
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxAttachment {
+			return out, errs.Field("files", "File is not readable: "+f.URI)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return out, errs.Field("files", "File is not readable: "+f.URI)
+		}
+		mt := f.Mime
+		if mt == "" {
+			mt = mime.TypeByExtension(filepath.Ext(path))
+		}
+		if mt == "" {
+			mt = http.DetectContentType(data)
+		}
+		if out.Name == "" {
+			out.Name = filepath.Base(path)
+		}
+		out.Data, out.Mime, out.Source = base64.StdEncoding.EncodeToString(data), mt, map[string]any{"type": "uri", "uri": f.URI}
+	default:
+		return out, errs.Field("files", "Unsupported attachment URI: "+f.URI)
+	}
+	return out, nil
+}
+
+// PromptInput is a prompt as the client sends it: the prompt flat or
+// under "prompt" (the older dialect), how it is delivered to a running
+// step, and whether to wake the agent loop.
+type PromptInput struct {
+	ID *string `json:"id"`
+	PromptFields
+	Metadata map[string]json.RawMessage `json:"metadata"`
+	Delivery *string                    `json:"delivery"`
+	Resume   *bool                      `json:"resume"`
+	Prompt   *PromptFields              `json:"prompt"`
+}
+
+// Prompt admits a prompt into the session's inbox, announces it
+// (session.input.admitted) and wakes the agent loop unless resume is
+// false. Files are read now, inside the allowed roots.
+func (s *Service) Prompt(ctx context.Context, sid string, in PromptInput) (*InboxUser, error) {
+	pf := in.PromptFields
+	if in.Prompt != nil {
+		if pf.Text != nil || pf.Files != nil || pf.Agents != nil || pf.Skills != nil {
+			return nil, errs.InvalidRequest("payload", "give the prompt either flat or under \"prompt\", not both")
+		}
+		pf = *in.Prompt
+	}
+	if pf.Text == nil {
+		return nil, errs.Field("text", "text is required")
+	}
+	item := &InboxUser{SessionID: sid, Type: "user", Delivery: "steer"}
+	if in.ID != nil {
+		if err := CheckMessageID("id", *in.ID); err != nil {
+			return nil, err
+		}
+		item.ID = *in.ID
+	} else {
+		item.ID = s.NewID("msg")
+	}
+	if in.Delivery != nil {
+		switch *in.Delivery {
+		case "steer", "queue":
+			item.Delivery = *in.Delivery
+		default:
+			return nil, errs.Field("delivery", `delivery must be "steer" or "queue"`)
+		}
+	}
+	item.Payload = UserPayload{Text: *pf.Text, Metadata: in.Metadata}
+	for _, a := range pf.Agents {
+		if a.Name == "" {
+			return nil, errs.Field("agents", "agents[].name is required")
+		}
+		if a.Mention == nil {
+			a.Mention = a.Source
+		}
+		a.Source = nil
+		if err := a.Mention.validate("agents"); err != nil {
+			return nil, err
+		}
+		item.Payload.Agents = append(item.Payload.Agents, a)
+	}
+	for _, sk := range pf.Skills {
+		// No skills are installed on this server yet.
+		return nil, errs.Field("skills", "Skill not found: "+sk.ID)
+	}
+	// Check the session before reading files.
+	if _, err := s.Get(ctx, sid); err != nil {
+		return nil, err
+	}
+	for _, f := range pf.Files {
+		fa, err := s.resolveFile(f)
+		if err != nil {
+			return nil, err
+		}
+		item.Payload.Files = append(item.Payload.Files, fa)
+	}
+	now := s.NowMS()
+	item.Time.Created = now
+	raw, err := json.Marshal(item)
+	if err != nil {
+		return nil, err
+	}
+	var info *Info
+	err = s.WriteTx(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, sid); err != nil {
+			return err
+		}
+		if err := tx.AppendSessionItem(s.InstanceName(), sid, store.ItemInbox, item.ID, raw); err != nil {
+			if errors.Is(err, store.ErrExists) {
+				return errs.Conflict("Prompt message ID conflicts with an existing durable record: "+item.ID, item.ID)
+			}
+			return err
+		}
+		info.Time.Updated = max(now, info.Time.Updated)
+		return s.PutInfo(tx, info, false)
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.Publish("session.input.admitted", info, map[string]any{"input": item})
+	s.Publish("session.updated", info, map[string]any{"info": info})
+	if (in.Resume == nil || *in.Resume) && s.Drains != nil {
+		s.Drains.Schedule(sid)
+	}
+	return item, nil
+}
+
+func urlUnescape(v string) (string, error) { return url.PathUnescape(v) }
