@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -355,14 +356,18 @@ func TestProviderCaddyfile(t *testing.T) {
 			model gpt-test
 			input_price 2.5
 			output_price 10
+			context_limit 200000
+			output_limit gpt-test 8000
+			context_limit other-model 32000
 		}
 	}`)
 	var in Instance
 	if err := in.UnmarshalCaddyfile(d); err != nil {
 		t.Fatal(err)
 	}
-	want := Provider{Connection: "conn_1", APIKey: "{env.AGENTGATE_API_KEY}", Format: "chat", Model: "gpt-test", InputPrice: "2.5", OutputPrice: "10"}
-	if in.Provider == nil || *in.Provider != want {
+	want := Provider{Connection: "conn_1", APIKey: "{env.AGENTGATE_API_KEY}", Format: "chat", Model: "gpt-test", InputPrice: "2.5", OutputPrice: "10",
+		Limits: map[string]ModelLimits{"gpt-test": {Context: 200000, Output: 8000}, "other-model": {Context: 32000}}}
+	if in.Provider == nil || !reflect.DeepEqual(*in.Provider, want) {
 		t.Fatalf("provider %+v", in.Provider)
 	}
 	for _, bad := range []string{
