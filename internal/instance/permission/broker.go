@@ -97,7 +97,7 @@ type Broker struct {
 	perms   map[string]*pendingPerm
 	forms   map[string]*pendingForm
 	settled map[string]string // settled id → its session
-	order   []string // settled ids, oldest first (bounded)
+	order   []string          // settled ids, oldest first (bounded)
 }
 
 type pendingPerm struct {

@@ -85,7 +85,9 @@ func ask(t *testing.T, b *Broker, ctx context.Context, sid, dir string) (string,
 	t.Helper()
 	before := len(b.Permissions(""))
 	ch := make(chan Reply, 1)
-	go func() { ch <- b.Ask(ctx, dir, Request{SessionID: sid, Permission: "bash", Patterns: []string{"ls"}, Always: []string{"ls *"}}) }()
+	go func() {
+		ch <- b.Ask(ctx, dir, Request{SessionID: sid, Permission: "bash", Patterns: []string{"ls"}, Always: []string{"ls *"}})
+	}()
 	for i := 0; i < 500; i++ {
 		if l := b.Permissions(""); len(l) > before {
 			return l[len(l)-1].ID, ch
