@@ -58,26 +58,16 @@ func needsCompaction(lim ModelLimits, msgs []session.Message) bool {
 	return false
 }
 
-// compactIfNeeded summarises the session's conversation with the model
-// when its next request would not fit, and records the compaction
-// message; later requests start from its summary. It reports whether the
-// run is interrupted.
-func (s svc) compactIfNeeded(ctx context.Context, prov ProviderConfig, sid string) (bool, error) {
-	var info *session.Info
-	var msgs []session.Message
-	if err := s.ReadTx(ctx, func(tx store.Tx) (err error) {
-		if info, err = s.Info(tx, sid); err != nil {
-			return err
-		}
-		msgs, err = s.Messages(tx, sid)
-		return err
-	}); err != nil {
-		return false, err
-	}
+// compactIfNeeded summarises the session's conversation (info and msgs,
+// as read for the step) with the model when its next request would not
+// fit, and records the compaction message; later requests start from its
+// summary. It reports whether it compacted, and whether the run was
+// interrupted meanwhile.
+func (s svc) compactIfNeeded(ctx context.Context, prov ProviderConfig, sid string, info *session.Info, msgs []session.Message) (compacted, interrupted bool, err error) {
 	agent := s.resolveAgent(info)
 	model := modelOf(prov, info, agent)
 	if !needsCompaction(prov.Limits[model.ID], msgs) {
-		return false, nil
+		return false, false, nil
 	}
 	id := s.NewID("msg")
 	created := s.NowMS()
@@ -86,7 +76,7 @@ func (s svc) compactIfNeeded(ctx context.Context, prov ProviderConfig, sid strin
 	conv.Messages = append(conv.Messages, formats.Text(formats.RoleUser, compactionPrompt))
 	step, serr := providerStep(ctx, prov, conv, nil)
 	if ctx.Err() != nil {
-		return true, nil
+		return false, true, nil
 	}
 	msg := map[string]any{"id": id, "type": "compaction", "reason": "auto", "model": model}
 	switch {
@@ -107,7 +97,7 @@ func (s svc) compactIfNeeded(ctx context.Context, prov ProviderConfig, sid strin
 	}
 	now := s.NowMS()
 	msg["time"] = map[string]any{"created": created, "completed": now}
-	err := s.WriteTx(context.WithoutCancel(ctx), func(tx store.Tx) (err error) {
+	err = s.WriteTx(context.WithoutCancel(ctx), func(tx store.Tx) (err error) {
 		if info, err = s.Info(tx, sid); err != nil {
 			return err
 		}
@@ -122,10 +112,10 @@ func (s svc) compactIfNeeded(ctx context.Context, prov ProviderConfig, sid strin
 		return s.PutInfo(tx, info, false)
 	})
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	s.Publish("session.message.created", info, map[string]any{"message": msg})
 	s.Publish("session.compaction.ended", info, map[string]any{"messageID": id, "status": msg["status"]})
 	s.Publish("session.updated", info, map[string]any{"info": info})
-	return false, nil
+	return true, false, nil
 }

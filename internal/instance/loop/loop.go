@@ -485,7 +485,7 @@ func (r *Runner) run(sid string, d *drain) (bool, error) {
 			continue
 		case "user":
 			var err error
-			if stepID, err = s.deliverUser(ctx, sid, w, true); session.Gone(err) {
+			if stepID, err = s.deliverUser(ctx, sid, w); session.Gone(err) {
 				return true, nil
 			} else if err != nil {
 				return true, err
@@ -506,7 +506,7 @@ func (r *Runner) run(sid string, d *drain) (bool, error) {
 		r.mu.Lock()
 		d.cancelTurn, d.interrupted = cancel, false
 		r.mu.Unlock()
-		res, stop, err := r.step(turnCtx, s, sid, stepID, steps)
+		res, batch, stop, err := r.step(turnCtx, s, sid, stepID, steps)
 		r.mu.Lock()
 		interrupted := d.interrupted
 		d.cancelTurn = nil
@@ -522,29 +522,27 @@ func (r *Runner) run(sid string, d *drain) (bool, error) {
 		if r.ctx.Err() != nil {
 			return true, nil // shutting down: the next start resumes
 		}
+		if batch != nil {
+			next := !interrupted && !stop
+			if err := s.settleTools(ctx, batch, res.toolsMarker, next); session.Gone(err) {
+				return true, nil
+			} else if err != nil {
+				return true, err
+			}
+			if !next {
+				idleID = res.toolsMarker // the run ends here
+			}
+		}
 		if interrupted {
-			outcome, idleID = "interrupted", res.toolsMarker
+			outcome = "interrupted"
 			break
 		}
 		if res.outcome == "failed" {
 			outcome = "failed"
 			break
 		}
-		if res.toolsMarker != "" {
-			if stop {
-				idleID = res.toolsMarker // the user stopped the run
-				break
-			}
-			// Steer inputs admitted meanwhile are read with the results.
-			err := s.deliverSteers(ctx, sid)
-			if err == nil {
-				err = s.nextStep(ctx, sid, res.toolsMarker)
-			}
-			if session.Gone(err) {
-				return true, nil
-			} else if err != nil {
-				return true, err
-			}
+		if stop {
+			break
 		}
 	}
 	if outcome == "" {
@@ -554,21 +552,26 @@ func (r *Runner) run(sid string, d *drain) (bool, error) {
 }
 
 // step compacts the conversation when the next request would not fit,
-// runs one provider step and then the tool calls it made. stop reports
-// that the user rejected a permission or dismissed a question: the run
-// ends there.
-func (r *Runner) step(ctx context.Context, s svc, sid, stepID string, done int) (res stepResult, stop bool, err error) {
+// runs one provider step and then the tool calls it made (batch, whose
+// results settleTools stores). stop reports that the user rejected a
+// permission or dismissed a question: the run ends there.
+func (r *Runner) step(ctx context.Context, s svc, sid, stepID string, done int) (res stepResult, batch *toolBatch, stop bool, err error) {
 	prov := r.Provider()
-	if interrupted, err := s.compactIfNeeded(ctx, prov, sid); err != nil || interrupted {
-		return stepResult{outcome: "interrupted"}, false, err
+	st, err := s.readStep(ctx, sid)
+	if err != nil {
+		return stepResult{}, nil, false, err
 	}
-	var info *session.Info
-	if err := s.ReadTx(ctx, func(tx store.Tx) (err error) {
-		info, err = s.Info(tx, sid)
-		return err
-	}); err != nil {
-		return stepResult{}, false, err
+	compacted, interrupted, err := s.compactIfNeeded(ctx, prov, sid, st.info, st.msgs)
+	if err != nil || interrupted {
+		return stepResult{outcome: "interrupted"}, nil, false, err
 	}
+	if compacted {
+		// The turn reads the session again, the summary included.
+		if st, err = s.readStep(ctx, sid); err != nil {
+			return stepResult{}, nil, false, err
+		}
+	}
+	info := st.info
 	agent := s.resolveAgent(info)
 	limit := agent.Steps
 	if limit <= 0 {
@@ -583,12 +586,12 @@ func (r *Runner) step(ctx context.Context, s svc, sid, stepID string, done int) 
 	for _, t := range tools.Definitions(env, hiddenTools(sets)) {
 		offered = append(offered, formats.Tool{Name: t.Name, Description: t.Description, Schema: t.Schema})
 	}
-	res, err = s.turn(ctx, prov, sid, stepID, stepOptions{last: done+1 >= limit, tools: offered})
+	res, err = s.turn(ctx, prov, sid, stepID, stepOptions{last: done+1 >= limit, tools: offered}, st)
 	if err != nil || res.toolsMarker == "" || ctx.Err() != nil {
-		return res, false, err
+		return res, nil, false, err
 	}
-	stop, err = r.runTools(ctx, s, sid, stepID, agent)
-	return res, stop, err
+	batch, stop = r.runTools(ctx, s, info, stepID, res.msg, agent)
+	return res, batch, stop, nil
 }
 
 // defaultMaxSteps bounds a run's provider steps when neither the agent
@@ -662,44 +665,75 @@ func (s svc) settleInterrupted(ctx context.Context, sid string, w *work) error {
 	return err
 }
 
-// deliverSteers delivers the steer inputs waiting in the inbox as user
-// messages, with no step of their own: the step already marked reads
-// them.
-func (s svc) deliverSteers(ctx context.Context, sid string) error {
-	for {
-		var next *work
-		err := s.ReadTx(ctx, func(tx store.Tx) error {
-			return tx.SessionItems(s.InstanceName(), sid, store.ItemInbox, func(raw []byte) (bool, error) {
-				var h struct {
-					ID       string `json:"id"`
-					Type     string `json:"type"`
-					Delivery string `json:"delivery"`
-				}
-				if json.Unmarshal(raw, &h) == nil && h.Type == "user" && h.Delivery != "queue" {
-					next = &work{kind: "user", id: h.ID, raw: raw, steer: true}
-					return false, nil
-				}
-				return true, nil
-			})
-		})
-		if err != nil || next == nil {
-			return err
-		}
-		if _, err := s.deliverUser(ctx, sid, next, false); err != nil {
-			return err
-		}
-	}
-}
-
-// deliverUser turns an admitted user input into a user message (same id)
-// and, with mark, marks the step that answers it; it returns the step's
-// message id.
-func (s svc) deliverUser(ctx context.Context, sid string, w *work, mark bool) (string, error) {
-	var item session.InboxUser
-	if err := json.Unmarshal(w.raw, &item); err != nil {
-		return "", err
+// settleTools stores a step's tool results in one write. With next, the
+// same write delivers the steer inputs admitted meanwhile as user
+// messages (read with the results) and turns the tools marker into the
+// marker of the step that reads them; without, the marker stays for the
+// run's idle message.
+func (s svc) settleTools(ctx context.Context, b *toolBatch, marker string, next bool) error {
+	b.mu.Lock()
+	raw, err := b.msg.encode()
+	b.mu.Unlock()
+	if err != nil {
+		return err
 	}
 	now := s.NowMS()
+	var info *session.Info
+	var delivered []json.RawMessage
+	err = s.WriteTx(context.WithoutCancel(ctx), func(tx store.Tx) (err error) {
+		delivered = delivered[:0]
+		if info, err = s.Info(tx, b.sid); err != nil {
+			return err
+		}
+		if err := tx.MoveSessionItem(s.InstanceName(), b.sid, b.msgID, store.ItemMessage, raw); err != nil {
+			return err
+		}
+		if !next {
+			return nil
+		}
+		var steers []session.InboxUser
+		err = tx.SessionItems(s.InstanceName(), b.sid, store.ItemInbox, func(item []byte) (bool, error) {
+			var u session.InboxUser
+			if json.Unmarshal(item, &u) == nil && u.Type == "user" && u.Delivery != "queue" {
+				steers = append(steers, u)
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, u := range steers {
+			m, err := json.Marshal(userMessage(&u, now))
+			if err != nil {
+				return err
+			}
+			if err := tx.MoveSessionItem(s.InstanceName(), b.sid, u.ID, store.ItemMessage, m); err != nil {
+				return err
+			}
+			delivered = append(delivered, m)
+		}
+		turn, err := json.Marshal(map[string]any{"id": marker, "sessionID": b.sid, "type": "turn", "time": map[string]any{"created": now}})
+		if err != nil {
+			return err
+		}
+		if err := tx.MoveSessionItem(s.InstanceName(), b.sid, marker, store.ItemInbox, turn); err != nil {
+			return err
+		}
+		info.Time.Updated = max(now, info.Time.Updated)
+		return s.PutInfo(tx, info, false)
+	})
+	if err != nil {
+		return err
+	}
+	s.Publish("session.message.updated", info, map[string]any{"messageID": b.msgID})
+	for _, m := range delivered {
+		s.Publish("session.message.created", info, map[string]any{"message": m})
+	}
+	return nil
+}
+
+// userMessage is the user message of an admitted input.
+func userMessage(item *session.InboxUser, now int64) map[string]any {
 	msg := map[string]any{"id": item.ID, "type": "user", "text": item.Payload.Text,
 		"time": map[string]any{"created": now}}
 	if len(item.Payload.Files) > 0 {
@@ -711,7 +745,18 @@ func (s svc) deliverUser(ctx context.Context, sid string, w *work, mark bool) (s
 	if len(item.Payload.Metadata) > 0 {
 		msg["metadata"] = item.Payload.Metadata
 	}
-	raw, err := json.Marshal(msg)
+	return msg
+}
+
+// deliverUser turns an admitted user input into a user message (same id)
+// and marks the step that answers it; it returns the step's message id.
+func (s svc) deliverUser(ctx context.Context, sid string, w *work) (string, error) {
+	var item session.InboxUser
+	if err := json.Unmarshal(w.raw, &item); err != nil {
+		return "", err
+	}
+	now := s.NowMS()
+	raw, err := json.Marshal(userMessage(&item, now))
 	if err != nil {
 		return "", err
 	}
@@ -728,9 +773,7 @@ func (s svc) deliverUser(ctx context.Context, sid string, w *work, mark bool) (s
 		if err := tx.MoveSessionItem(s.InstanceName(), sid, item.ID, store.ItemMessage, raw); err != nil {
 			return err
 		}
-		if !mark {
-			stepID = ""
-		} else if err := tx.AppendSessionItem(s.InstanceName(), sid, store.ItemInbox, stepID, marker); err != nil {
+		if err := tx.AppendSessionItem(s.InstanceName(), sid, store.ItemInbox, stepID, marker); err != nil {
 			return err
 		}
 		info.Time.Updated = max(now, info.Time.Updated)

@@ -188,70 +188,44 @@ type toolBatch struct {
 	info  *session.Info
 }
 
-// update changes a part under the batch's lock and stores the message.
-func (b *toolBatch) update(ctx context.Context, callID string, change func(p *toolPart)) (*toolPart, error) {
+// update changes a part under the batch's lock and returns a copy of it.
+// Results are kept in memory and announced; settleTools stores them all
+// in one write when the calls are done.
+func (b *toolBatch) update(callID string, change func(p *toolPart)) *toolPart {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.msg.part(callID)
 	if p == nil {
-		return nil, errors.New("no such tool part")
+		return nil
 	}
 	change(p)
-	raw, err := b.msg.encode()
-	if err != nil {
-		return nil, err
-	}
-	err = b.s.WriteTx(context.WithoutCancel(ctx), func(tx store.Tx) (err error) {
-		if b.info, err = b.s.Info(tx, b.sid); err != nil {
-			return err
-		}
-		return tx.MoveSessionItem(b.s.InstanceName(), b.sid, b.msgID, store.ItemMessage, raw)
-	})
 	cp := *p
-	return &cp, err
+	return &cp
 }
 
-// runTools runs the running tool parts of an assistant message: the
-// calls that only read run together, the others one at a time in the
-// model's order. It reports whether a permission was rejected without a
-// message (the run then stops for the user).
-func (r *Runner) runTools(ctx context.Context, s svc, sid, msgID string, agent *agents.Agent) (stop bool, err error) {
-	b := &toolBatch{s: s, sid: sid, msgID: msgID}
-	err = s.ReadTx(ctx, func(tx store.Tx) (err error) {
-		if b.info, err = s.Info(tx, sid); err != nil {
-			return err
-		}
-		return tx.SessionItems(s.InstanceName(), sid, store.ItemMessage, func(raw []byte) (bool, error) {
-			var h session.MessageHeader
-			if json.Unmarshal(raw, &h) == nil && h.ID == msgID {
-				b.msg, err = decodeAssistant(raw)
-				return false, err
-			}
-			return true, nil
-		})
-	})
-	if err != nil {
-		return false, err
-	}
-	if b.msg == nil {
-		return false, errors.New("the step's message is gone")
-	}
+// runTools runs the running tool parts of a step's assistant message (as
+// the step stored it): the calls that only read run together, the others
+// one at a time in the model's order. It reports whether a permission was
+// rejected without a message or a question dismissed (the run then stops
+// for the user).
+func (r *Runner) runTools(ctx context.Context, s svc, info *session.Info, msgID string, msg *assistantMsg, agent *agents.Agent) (b *toolBatch, stop bool) {
+	b = &toolBatch{s: s, sid: info.ID, msgID: msgID, msg: msg, info: info}
 	var pending []toolPart
-	idx := make([]int, 0, len(b.msg.tools))
-	for i := range b.msg.tools {
+	idx := make([]int, 0, len(msg.tools))
+	for i := range msg.tools {
 		idx = append(idx, i)
 	}
 	sort.Ints(idx)
 	for _, i := range idx {
-		if p := b.msg.tools[i]; !p.settled() {
+		if p := msg.tools[i]; !p.settled() {
 			pending = append(pending, *p)
 		}
 	}
-	env := r.toolEnv(s, b.info, agent)
-	var rejected sync.Once
+	env := r.toolEnv(s, info, agent)
+	var once sync.Once
 	runOne := func(p toolPart) {
 		if r.runTool(ctx, b, env, p) {
-			rejected.Do(func() { stop = true })
+			once.Do(func() { stop = true })
 		}
 	}
 	for i := 0; i < len(pending); {
@@ -276,7 +250,7 @@ func (r *Runner) runTools(ctx context.Context, s svc, sid, msgID string, agent *
 		wg.Wait()
 		i = j
 	}
-	return stop, nil
+	return b, stop
 }
 
 // rejection is a permission the user rejected.
@@ -297,9 +271,7 @@ func (r *Runner) runTool(ctx context.Context, b *toolBatch, env *tools.Env, p to
 	}
 	callEnv.Permit = func(ctx context.Context, a tools.Ask) error { return r.permit(ctx, s, b, env, p, a) }
 	ran := s.NowMS()
-	if _, err := b.update(ctx, p.ID, func(tp *toolPart) { tp.Time.Ran = &ran }); err != nil {
-		s.Logger.Warn("tool: cannot record the call")
-	}
+	b.update(p.ID, func(tp *toolPart) { tp.Time.Ran = &ran })
 	s.Publish("session.tool.called", b.info, map[string]any{"messageID": b.msgID, "callID": p.ID, "tool": p.Name, "input": p.State.Input})
 	res, err := tools.Call(ctx, &callEnv, p.Name, p.State.Input)
 	if errors.Is(context.Cause(ctx), errShutdown) {
@@ -307,7 +279,16 @@ func (r *Runner) runTool(ctx context.Context, b *toolBatch, env *tools.Env, p to
 	}
 	now := s.NowMS()
 	stop := false
-	part, uerr := b.update(ctx, p.ID, func(tp *toolPart) {
+	part := b.update(p.ID, func(tp *toolPart) {
+		if err == nil && ctx.Err() != nil {
+			// Interrupted while it ran (a command killed): what it wrote
+			// so far stays with the error.
+			tp.fail("MessageAbortedError", "Tool execution aborted: the session was interrupted", now)
+			if res.Output != "" {
+				tp.State.Content = []toolContent{{Type: "text", Text: res.Output}}
+			}
+			return
+		}
 		if err != nil {
 			typ := "ToolExecutionError"
 			var ae *tools.ArgumentError
@@ -345,8 +326,7 @@ func (r *Runner) runTool(ctx context.Context, b *toolBatch, env *tools.Env, p to
 		tp.State.Metadata = meta
 		tp.Time.Completed = &now
 	})
-	if uerr != nil {
-		s.Logger.Warn("tool: cannot record the result")
+	if part == nil {
 		return stop
 	}
 	typ := "session.tool.success"

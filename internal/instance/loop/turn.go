@@ -211,6 +211,26 @@ type stepResult struct {
 	// toolsMarker, when set, is the inbox marker of the step's tool calls:
 	// stored as running with the message, they are to be run now.
 	toolsMarker string
+	// msg is the stored assistant message, when there are calls to run.
+	msg *assistantMsg
+}
+
+// stepState is a session as read at a step's start.
+type stepState struct {
+	info *session.Info
+	msgs []session.Message
+}
+
+func (s svc) readStep(ctx context.Context, sid string) (*stepState, error) {
+	st := &stepState{}
+	err := s.ReadTx(ctx, func(tx store.Tx) (err error) {
+		if st.info, err = s.Info(tx, sid); err != nil {
+			return err
+		}
+		st.msgs, err = s.Messages(tx, sid)
+		return err
+	})
+	return st, err
 }
 
 // maxStepsPrompt tells the model on the last step of a run that it may
@@ -264,18 +284,14 @@ func tokensOf(prov ProviderConfig, u *formats.Tokens) (*session.TokenUsage, floa
 // with a "tools" inbox marker in the same write, so that each call runs
 // at most once: a restart finds the marker and settles the calls that
 // were running as interrupted instead of running them again.
-func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, opts stepOptions) (stepResult, error) {
-	var info *session.Info
-	var msgs []session.Message
-	if err := s.ReadTx(ctx, func(tx store.Tx) (err error) {
-		if info, err = s.Info(tx, sid); err != nil {
-			return err
+func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, opts stepOptions, st *stepState) (stepResult, error) {
+	if st == nil {
+		var err error
+		if st, err = s.readStep(ctx, sid); err != nil {
+			return stepResult{}, err
 		}
-		msgs, err = s.Messages(tx, sid)
-		return err
-	}); err != nil {
-		return stepResult{}, err
 	}
+	info, msgs := st.info, st.msgs
 	agent := s.resolveAgent(info)
 	model := modelOf(prov, info, agent)
 	created := s.NowMS()
@@ -351,7 +367,7 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, o
 	if result.outcome == "interrupted" && errors.Is(context.Cause(ctx), errShutdown) {
 		return result, nil
 	}
-	var marker []byte
+	var marker, stored []byte
 	if running && result.outcome == "succeeded" {
 		result.toolsMarker = s.NewID("msg")
 		var err error
@@ -368,6 +384,7 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, o
 		if err != nil {
 			return err
 		}
+		stored = raw
 		// The assistant message takes the place of the step's marker.
 		err = tx.MoveSessionItem(s.InstanceName(), sid, msgID, store.ItemMessage, raw)
 		if errors.Is(err, store.ErrNotFound) {
@@ -398,6 +415,11 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, o
 	}
 	s.Publish("session.message.created", info, map[string]any{"message": msg})
 	s.Publish("session.updated", info, map[string]any{"info": info})
+	if result.toolsMarker != "" {
+		if result.msg, err = decodeAssistant(stored); err != nil {
+			return stepResult{}, err
+		}
+	}
 	return result, nil
 }
 

@@ -575,3 +575,96 @@ func TestAgentRestartMidToolRunsItAtMostOnce(t *testing.T) {
 		t.Fatal("the loop did not go on after the restart")
 	}
 }
+
+func TestAgentInterruptKillsARunningCommand(t *testing.T) {
+	marker := fmt.Sprintf("%d%04d", 8000+os.Getpid()%1000, time.Now().UnixNano()%10000)
+	sc := &script{steps: []fakeprovider.Step{
+		{Calls: []fakeprovider.Call{call("c1", "bash", map[string]any{"command": "sleep " + marker + "; true"})}},
+	}}
+	h := newAgentHarness(t, "chat", sc)
+	h.runner.SetTools(loop.ToolConfig{Rules: []permission.Rule{{Action: "bash", Resource: "*", Effect: "allow"}}})
+	h.send("POST", "/api/session", map[string]any{"id": "ses_i"})
+	ev := h.subscribe(t)
+	ev.next(t)
+	h.prompt("ses_i", "go", nil)
+	var types []string
+	for !strings.Contains(strings.Join(types, " "), "session.tool.called") {
+		types = append(types, gjson.Get(strings.TrimPrefix(strings.TrimSpace(ev.next(t)), "data: "), "type").String())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !processWith(marker) {
+		if time.Now().After(deadline) {
+			t.Fatal("the command never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r := h.send("POST", "/api/session/ses_i/interrupt", nil); r.status != 204 && r.status != 200 {
+		t.Fatalf("interrupt: %d %s", r.status, r.body)
+	}
+	msgs := h.waitIdle("ses_i", 1)
+	if msgs[len(msgs)-1]["outcome"] != "interrupted" {
+		t.Fatalf("outcome %v", msgs[len(msgs)-1])
+	}
+	if p := toolParts(msgs)[0]; p.Get("state.error.type").String() != "MessageAbortedError" {
+		t.Fatalf("part %s", p.Raw)
+	}
+	for deadline := time.Now().Add(5 * time.Second); processWith(marker); {
+		if time.Now().After(deadline) {
+			t.Fatal("the interrupted command is still running")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for !strings.Contains(strings.Join(types, " "), "session.tool.failed") {
+		types = append(types, gjson.Get(strings.TrimPrefix(strings.TrimSpace(ev.next(t)), "data: "), "type").String())
+	}
+	if len(sc.seen()) != 1 {
+		t.Fatal("the loop went on after the interrupt")
+	}
+}
+
+// processWith reports whether a live process's command line holds s.
+func processWith(s string) bool {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(b), s) {
+			continue
+		}
+		if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil && !strings.Contains(string(st), ") Z ") {
+			return true
+		}
+	}
+	return false
+}
+
+func TestAgentTotalsAndTodos(t *testing.T) {
+	todos := []map[string]string{{"content": "write tests", "status": "in_progress", "priority": "high"}, {"content": "ship", "status": "pending", "priority": "low"}}
+	sc := &script{steps: []fakeprovider.Step{
+		{Calls: []fakeprovider.Call{call("c1", "todowrite", map[string]any{"todos": todos})}},
+		{Calls: []fakeprovider.Call{call("c2", "todoread", map[string]any{})}},
+		{Text: "planned"},
+	}}
+	h := newAgentHarness(t, "chat", sc)
+	h.send("POST", "/api/session", map[string]any{"id": "ses_t"})
+	h.prompt("ses_t", "plan", nil)
+	msgs := h.waitIdle("ses_t", 1)
+	if p := toolParts(msgs)[1]; !strings.Contains(p.Get("state.content.0.text").String(), "write tests") {
+		t.Fatalf("todoread %s", p.Raw)
+	}
+	r := h.send("GET", "/session/ses_t/todo", nil)
+	if r.status != 200 || gjson.ParseBytes(r.body).Get("#").Int() != 2 || gjson.GetBytes(r.body, "0.content").String() != "write tests" {
+		t.Fatalf("todo route: %d %s", r.status, r.body)
+	}
+	if r := h.send("GET", "/session/ses_nope/todo", nil); r.status != 404 {
+		t.Fatalf("unknown session's todos: %d", r.status)
+	}
+	// Three steps, each metered by the provider: the totals are their sums.
+	info, _ := h.getSession("ses_t")
+	var cost float64
+	for _, m := range ofType(msgs, "assistant") {
+		cost += m["cost"].(float64)
+	}
+	if info.Steps == nil || *info.Steps != 3 || info.Cost != cost || info.Tokens.Output != 3*float64(fakeprovider.OutputTokens-fakeprovider.ReasoningTokens) && info.Tokens.Output != 3*float64(fakeprovider.OutputTokens) {
+		t.Fatalf("totals: steps %v cost %v (sum %v) tokens %+v", info.Steps, info.Cost, cost, info.Tokens)
+	}
+}
