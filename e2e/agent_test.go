@@ -1,11 +1,7 @@
 package e2e
 
 import (
-	"encoding/base64"
 	"encoding/json"
-	"fmt"
-	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,23 +57,6 @@ func TestAgentMakesTheFailingTestPass(t *testing.T) {
 		}
 		return fakeprovider.Step{Text: "done"}
 	}})
-	var conn idName
-	must(t, "create connection", 201, &conn)(s.admin(ctx, "POST", "/agentgate/workspaces/"+tn.Workspace+"/connections", map[string]any{
-		"name": "OpenAI (fake)", "kind": "openai", "base_url": p.URL + "/v1", "credential": secret,
-		"models": map[string]any{"gpt-4o": map[string]any{"pricing": map[string]any{"input": 2.5, "output": 10}}},
-	}))
-	var sa idName
-	must(t, "create service account", 201, &sa)(s.admin(ctx, "POST", "/agentgate/workspaces/"+tn.Workspace+"/service-accounts", map[string]any{"name": "agent"}))
-	var key struct {
-		Key string `json:"key"`
-	}
-	must(t, "create key", 201, &key)(s.admin(ctx, "POST", "/agentgate/workspaces/"+tn.Workspace+"/service-accounts/"+sa.ID+"/keys",
-		map[string]any{"name": "agent", "permission": "inference"}))
-	keyFile := filepath.Join(s.dir, "agent-key")
-	if err := os.WriteFile(keyFile, []byte(key.Key), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
 	project := t.TempDir()
 	for name, body := range map[string]string{
 		"go.mod":      "module example.com/calc\n\ngo 1.21\n",
@@ -88,21 +67,9 @@ func TestAgentMakesTheFailingTestPass(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	instAddr := freeAddr(t)
-	cfg := s.caddyfile(config{}) + fmt.Sprintf("\nhttp://%s {\n\tbind 127.0.0.1\n\tagent_instance {\n\t\tpassword pw-agent\n\t\tdirectory %q\n"+
-		"\t\tprovider {\n\t\t\tbase_url http://%s/custom/%s\n\t\t\tapi_key {file.%s}\n\t\t\tmodel gpt-4o\n\t\t}\n\t}\n}\n",
-		instAddr, project, s.httpAddr, url.PathEscape(conn.ID), keyFile)
-	st, b, _ := call(ctx, freshClient, "POST", "http://"+s.adminAddr+"/load", http.Header{"Content-Type": {"text/caddyfile"}}, cfg)
-	if st != 200 {
-		t.Fatalf("load: %d %s", st, b)
-	}
-	base := "http://" + instAddr
-	auth := http.Header{"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte("opencode:pw-agent"))}}
-	waitFor(t, ctx, "instance answers", func() bool {
-		st, _, err := call(ctx, freshClient, "GET", base+"/api/info", auth, nil)
-		return err == nil && st == 200
-	})
-	st, b, _ = call(ctx, httpClient, "POST", base+"/api/session", auth, map[string]any{"title": "fix it"})
+	gi := s.gatewayInstance(t, ctx, tn, p, secret, project, "")
+	base, auth, key := gi.base, gi.auth, gi.key
+	st, b, _ := call(ctx, httpClient, "POST", base+"/api/session", auth, map[string]any{"title": "fix it"})
 	id := gjson.GetBytes(b, "data.id").String()
 	if st != 200 || id == "" {
 		t.Fatalf("create: %d %s", st, b)
