@@ -668,3 +668,29 @@ func TestAgentTotalsAndTodos(t *testing.T) {
 		t.Fatalf("totals: steps %v cost %v (sum %v) tokens %+v", info.Steps, info.Cost, cost, info.Tokens)
 	}
 }
+
+func TestAgentProjectAndInstanceRules(t *testing.T) {
+	sc := &script{steps: []fakeprovider.Step{
+		{Calls: []fakeprovider.Call{call("c1", "bash", map[string]any{"command": "echo allowed-by-project"})}},
+		{Calls: []fakeprovider.Call{call("c2", "read", map[string]any{"filePath": "notes.md"})}},
+		{Text: "ok"},
+	}}
+	h := newAgentHarness(t, "chat", sc)
+	os.WriteFile(filepath.Join(h.dir, "notes.md"), []byte("private notes"), 0o644)
+	// The project's opencode.json allows the command; the instance denies reading notes.
+	os.WriteFile(filepath.Join(h.dir, "opencode.json"), []byte(`{
+		// JSONC: comments allowed
+		"permission": {"bash": {"echo *": "allow"}},
+	}`), 0o644)
+	h.runner.SetTools(loop.ToolConfig{Rules: []permission.Rule{{Action: "read", Resource: "notes.md", Effect: "deny"}}})
+	h.send("POST", "/api/session", map[string]any{"id": "ses_rules"})
+	h.prompt("ses_rules", "go", nil)
+	msgs := h.waitIdle("ses_rules", 1)
+	parts := toolParts(msgs)
+	if parts[0].Get("state.status").String() != "completed" || !strings.Contains(parts[0].Get("state.content.0.text").String(), "allowed-by-project") {
+		t.Fatalf("the project's rule did not allow the command: %s", parts[0].Raw)
+	}
+	if parts[1].Get("state.error.type").String() != "PermissionDeniedError" {
+		t.Fatalf("the instance's rule did not deny the read: %s", parts[1].Raw)
+	}
+}
