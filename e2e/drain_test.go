@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -35,40 +36,10 @@ func TestInstanceDrainThroughGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	var conn idName
-	must(t, "create connection", 201, &conn)(s.admin(ctx, "POST", "/agentgate/workspaces/"+tn.Workspace+"/connections", map[string]any{
-		"name": "OpenAI (fake)", "kind": "openai", "base_url": p.URL + "/v1", "credential": secret,
-		"models": map[string]any{"gpt-4o": map[string]any{"upstream_id": "gpt-4o-2024-08-06", "pricing": map[string]any{"input": 2.5, "output": 10}}},
-	}))
-	var sa idName
-	must(t, "create service account", 201, &sa)(s.admin(ctx, "POST", "/agentgate/workspaces/"+tn.Workspace+"/service-accounts", map[string]any{"name": "instance"}))
-	var key struct {
-		Key string `json:"key"`
-	}
-	must(t, "create key", 201, &key)(s.admin(ctx, "POST", "/agentgate/workspaces/"+tn.Workspace+"/service-accounts/"+sa.ID+"/keys",
-		map[string]any{"name": "instance", "permission": "inference"}))
-	keyFile := filepath.Join(s.dir, "instance-key")
-	if err := os.WriteFile(keyFile, []byte(key.Key), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	// The instance on a site of its own, its provider the gateway route.
 	project := t.TempDir()
-	instAddr := freeAddr(t)
-	cfg := s.caddyfile(config{}) + fmt.Sprintf("\nhttp://%s {\n\tbind 127.0.0.1\n\tagent_instance {\n\t\tpassword pw-e2e\n\t\tdirectory %q\n"+
-		"\t\tprovider {\n\t\t\tbase_url http://%s/custom/%s\n\t\t\tapi_key {file.%s}\n\t\t\tmodel gpt-4o\n\t\t\tinput_price 2.5\n\t\t\toutput_price 10\n\t\t}\n\t}\n}\n",
-		instAddr, project, s.httpAddr, url.PathEscape(conn.ID), keyFile)
-	st, b, _ := call(ctx, freshClient, "POST", "http://"+s.adminAddr+"/load", http.Header{"Content-Type": {"text/caddyfile"}}, cfg)
-	if st != 200 {
-		t.Fatalf("load: %d %s", st, b)
-	}
-	base := "http://" + instAddr
-	auth := http.Header{"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte("opencode:pw-e2e"))}}
-	waitFor(t, ctx, "instance answers", func() bool {
-		st, _, err := call(ctx, freshClient, "GET", base+"/api/info", auth, nil)
-		return err == nil && st == 200
-	})
-	st, b, _ = call(ctx, httpClient, "POST", base+"/api/session", auth, map[string]any{"title": "drain"})
+	gi := s.gatewayInstance(t, ctx, tn, p, secret, project, "\t\t\tinput_price 2.5\n\t\t\toutput_price 10\n")
+	base, auth, sa, key := gi.base, gi.auth, gi.sa, gi.key
+	st, b, _ := call(ctx, httpClient, "POST", base+"/api/session", auth, map[string]any{"title": "drain"})
 	id := gjson.GetBytes(b, "data.id").String()
 	if st != 200 || id == "" {
 		t.Fatalf("create: %d %s", st, b)
@@ -137,4 +108,49 @@ func TestInstanceDrainThroughGateway(t *testing.T) {
 	if strings.Contains(s.stderr.String(), key.Key) {
 		t.Fatal("the workspace key is in the log")
 	}
+}
+
+// gatewayInstance is an instance whose provider is a gateway route of the
+// same server: a connection to the fake provider p (model gpt-4o, priced),
+// a service account's inference key in a file, and an agent_instance site
+// of its own on directory, with extra lines in its provider block.
+type gwInstance struct {
+	base string
+	auth http.Header
+	sa   idName
+	key  struct {
+		Key string `json:"key"`
+	}
+}
+
+func (s *server) gatewayInstance(t *testing.T, ctx context.Context, tn tenant, p *fakeprovider.Provider, secret, directory, providerExtra string) *gwInstance {
+	t.Helper()
+	gi := &gwInstance{}
+	var conn idName
+	must(t, "create connection", 201, &conn)(s.admin(ctx, "POST", "/agentgate/workspaces/"+tn.Workspace+"/connections", map[string]any{
+		"name": "OpenAI (fake)", "kind": "openai", "base_url": p.URL + "/v1", "credential": secret,
+		"models": map[string]any{"gpt-4o": map[string]any{"upstream_id": "gpt-4o-2024-08-06", "pricing": map[string]any{"input": 2.5, "output": 10}}},
+	}))
+	must(t, "create service account", 201, &gi.sa)(s.admin(ctx, "POST", "/agentgate/workspaces/"+tn.Workspace+"/service-accounts", map[string]any{"name": "instance"}))
+	must(t, "create key", 201, &gi.key)(s.admin(ctx, "POST", "/agentgate/workspaces/"+tn.Workspace+"/service-accounts/"+gi.sa.ID+"/keys",
+		map[string]any{"name": "instance", "permission": "inference"}))
+	keyFile := filepath.Join(s.dir, "instance-key")
+	if err := os.WriteFile(keyFile, []byte(gi.key.Key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	instAddr := freeAddr(t)
+	cfg := s.caddyfile(config{}) + fmt.Sprintf("\nhttp://%s {\n\tbind 127.0.0.1\n\tagent_instance {\n\t\tpassword pw-e2e\n\t\tdirectory %q\n"+
+		"\t\tprovider {\n\t\t\tbase_url http://%s/custom/%s\n\t\t\tapi_key {file.%s}\n\t\t\tmodel gpt-4o\n%s\t\t}\n\t}\n}\n",
+		instAddr, directory, s.httpAddr, url.PathEscape(conn.ID), keyFile, providerExtra)
+	st, b, _ := call(ctx, freshClient, "POST", "http://"+s.adminAddr+"/load", http.Header{"Content-Type": {"text/caddyfile"}}, cfg)
+	if st != 200 {
+		t.Fatalf("load: %d %s", st, b)
+	}
+	gi.base = "http://" + instAddr
+	gi.auth = http.Header{"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte("opencode:pw-e2e"))}}
+	waitFor(t, ctx, "instance answers", func() bool {
+		st, _, err := call(ctx, freshClient, "GET", gi.base+"/api/info", gi.auth, nil)
+		return err == nil && st == 200
+	})
+	return gi
 }

@@ -50,6 +50,21 @@ type Behavior struct {
 	Chunks int
 	// KeepAlive sends an SSE comment before every event.
 	KeepAlive bool
+	// Script, when set, decides a streamed answer from the request's body
+	// (the conversation so far): its text and the tool calls it makes,
+	// streamed in the format's own events.
+	Script func(body []byte) Step
+}
+
+// Step is a scripted answer: text, then tool calls.
+type Step struct {
+	Text  string
+	Calls []Call
+}
+
+// Call is a scripted tool call; Args is its JSON arguments text.
+type Call struct {
+	ID, Name, Args string
 }
 
 // Usage numbers the fake reports (the same for every format, mapped to each
@@ -229,7 +244,12 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, answer(f, model))
 		return
 	}
-	events := streamEvents(f, model, b.Chunks, gjson.GetBytes(body, "stream_options.include_usage").Bool())
+	var events []string
+	if b.Script != nil {
+		events = scriptEvents(f, model, b.Script(body))
+	} else {
+		events = streamEvents(f, model, b.Chunks, gjson.GetBytes(body, "stream_options.include_usage").Bool())
+	}
 	if f == google && r.URL.Query().Get("alt") != "sse" {
 		p.streamJSONArray(w, r, rec, events, b)
 		return
@@ -428,6 +448,95 @@ func streamEvents(f format, model string, n int, includeUsage bool) []string {
 		for i, piece := range pieces {
 			ev = append(ev, "data: "+googleChunk(piece, i == len(pieces)-1, model)+"\r\n\r\n")
 		}
+	}
+	return ev
+}
+
+// halves splits a string in two, so that streamed arguments arrive in
+// pieces.
+func halves(s string) [2]string {
+	return [2]string{s[:len(s)/2], s[len(s)/2:]}
+}
+
+// scriptEvents streams a scripted step in a format: its text, then each
+// tool call with its arguments in two pieces (Google sends whole calls),
+// then the finish (tool calls when there are any) and usage.
+func scriptEvents(f format, model string, st Step) []string {
+	m, _ := json.Marshal(model)
+	js := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	data := func(s string) string { return "data: " + s + "\n\n" }
+	event := func(typ, payload string) string { return "event: " + typ + "\ndata: " + payload + "\n\n" }
+	var ev []string
+	switch f {
+	case chat:
+		ev = append(ev, data(fmt.Sprintf(`{"id":"chatcmpl-fake","object":"chat.completion.chunk","model":%s,"choices":[{"index":0,"delta":{"role":"assistant","content":%s}}]}`, m, js(st.Text))))
+		for i, c := range st.Calls {
+			h := halves(c.Args)
+			ev = append(ev, data(fmt.Sprintf(`{"id":"chatcmpl-fake","choices":[{"index":0,"delta":{"tool_calls":[{"index":%d,"id":%s,"type":"function","function":{"name":%s,"arguments":%s}}]}}]}`, i, js(c.ID), js(c.Name), js(h[0]))))
+			ev = append(ev, data(fmt.Sprintf(`{"id":"chatcmpl-fake","choices":[{"index":0,"delta":{"tool_calls":[{"index":%d,"function":{"arguments":%s}}]}}]}`, i, js(h[1]))))
+		}
+		finish := "stop"
+		if len(st.Calls) > 0 {
+			finish = "tool_calls"
+		}
+		ev = append(ev, data(fmt.Sprintf(`{"id":"chatcmpl-fake","choices":[{"index":0,"delta":{},"finish_reason":%q}]}`, finish)))
+		ev = append(ev, data(fmt.Sprintf(`{"id":"chatcmpl-fake","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d},"completion_tokens_details":{"reasoning_tokens":%d}}}`,
+			InputTokens, OutputTokens, CachedTokens, ReasoningTokens)))
+		ev = append(ev, "data: [DONE]\n\n")
+	case responses:
+		ev = append(ev, event("response.created", fmt.Sprintf(`{"type":"response.created","response":{"id":"resp_fake","model":%s,"status":"in_progress"}}`, m)))
+		if st.Text != "" {
+			ev = append(ev, event("response.output_text.delta", fmt.Sprintf(`{"type":"response.output_text.delta","item_id":"msg_fake","output_index":0,"content_index":0,"delta":%s}`, js(st.Text))))
+		}
+		for i, c := range st.Calls {
+			h := halves(c.Args)
+			item := fmt.Sprintf(`"fc_%d"`, i)
+			ev = append(ev, event("response.output_item.added", fmt.Sprintf(`{"type":"response.output_item.added","output_index":%d,"item":{"type":"function_call","id":%s,"call_id":%s,"name":%s,"arguments":""}}`, i+1, item, js(c.ID), js(c.Name))))
+			for _, piece := range h {
+				ev = append(ev, event("response.function_call_arguments.delta", fmt.Sprintf(`{"type":"response.function_call_arguments.delta","item_id":%s,"output_index":%d,"delta":%s}`, item, i+1, js(piece))))
+			}
+			ev = append(ev, event("response.output_item.done", fmt.Sprintf(`{"type":"response.output_item.done","output_index":%d,"item":{"type":"function_call","id":%s,"call_id":%s,"name":%s,"arguments":%s,"status":"completed"}}`, i+1, item, js(c.ID), js(c.Name), js(c.Args))))
+		}
+		ev = append(ev, event("response.completed", fmt.Sprintf(`{"type":"response.completed","response":{"id":"resp_fake","model":%s,"status":"completed","usage":{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":%d}}}}`,
+			m, InputTokens, CachedTokens, OutputTokens, ReasoningTokens)))
+	case anthropic:
+		ev = append(ev, event("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_fake","type":"message","role":"assistant","model":%s,"content":[],"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"output_tokens":1}}}`,
+			m, InputTokens, CacheWriteTokens, CachedTokens)))
+		idx := 0
+		if st.Text != "" {
+			ev = append(ev, event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`))
+			ev = append(ev, event("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%s}}`, js(st.Text))))
+			ev = append(ev, event("content_block_stop", `{"type":"content_block_stop","index":0}`))
+			idx++
+		}
+		for _, c := range st.Calls {
+			ev = append(ev, event("content_block_start", fmt.Sprintf(`{"type":"content_block_start","index":%d,"content_block":{"type":"tool_use","id":%s,"name":%s,"input":{}}}`, idx, js(c.ID), js(c.Name))))
+			for _, piece := range halves(c.Args) {
+				ev = append(ev, event("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":%d,"delta":{"type":"input_json_delta","partial_json":%s}}`, idx, js(piece))))
+			}
+			ev = append(ev, event("content_block_stop", fmt.Sprintf(`{"type":"content_block_stop","index":%d}`, idx)))
+			idx++
+		}
+		stop := "end_turn"
+		if len(st.Calls) > 0 {
+			stop = "tool_use"
+		}
+		ev = append(ev, event("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%q,"stop_sequence":null},"usage":{"output_tokens":%d}}`, stop, OutputTokens)))
+		ev = append(ev, event("message_stop", `{"type":"message_stop"}`))
+	case google:
+		parts := []string{}
+		if st.Text != "" {
+			parts = append(parts, fmt.Sprintf(`{"text":%s}`, js(st.Text)))
+		}
+		for _, c := range st.Calls {
+			args := c.Args
+			if !json.Valid([]byte(args)) {
+				args = js(args) // Google sends objects; a broken script sends a string
+			}
+			parts = append(parts, fmt.Sprintf(`{"functionCall":{"id":%s,"name":%s,"args":%s}}`, js(c.ID), js(c.Name), args))
+		}
+		ev = append(ev, "data: "+fmt.Sprintf(`{"candidates":[{"content":{"role":"model","parts":[%s]},"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":%d,"candidatesTokenCount":%d,"totalTokenCount":%d,"cachedContentTokenCount":%d,"thoughtsTokenCount":%d},"modelVersion":%s}`,
+			strings.Join(parts, ","), InputTokens, OutputTokens-ReasoningTokens, InputTokens+OutputTokens, CachedTokens, ReasoningTokens, m)+"\r\n\r\n")
 	}
 	return ev
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/agentgate/agentgate/internal/formats"
+	"github.com/agentgate/agentgate/internal/instance/agents"
 )
 
 func init() {
@@ -36,6 +37,20 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		plugin <name@version...>
 //		registry <npm registry url>
 //		heartbeat <duration>
+//		permission <action> <pattern> allow|deny|ask
+//		webfetch_private
+//		bash_timeout <duration>
+//		max_steps <n>
+//		provider {
+//			base_url <url> | connection <id>
+//			api_key <key>
+//			format chat|responses|anthropic|google
+//			model <id>
+//			input_price <usd per million>
+//			output_price <usd per million>
+//			context_limit [<model>] <tokens>
+//			output_limit [<model>] <tokens>
+//		}
 //		agent <id> {
 //			description <text>
 //			mode primary|subagent|all
@@ -95,6 +110,40 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("heartbeat: %v", err)
 			}
 			in.Heartbeat = caddy.Duration(dur)
+		case "permission":
+			var action, pattern, effect string
+			if !d.AllArgs(&action, &pattern, &effect) {
+				return d.ArgErr()
+			}
+			if effect != "allow" && effect != "deny" && effect != "ask" {
+				return d.Errf("permission effect must be allow, deny or ask, not '%s'", effect)
+			}
+			in.Permissions = append(in.Permissions, agents.PermissionRule{Action: action, Resource: pattern, Effect: effect})
+		case "webfetch_private":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			in.WebfetchPrivate = true
+		case "bash_timeout":
+			var s string
+			if !d.AllArgs(&s) {
+				return d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(s)
+			if err != nil || dur <= 0 {
+				return d.Errf("bash_timeout must be a positive duration, not '%s'", s)
+			}
+			in.BashTimeout = caddy.Duration(dur)
+		case "max_steps":
+			var s string
+			if !d.AllArgs(&s) {
+				return d.ArgErr()
+			}
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				return d.Errf("max_steps must be a positive whole number, not '%s'", s)
+			}
+			in.MaxSteps = n
 		case "provider":
 			if d.NextArg() {
 				return d.ArgErr()
@@ -105,6 +154,12 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			in.Provider = &Provider{}
 			for n := d.Nesting(); d.NextBlock(n); {
 				key := d.Val()
+				if key == "context_limit" || key == "output_limit" {
+					if err := parseLimit(d, in.Provider, key); err != nil {
+						return err
+					}
+					continue
+				}
 				var v string
 				if !d.AllArgs(&v) {
 					return d.ArgErr()
@@ -147,6 +202,39 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("unrecognized subdirective '%s'", d.Val())
 		}
 	}
+	return nil
+}
+
+// parseLimit reads `context_limit|output_limit [<model>] <tokens>`; without
+// a model it is the provider's default model's.
+func parseLimit(d *caddyfile.Dispenser, p *Provider, key string) error {
+	args := d.RemainingArgs()
+	model := p.Model
+	switch len(args) {
+	case 1:
+		if model == "" {
+			return d.Errf("%s without a model needs the provider's model set before it", key)
+		}
+	case 2:
+		model = args[0]
+		args = args[1:]
+	default:
+		return d.ArgErr()
+	}
+	n, err := strconv.ParseInt(args[0], 10, 64)
+	if err != nil || n < 1 {
+		return d.Errf("%s must be a positive number of tokens, not '%s'", key, args[0])
+	}
+	if p.Limits == nil {
+		p.Limits = map[string]ModelLimits{}
+	}
+	l := p.Limits[model]
+	if key == "context_limit" {
+		l.Context = n
+	} else {
+		l.Output = n
+	}
+	p.Limits[model] = l
 	return nil
 }
 

@@ -75,6 +75,16 @@ type Provider struct {
 	// price the session's cost; without them a turn costs 0.
 	InputPrice  string `json:"input_price,omitempty"`
 	OutputPrice string `json:"output_price,omitempty"`
+	// Limits are models' token limits by model id: context is the
+	// model's context window (the conversation is summarised before a
+	// request would pass it), output the most a step may write.
+	Limits map[string]ModelLimits `json:"limits,omitempty"`
+}
+
+// ModelLimits are a model's token limits.
+type ModelLimits struct {
+	Context int64 `json:"context,omitempty"`
+	Output  int64 `json:"output,omitempty"`
 }
 
 func (p *Provider) config(repl *caddy.Replacer) (loop.ProviderConfig, error) {
@@ -82,6 +92,15 @@ func (p *Provider) config(repl *caddy.Replacer) (loop.ProviderConfig, error) {
 		APIKey: repl.ReplaceAll(p.APIKey, ""), Format: p.Format, Model: repl.ReplaceAll(p.Model, "")}
 	if c.Format == "" {
 		c.Format = "chat"
+	}
+	for id, l := range p.Limits {
+		if l.Context < 0 || l.Output < 0 || (l.Context > 0 && l.Output >= l.Context) {
+			return c, fmt.Errorf("provider limits of %q: context and output must be positive, output below context", id)
+		}
+		if c.Limits == nil {
+			c.Limits = map[string]loop.ModelLimits{}
+		}
+		c.Limits[id] = loop.ModelLimits{Context: l.Context, Output: l.Output}
 	}
 	if !knownFormat(c.Format) {
 		return c, fmt.Errorf("provider format %q is not one of chat, responses, anthropic, google", c.Format)
@@ -162,8 +181,26 @@ type Instance struct {
 	Heartbeat caddy.Duration `json:"heartbeat,omitempty"`
 
 	// Provider, when set, makes the instance answer prompts: admitted
-	// inputs become provider turns.
+	// inputs become provider turns, and the agent runs tools.
 	Provider *Provider `json:"provider,omitempty"`
+
+	// Permissions are the instance's permission rules for tool calls,
+	// after the defaults (bash, webfetch and paths outside the project
+	// ask) and before the project's opencode.json, the agent's and the
+	// session's; the last matching rule wins.
+	Permissions []agents.PermissionRule `json:"permissions,omitempty"`
+
+	// WebfetchPrivate lets the webfetch tool reach loopback, private and
+	// link-local addresses. Default: refused.
+	WebfetchPrivate bool `json:"webfetch_private,omitempty"`
+
+	// BashTimeout is a command's default time limit (at most 10 minutes).
+	// Default: 2 minutes.
+	BashTimeout caddy.Duration `json:"bash_timeout,omitempty"`
+
+	// MaxSteps bounds the provider steps of one run when the agent sets no
+	// steps. Default: 100.
+	MaxSteps int `json:"max_steps,omitempty"`
 
 	server *server.Server
 	runner *loop.Runner
@@ -245,6 +282,9 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		}
 		runner = st.runner
 		runner.SetProvider(pc)
+		runner.SetTools(loop.ToolConfig{Rules: in.Permissions, Roots: roots, FetchPrivate: in.WebfetchPrivate,
+			BashTimeout: time.Duration(in.BashTimeout), MaxSteps: in.MaxSteps,
+			Secrets: func() []string { return []string{password} }})
 		in.runner = runner
 	}
 	pm, err := plugins.New(plugins.Options{
@@ -279,6 +319,14 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 
 // Validate checks the configuration.
 func (in *Instance) Validate() error {
+	for i, r := range in.Permissions {
+		if r.Action == "" || r.Resource == "" || (r.Effect != "allow" && r.Effect != "deny" && r.Effect != "ask") {
+			return fmt.Errorf("permissions[%d] needs an action, a resource and an effect of allow, deny or ask", i)
+		}
+	}
+	if in.MaxSteps < 0 || in.BashTimeout < 0 || time.Duration(in.BashTimeout) > 10*time.Minute {
+		return errors.New("max_steps must not be negative and bash_timeout must be between 0 and 10m")
+	}
 	if in.Directory != "" && !strings.Contains(in.Directory, "{") && !filepath.IsAbs(in.Directory) {
 		return fmt.Errorf("directory must be an absolute path, got %q", in.Directory)
 	}

@@ -10,13 +10,16 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/agentgate/agentgate/internal/instance/agents"
 	"github.com/agentgate/agentgate/internal/instance/server"
 )
 
@@ -355,14 +358,18 @@ func TestProviderCaddyfile(t *testing.T) {
 			model gpt-test
 			input_price 2.5
 			output_price 10
+			context_limit 200000
+			output_limit gpt-test 8000
+			context_limit other-model 32000
 		}
 	}`)
 	var in Instance
 	if err := in.UnmarshalCaddyfile(d); err != nil {
 		t.Fatal(err)
 	}
-	want := Provider{Connection: "conn_1", APIKey: "{env.AGENTGATE_API_KEY}", Format: "chat", Model: "gpt-test", InputPrice: "2.5", OutputPrice: "10"}
-	if in.Provider == nil || *in.Provider != want {
+	want := Provider{Connection: "conn_1", APIKey: "{env.AGENTGATE_API_KEY}", Format: "chat", Model: "gpt-test", InputPrice: "2.5", OutputPrice: "10",
+		Limits: map[string]ModelLimits{"gpt-test": {Context: 200000, Output: 8000}, "other-model": {Context: 32000}}}
+	if in.Provider == nil || !reflect.DeepEqual(*in.Provider, want) {
 		t.Fatalf("provider %+v", in.Provider)
 	}
 	for _, bad := range []string{
@@ -399,5 +406,56 @@ func TestProviderCaddyfile(t *testing.T) {
 	in2.ServeHTTP(httptest.NewRecorder(), req, caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil }))
 	if got := in2.runner.ProviderBaseURL(); got != "http://127.0.0.1:8123/custom/conn_1" {
 		t.Fatalf("base URL %q", got)
+	}
+}
+
+func TestToolSettingsCaddyfile(t *testing.T) {
+	d := caddyfile.NewTestDispenser(`agent_instance {
+		permission bash "go test *" allow
+		permission edit secrets/* deny
+		webfetch_private
+		bash_timeout 30s
+		max_steps 20
+	}`)
+	var in Instance
+	if err := in.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	want := []agents.PermissionRule{{Action: "bash", Resource: "go test *", Effect: "allow"}, {Action: "edit", Resource: "secrets/*", Effect: "deny"}}
+	if !reflect.DeepEqual(in.Permissions, want) || !in.WebfetchPrivate || time.Duration(in.BashTimeout) != 30*time.Second || in.MaxSteps != 20 {
+		t.Fatalf("parsed %+v", in)
+	}
+	if err := in.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{
+		"agent_instance {\n permission bash x maybe\n}",
+		"agent_instance {\n permission bash\n}",
+		"agent_instance {\n bash_timeout -1s\n}",
+		"agent_instance {\n bash_timeout soon\n}",
+		"agent_instance {\n max_steps 0\n}",
+		"agent_instance {\n webfetch_private yes\n}",
+		"agent_instance {\n provider {\n context_limit 1000\n }\n}",
+		"agent_instance {\n provider {\n output_limit m abc\n }\n}",
+		"agent_instance {\n provider {\n context_limit m 10 20\n }\n}",
+	} {
+		var in Instance
+		if err := in.UnmarshalCaddyfile(caddyfile.NewTestDispenser(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	for _, in := range []Instance{
+		{Permissions: []agents.PermissionRule{{Action: "bash", Resource: "*", Effect: "maybe"}}},
+		{Permissions: []agents.PermissionRule{{Action: "", Resource: "*", Effect: "allow"}}},
+		{MaxSteps: -1},
+		{BashTimeout: caddy.Duration(time.Hour)},
+	} {
+		if err := in.Validate(); err == nil {
+			t.Errorf("%+v validated", in)
+		}
+	}
+	p := Provider{BaseURL: "http://127.0.0.1:1/v1", Limits: map[string]ModelLimits{"m": {Context: 100, Output: 100}}}
+	if _, err := p.config(caddy.NewReplacer()); err == nil {
+		t.Error("an output limit not below the context limit was accepted")
 	}
 }

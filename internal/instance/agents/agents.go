@@ -190,9 +190,16 @@ func (s *agentSet) list() []Agent {
 	return out
 }
 
-// loadConfigFiles applies the "agent" map of dir's opencode.jsonc and
-// opencode.json, in that order.
-func (s *agentSet) loadConfigFiles(dir string) error {
+// configDoc is one parsed opencode.json(c) of a directory.
+type configDoc struct {
+	path string
+	doc  gjson.Result
+}
+
+// configDocs reads dir's opencode.jsonc and opencode.json (in that
+// order; missing ones are skipped) as JSONC objects.
+func configDocs(dir string) ([]configDoc, error) {
+	var out []configDoc
 	for _, name := range []string{"opencode.jsonc", "opencode.json"} {
 		path := filepath.Join(dir, name)
 		data, err := os.ReadFile(path)
@@ -200,20 +207,34 @@ func (s *agentSet) loadConfigFiles(dir string) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %v", path, err)
+			return nil, fmt.Errorf("%s: %v", path, err)
 		}
 		clean, err := StripJSONC(data)
 		if err != nil {
-			return fmt.Errorf("%s: %v", path, err)
+			return nil, fmt.Errorf("%s: %v", path, err)
 		}
 		if err := checkJSON(clean); err != nil {
-			return fmt.Errorf("%s: %s", path, describeJSONError(clean, err))
+			return nil, fmt.Errorf("%s: %s", path, describeJSONError(clean, err))
 		}
 		doc := gjson.ParseBytes(clean)
 		if !doc.IsObject() {
-			return fmt.Errorf("%s: the config must be a JSON object", path)
+			return nil, fmt.Errorf("%s: the config must be a JSON object", path)
 		}
-		agents := doc.Get("agent")
+		out = append(out, configDoc{path, doc})
+	}
+	return out, nil
+}
+
+// loadConfigFiles applies the "agent" map of dir's opencode.jsonc and
+// opencode.json, in that order.
+func (s *agentSet) loadConfigFiles(dir string) error {
+	docs, err := configDocs(dir)
+	if err != nil {
+		return err
+	}
+	for _, d := range docs {
+		path := d.path
+		agents := d.doc.Get("agent")
 		if !agents.Exists() || agents.Type == gjson.Null {
 			continue
 		}
@@ -230,6 +251,28 @@ func (s *agentSet) loadConfigFiles(dir string) error {
 		}
 	}
 	return nil
+}
+
+// ProjectPermissions are the rules of the top-level "permission" of dir's
+// opencode.jsonc then opencode.json (the same forms as an agent's).
+func ProjectPermissions(dir string) ([]PermissionRule, error) {
+	docs, err := configDocs(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []PermissionRule
+	for _, d := range docs {
+		v := d.doc.Get("permission")
+		if !v.Exists() || v.Type == gjson.Null {
+			continue
+		}
+		rules, err := parsePermission(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", d.path, err)
+		}
+		out = mergeRules(out, rules)
+	}
+	return out, nil
 }
 
 // loadMarkdown applies dir's .opencode/agent/*.md then .opencode/agents/*.md.

@@ -16,8 +16,12 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/agentgate/agentgate/internal/formats"
 	"github.com/agentgate/agentgate/internal/instance/events"
+	"github.com/agentgate/agentgate/internal/instance/ids"
+	"github.com/agentgate/agentgate/internal/instance/permission"
 	"github.com/agentgate/agentgate/internal/instance/session"
+	"github.com/agentgate/agentgate/internal/instance/tools"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/store"
 )
@@ -44,6 +48,9 @@ type ProviderConfig struct {
 	InputPrice, OutputPrice money.Micros
 	// Client sends the requests (default: no overall timeout).
 	Client *http.Client
+	// Limits are models' token limits by model id: a request's output
+	// limit, and when to compact the conversation.
+	Limits map[string]ModelLimits
 }
 
 // Runner owns the session drains of one instance in this process: at most
@@ -62,6 +69,11 @@ type Runner struct {
 	closed  bool
 	addr    string // learnt local address, for Connection
 	node    string // this process's drain-lease holder id
+	tools   ToolConfig
+	broker  *permission.Broker
+	// waiters are closed when the session's drain ends (a task tool
+	// waiting on its child session).
+	waiters map[string][]chan struct{}
 }
 
 type drain struct {
@@ -73,7 +85,20 @@ type drain struct {
 // NewRunner returns a runner with no server yet.
 func NewRunner() *Runner {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Runner{drains: map[string]*drain{}, ctx: ctx, cancel: cancel, node: newNodeID()}
+	r := &Runner{drains: map[string]*drain{}, ctx: ctx, cancel: cancel, node: newNodeID(), waiters: map[string][]chan struct{}{}}
+	r.broker = permission.NewBroker(r.publishPending, func(prefix string) string { return ids.New(prefix, false, time.Now()) })
+	return r
+}
+
+// publishPending announces a permission or form event on the bus of the
+// attached session service.
+func (r *Runner) publishPending(sessionID, directory, typ string, data map[string]any) {
+	s := r.server()
+	if s.Service == nil || s.Bus == nil {
+		return
+	}
+	data["sessionID"] = sessionID
+	s.Bus.Publish(typ, &events.LocationRef{Directory: directory}, data)
 }
 
 // SetProvider replaces the provider configuration; turns that start later
@@ -185,6 +210,7 @@ func (r *Runner) Close() {
 	r.closed = true
 	r.mu.Unlock()
 	r.cancel(errShutdown)
+	r.broker.Cancel("", "", "shutdown")
 	r.wg.Wait()
 }
 
@@ -285,13 +311,13 @@ func (r *Runner) loop(sid string, d *drain) {
 		if v := recover(); v != nil {
 			s.Logger.Error("drain panicked", zap.String("session", sid), zap.Any("panic", v))
 			r.mu.Lock()
-			delete(r.drains, sid)
+			r.endLocked(sid)
 			r.mu.Unlock()
 		}
 	}()
 	end := func() {
 		r.mu.Lock()
-		delete(r.drains, sid)
+		r.endLocked(sid)
 		r.mu.Unlock()
 	}
 	// Another node may hold the session: it drains what this one stored.
@@ -324,7 +350,7 @@ func (r *Runner) loop(sid string, d *drain) {
 		}
 		r.mu.Lock()
 		if r.ctx.Err() != nil || err != nil || (!ran && !d.pending) {
-			delete(r.drains, sid)
+			r.endLocked(sid)
 			r.mu.Unlock()
 			if r.ctx.Err() != nil || err != nil {
 				// Stopping or failing: let another node take over at once.
@@ -343,6 +369,15 @@ func (r *Runner) loop(sid string, d *drain) {
 			return
 		}
 	}
+}
+
+// endLocked forgets a session's drain and wakes those waiting for it.
+func (r *Runner) endLocked(sid string) {
+	delete(r.drains, sid)
+	for _, ch := range r.waiters[sid] {
+		close(ch)
+	}
+	delete(r.waiters, sid)
 }
 
 // renew keeps a running drain's lease until done is closed.
@@ -365,7 +400,7 @@ func (r *Runner) renew(sid string, done chan struct{}) {
 
 // work is the next thing a drain does.
 type work struct {
-	kind  string // "user", "move" or "turn" (a delivered input awaiting its answer)
+	kind  string // "user", "move", "turn" (a step awaiting its answer) or "tools" (a step's tool calls)
 	id    string
 	raw   json.RawMessage
 	steer bool
@@ -374,7 +409,11 @@ type work struct {
 // A "turn" inbox item marks a provider step in progress: it is written
 // with the user message it answers and replaced by the assistant message
 // (same id) when the step settles, so a restart re-runs exactly the steps
-// that never settled.
+// that never settled. A "tools" item marks a settled step's tool calls
+// being run: written with the step's message (its calls stored as
+// running), it becomes the "turn" of the next step once they settle, or
+// the run's idle message when the run stops there. A restart that finds
+// one settles the calls still running as interrupted: no call runs twice.
 
 // nextWork finds the next work item: a step in progress first; then, when
 // idle, the oldest inbox item; in a running turn (idle false), the oldest
@@ -392,8 +431,8 @@ func (s svc) nextWork(tx store.Tx, sid string, idle bool) (*work, error) {
 		}
 		steer := h.Delivery != "queue"
 		switch {
-		case h.Type == "turn":
-			turn = &work{kind: "turn", id: h.ID, raw: raw}
+		case h.Type == "turn" || h.Type == "tools":
+			turn = &work{kind: h.Type, id: h.ID, raw: raw}
 			return false, nil
 		case h.Type != "user" && h.Type != "move":
 		case next == nil && (idle || steer):
@@ -408,11 +447,13 @@ func (s svc) nextWork(tx store.Tx, sid string, idle bool) (*work, error) {
 }
 
 // run performs one run: an idle-time input and the steer inputs taken at
-// its step boundaries. It reports whether there was anything to do.
+// its step boundaries, and the steps and tool calls that answer them. It
+// reports whether there was anything to do.
 func (r *Runner) run(sid string, d *drain) (bool, error) {
 	ctx := r.ctx
 	outcome := ""
 	steps := 0
+	idleID := "" // a tools marker that becomes the run's idle message
 	for {
 		s := r.server() // fresh services at every step boundary
 		var w *work
@@ -449,12 +490,23 @@ func (r *Runner) run(sid string, d *drain) (bool, error) {
 			} else if err != nil {
 				return true, err
 			}
+		case "tools":
+			// A restart met calls that were running: they are not run again.
+			if err := s.settleInterrupted(ctx, sid, w); session.Gone(err) {
+				return true, nil
+			} else if err != nil {
+				return true, err
+			}
+			if err := s.nextStep(ctx, sid, w.id); err != nil {
+				return true, err
+			}
+			continue
 		}
 		turnCtx, cancel := context.WithCancel(ctx)
 		r.mu.Lock()
 		d.cancelTurn, d.interrupted = cancel, false
 		r.mu.Unlock()
-		res, err := s.turn(turnCtx, r.Provider(), sid, stepID)
+		res, batch, stop, err := r.step(turnCtx, s, sid, stepID, steps)
 		r.mu.Lock()
 		interrupted := d.interrupted
 		d.cancelTurn = nil
@@ -467,32 +519,221 @@ func (r *Runner) run(sid string, d *drain) (bool, error) {
 			return true, err
 		}
 		steps++
-		if interrupted && r.ctx.Err() == nil {
-			outcome = "interrupted"
-			break
-		}
 		if r.ctx.Err() != nil {
 			return true, nil // shutting down: the next start resumes
 		}
-		if res == "failed" {
+		if batch != nil {
+			next := !interrupted && !stop
+			if err := s.settleTools(ctx, batch, res.toolsMarker, next); session.Gone(err) {
+				return true, nil
+			} else if err != nil {
+				return true, err
+			}
+			if !next {
+				idleID = res.toolsMarker // the run ends here
+			}
+		}
+		if interrupted {
+			outcome = "interrupted"
+			break
+		}
+		if res.outcome == "failed" {
 			outcome = "failed"
+			break
+		}
+		if stop {
 			break
 		}
 	}
 	if outcome == "" {
 		return false, nil
 	}
-	return true, r.server().settleRun(ctx, sid, outcome)
+	return true, r.server().settleRun(ctx, sid, outcome, idleID)
 }
 
-// deliverUser turns an admitted user input into a user message (same id)
-// and marks the step that answers it; it returns the step's message id.
-func (s svc) deliverUser(ctx context.Context, sid string, w *work) (string, error) {
-	var item session.InboxUser
-	if err := json.Unmarshal(w.raw, &item); err != nil {
-		return "", err
+// step compacts the conversation when the next request would not fit,
+// runs one provider step and then the tool calls it made (batch, whose
+// results settleTools stores). stop reports that the user rejected a
+// permission or dismissed a question: the run ends there.
+func (r *Runner) step(ctx context.Context, s svc, sid, stepID string, done int) (res stepResult, batch *toolBatch, stop bool, err error) {
+	prov := r.Provider()
+	st, err := s.readStep(ctx, sid)
+	if err != nil {
+		return stepResult{}, nil, false, err
+	}
+	compacted, interrupted, err := s.compactIfNeeded(ctx, prov, sid, st.info, st.msgs)
+	if err != nil || interrupted {
+		return stepResult{outcome: "interrupted"}, nil, false, err
+	}
+	if compacted {
+		// The turn reads the session again, the summary included.
+		if st, err = s.readStep(ctx, sid); err != nil {
+			return stepResult{}, nil, false, err
+		}
+	}
+	info := st.info
+	agent := s.resolveAgent(info)
+	limit := agent.Steps
+	if limit <= 0 {
+		limit = r.toolConfig().MaxSteps
+	}
+	if limit <= 0 {
+		limit = defaultMaxSteps
+	}
+	env := r.toolEnv(s, info, agent)
+	sets := append(r.ruleSets(s, env.Project, info, agent.ID), info.Permissions)
+	var offered []formats.Tool
+	for _, t := range tools.Definitions(env, hiddenTools(sets)) {
+		offered = append(offered, formats.Tool{Name: t.Name, Description: t.Description, Schema: t.Schema})
+	}
+	res, err = s.turn(ctx, prov, sid, stepID, stepOptions{last: done+1 >= limit, tools: offered}, st)
+	if err != nil || res.toolsMarker == "" || ctx.Err() != nil {
+		return res, nil, false, err
+	}
+	batch, stop = r.runTools(ctx, s, info, stepID, res.msg, agent)
+	return res, batch, stop, nil
+}
+
+// defaultMaxSteps bounds a run's provider steps when neither the agent
+// nor the instance sets a limit.
+const defaultMaxSteps = 100
+
+// nextStep turns a settled step's tools marker into the marker of the
+// step that reads their results (same id: the next assistant message's).
+func (s svc) nextStep(ctx context.Context, sid, marker string) error {
+	raw, err := json.Marshal(map[string]any{"id": marker, "sessionID": sid, "type": "turn", "time": map[string]any{"created": s.NowMS()}})
+	if err != nil {
+		return err
+	}
+	return s.WriteTx(ctx, func(tx store.Tx) error {
+		return tx.MoveSessionItem(s.InstanceName(), sid, marker, store.ItemInbox, raw)
+	})
+}
+
+// settleInterrupted settles, as interrupted, the tool calls of a tools
+// marker's message that were running when the process stopped.
+func (s svc) settleInterrupted(ctx context.Context, sid string, w *work) error {
+	var m struct {
+		Message string `json:"message"`
+	}
+	if err := json.Unmarshal(w.raw, &m); err != nil {
+		return err
+	}
+	var info *session.Info
+	var changed *assistantMsg
+	now := s.NowMS()
+	err := s.WriteTx(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, sid); err != nil {
+			return err
+		}
+		var raw []byte
+		err = tx.SessionItems(s.InstanceName(), sid, store.ItemMessage, func(r []byte) (bool, error) {
+			var h session.MessageHeader
+			if json.Unmarshal(r, &h) == nil && h.ID == m.Message {
+				raw = r
+				return false, nil
+			}
+			return true, nil
+		})
+		if err != nil || raw == nil {
+			return err
+		}
+		msg, err := decodeAssistant(raw)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, p := range msg.tools {
+			if !p.settled() {
+				p.fail("ToolInterruptedError", "The server stopped while this tool call ran; it was not run again and its effects, if any, are unknown", now)
+				n++
+			}
+		}
+		if n == 0 {
+			return nil
+		}
+		out, err := msg.encode()
+		if err != nil {
+			return err
+		}
+		changed = msg
+		return tx.MoveSessionItem(s.InstanceName(), sid, m.Message, store.ItemMessage, out)
+	})
+	if err == nil && changed != nil {
+		s.Publish("session.message.updated", info, map[string]any{"messageID": m.Message})
+	}
+	return err
+}
+
+// settleTools stores a step's tool results in one write. With next, the
+// same write delivers the steer inputs admitted meanwhile as user
+// messages (read with the results) and turns the tools marker into the
+// marker of the step that reads them; without, the marker stays for the
+// run's idle message.
+func (s svc) settleTools(ctx context.Context, b *toolBatch, marker string, next bool) error {
+	b.mu.Lock()
+	raw, err := b.msg.encode()
+	b.mu.Unlock()
+	if err != nil {
+		return err
 	}
 	now := s.NowMS()
+	var info *session.Info
+	var delivered []json.RawMessage
+	err = s.WriteTx(context.WithoutCancel(ctx), func(tx store.Tx) (err error) {
+		delivered = delivered[:0]
+		if info, err = s.Info(tx, b.sid); err != nil {
+			return err
+		}
+		if err := tx.MoveSessionItem(s.InstanceName(), b.sid, b.msgID, store.ItemMessage, raw); err != nil {
+			return err
+		}
+		if !next {
+			return nil
+		}
+		var steers []session.InboxUser
+		err = tx.SessionItems(s.InstanceName(), b.sid, store.ItemInbox, func(item []byte) (bool, error) {
+			var u session.InboxUser
+			if json.Unmarshal(item, &u) == nil && u.Type == "user" && u.Delivery != "queue" {
+				steers = append(steers, u)
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, u := range steers {
+			m, err := json.Marshal(userMessage(&u, now))
+			if err != nil {
+				return err
+			}
+			if err := tx.MoveSessionItem(s.InstanceName(), b.sid, u.ID, store.ItemMessage, m); err != nil {
+				return err
+			}
+			delivered = append(delivered, m)
+		}
+		turn, err := json.Marshal(map[string]any{"id": marker, "sessionID": b.sid, "type": "turn", "time": map[string]any{"created": now}})
+		if err != nil {
+			return err
+		}
+		if err := tx.MoveSessionItem(s.InstanceName(), b.sid, marker, store.ItemInbox, turn); err != nil {
+			return err
+		}
+		info.Time.Updated = max(now, info.Time.Updated)
+		return s.PutInfo(tx, info, false)
+	})
+	if err != nil {
+		return err
+	}
+	s.Publish("session.message.updated", info, map[string]any{"messageID": b.msgID})
+	for _, m := range delivered {
+		s.Publish("session.message.created", info, map[string]any{"message": m})
+	}
+	return nil
+}
+
+// userMessage is the user message of an admitted input.
+func userMessage(item *session.InboxUser, now int64) map[string]any {
 	msg := map[string]any{"id": item.ID, "type": "user", "text": item.Payload.Text,
 		"time": map[string]any{"created": now}}
 	if len(item.Payload.Files) > 0 {
@@ -504,7 +745,18 @@ func (s svc) deliverUser(ctx context.Context, sid string, w *work) (string, erro
 	if len(item.Payload.Metadata) > 0 {
 		msg["metadata"] = item.Payload.Metadata
 	}
-	raw, err := json.Marshal(msg)
+	return msg
+}
+
+// deliverUser turns an admitted user input into a user message (same id)
+// and marks the step that answers it; it returns the step's message id.
+func (s svc) deliverUser(ctx context.Context, sid string, w *work) (string, error) {
+	var item session.InboxUser
+	if err := json.Unmarshal(w.raw, &item); err != nil {
+		return "", err
+	}
+	now := s.NowMS()
+	raw, err := json.Marshal(userMessage(&item, now))
 	if err != nil {
 		return "", err
 	}
@@ -567,9 +819,10 @@ func (s svc) applyMove(ctx context.Context, sid string, w *work) error {
 	return nil
 }
 
-// settleRun records the end of a run: an idle marker, the session's
+// settleRun records the end of a run: an idle marker (in the place of
+// the tools marker idleID, when the run stopped at one), the session's
 // outcome and time.idle.
-func (s svc) settleRun(ctx context.Context, sid, outcome string) error {
+func (s svc) settleRun(ctx context.Context, sid, outcome, idleID string) error {
 	now := s.NowMS()
 	var info *session.Info
 	err := s.WriteTx(ctx, func(tx store.Tx) (err error) {
@@ -578,7 +831,16 @@ func (s svc) settleRun(ctx context.Context, sid, outcome string) error {
 		}
 		msg := s.NewMessage("idle", now)
 		msg["outcome"] = outcome
-		if err := s.AppendMessage(tx, sid, msg); err != nil {
+		if idleID != "" {
+			msg["id"] = idleID
+			raw, err := json.Marshal(msg)
+			if err != nil {
+				return err
+			}
+			if err := tx.MoveSessionItem(s.InstanceName(), sid, idleID, store.ItemMessage, raw); err != nil {
+				return err
+			}
+		} else if err := s.AppendMessage(tx, sid, msg); err != nil {
 			return err
 		}
 		info.Outcome = outcome

@@ -44,24 +44,33 @@ func (s svc) resolveAgent(info *session.Info) *agents.Agent {
 }
 
 // conversation is the stored conversation as one provider request of
-// the agent: user text with its text attachments, system updates, and the
-// assistant's text.
+// the agent: user text with its text attachments, system updates, the
+// assistant's text and tool calls with their results. A completed
+// compaction stands for everything before it.
 func conversation(agent *agents.Agent, model string, msgs []session.Message) *formats.Conversation {
 	c := &formats.Conversation{Model: model, System: agent.System, Settings: agent.Request.Settings,
 		Body: agent.Request.Body, Headers: agent.Request.Headers}
-	for _, m := range msgs {
+	start := 0
+	for i, m := range msgs {
+		if m.Header.Type == "compaction" && m.Header.Status == "completed" {
+			start = i
+		}
+	}
+	for _, m := range msgs[start:] {
 		var v struct {
 			Text    string `json:"text"`
+			Summary string `json:"summary"`
 			Files   []session.FileAttachment
-			Content []struct {
-				Type string `json:"type"`
-				Text string `json:"text"`
-			} `json:"content"`
+			Content []json.RawMessage `json:"content"`
 		}
 		if json.Unmarshal(m.Raw, &v) != nil {
 			continue
 		}
 		switch m.Header.Type {
+		case "compaction":
+			if m.Header.Status == "completed" {
+				c.Messages = append(c.Messages, formats.Text(formats.RoleUser, "Summary of the conversation so far:\n\n"+v.Summary+"\n\n"+continuePrompt))
+			}
 		case "user", "synthetic":
 			text := v.Text
 			for _, f := range v.Files {
@@ -77,18 +86,76 @@ func conversation(agent *agents.Agent, model string, msgs []session.Message) *fo
 		case "system":
 			c.Messages = append(c.Messages, formats.Text(formats.RoleSystem, v.Text))
 		case "assistant":
-			var b strings.Builder
-			for _, p := range v.Content {
-				if p.Type == "text" {
-					b.WriteString(p.Text)
-				}
-			}
-			if b.Len() > 0 {
-				c.Messages = append(c.Messages, formats.Text(formats.RoleAssistant, b.String()))
-			}
+			c.Messages = append(c.Messages, assistantTurn(v.Content)...)
 		}
 	}
 	return c
+}
+
+// continuePrompt follows a compaction's summary.
+const continuePrompt = "Continue if you have next steps, or stop and ask for clarification if you are unsure how to proceed."
+
+// assistantTurn is a stored assistant message as conversation messages:
+// its text and tool calls, then (as the user's) the calls' results.
+func assistantTurn(content []json.RawMessage) []formats.Message {
+	var parts, results []formats.Part
+	for _, raw := range content {
+		var e struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if json.Unmarshal(raw, &e) != nil {
+			continue
+		}
+		switch e.Type {
+		case "text":
+			if e.Text != "" {
+				parts = append(parts, formats.Part{Kind: formats.TextPart, Text: e.Text})
+			}
+		case "tool":
+			var p toolPart
+			if json.Unmarshal(raw, &p) != nil {
+				continue
+			}
+			input := p.State.Input
+			if len(input) == 0 || input[0] != '{' {
+				input = json.RawMessage(`{}`)
+			}
+			parts = append(parts, formats.Part{Kind: formats.ToolCallPart, CallID: p.ID, Name: p.Name, Input: input})
+			results = append(results, toolResult(&p))
+		}
+	}
+	var out []formats.Message
+	if len(parts) > 0 {
+		out = append(out, formats.Message{Role: formats.RoleAssistant, Parts: parts})
+	}
+	if len(results) > 0 {
+		out = append(out, formats.Message{Role: formats.RoleUser, Parts: results})
+	}
+	return out
+}
+
+// toolResult is what the model reads of a call.
+func toolResult(p *toolPart) formats.Part {
+	r := formats.Part{Kind: formats.ToolResultPart, CallID: p.ID, Name: p.Name}
+	switch p.State.Status {
+	case "completed":
+		var b strings.Builder
+		for _, c := range p.State.Content {
+			b.WriteString(c.Text)
+		}
+		r.Output = b.String()
+	case "error":
+		r.IsError = true
+		r.Output = "Error: the tool call failed"
+		if p.State.Error != nil {
+			r.Output = "Error: " + p.State.Error.Message
+		}
+	default:
+		r.IsError = true
+		r.Output = "Error: the tool call did not finish"
+	}
+	return r
 }
 
 // callProvider sends one step to the provider and reads its stream; it
@@ -128,54 +195,129 @@ func callProvider(ctx context.Context, prov ProviderConfig, f formats.Format, co
 	return step, &StructuredError{Type: "ProviderStreamError", Message: cerr.Message}
 }
 
-// turn runs one provider step for the session and stores the settled
-// assistant message. It returns "succeeded", "failed" or "interrupted";
-// an error only when the result cannot be stored.
-func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string) (string, error) {
-	var info *session.Info
-	var msgs []session.Message
-	if err := s.ReadTx(ctx, func(tx store.Tx) (err error) {
-		if info, err = s.Info(tx, sid); err != nil {
+// stepOptions shape one provider step.
+type stepOptions struct {
+	// last: the agent's step limit is reached; no tools are offered and
+	// the model is told to sum up.
+	last bool
+	// tools are the tools offered (none when nil).
+	tools []formats.Tool
+}
+
+// stepResult is a settled step.
+type stepResult struct {
+	// outcome is "succeeded", "failed" or "interrupted".
+	outcome string
+	// toolsMarker, when set, is the inbox marker of the step's tool calls:
+	// stored as running with the message, they are to be run now.
+	toolsMarker string
+	// msg is the stored assistant message, when there are calls to run.
+	msg *assistantMsg
+}
+
+// stepState is a session as read at a step's start.
+type stepState struct {
+	info *session.Info
+	msgs []session.Message
+}
+
+func (s svc) readStep(ctx context.Context, sid string) (*stepState, error) {
+	st := &stepState{}
+	err := s.ReadTx(ctx, func(tx store.Tx) (err error) {
+		if st.info, err = s.Info(tx, sid); err != nil {
 			return err
 		}
-		msgs, err = s.Messages(tx, sid)
+		st.msgs, err = s.Messages(tx, sid)
 		return err
-	}); err != nil {
-		return "", err
-	}
-	agent := s.resolveAgent(info)
-	model := agents.ModelRef{ID: prov.Model, ProviderID: "agentgate"}
+	})
+	return st, err
+}
+
+// maxStepsPrompt tells the model on the last step of a run that it may
+// call no more tools.
+const maxStepsPrompt = "MAXIMUM STEPS REACHED. The maximum number of steps allowed for this task has been reached; tools are disabled until the next user input. " +
+	"Respond with text only: say that the step limit was reached, summarise what has been done, list what remains, and recommend what to do next."
+
+// modelOf is the model a session's turn uses.
+func modelOf(prov ProviderConfig, info *session.Info, agent *agents.Agent) agents.ModelRef {
 	switch {
 	case info.Model != nil:
-		model = *info.Model
+		return *info.Model
 	case agent.Model != nil:
-		model = *agent.Model
+		return *agent.Model
 	}
-	created := s.NowMS()
-	s.Publish("session.message.started", info, map[string]any{"messageID": msgID, "type": "assistant"})
+	return agents.ModelRef{ID: prov.Model, ProviderID: "agentgate"}
+}
+
+// providerStep sends one request and decodes its stream, or says why it
+// cannot be sent.
+func providerStep(ctx context.Context, prov ProviderConfig, conv *formats.Conversation, delta func(formats.Delta)) (*formats.Step, *StructuredError) {
 	format, known := formats.Named(prov.Format)
 	if prov.Format == "" {
 		format, known = formats.Chat, true
 	}
-	var serr *StructuredError
-	var step *formats.Step
 	switch {
-	case model.ID == "":
-		serr = &StructuredError{Type: "ProviderConfigError", Message: "No model: the session, its agent and the instance's provider name none"}
+	case conv.Model == "":
+		return nil, &StructuredError{Type: "ProviderConfigError", Message: "No model: the session, its agent and the instance's provider name none"}
 	case prov.BaseURL == "":
-		serr = &StructuredError{Type: "ProviderConfigError", Message: "No provider endpoint is configured for this instance"}
+		return nil, &StructuredError{Type: "ProviderConfigError", Message: "No provider endpoint is configured for this instance"}
 	case !known:
-		serr = &StructuredError{Type: "ProviderConfigError", Message: "Provider format " + prov.Format + " is not supported"}
-	default:
-		step, serr = callProvider(ctx, prov, format, conversation(agent, model.ID, msgs), func(d formats.Delta) {
-			s.Publish("session.message.delta", info, map[string]any{"messageID": msgID, "field": d.Field, "delta": d.Text})
-		})
+		return nil, &StructuredError{Type: "ProviderConfigError", Message: "Provider format " + prov.Format + " is not supported"}
 	}
+	return callProvider(ctx, prov, format, conv, delta)
+}
+
+// tokensOf converts a step's metered usage to the record's, with its cost
+// in USD (exact in pico-dollars before the conversion).
+func tokensOf(prov ProviderConfig, u *formats.Tokens) (*session.TokenUsage, float64) {
+	if u == nil {
+		return nil, 0
+	}
+	t := *u
+	usage := &session.TokenUsage{Input: float64(t.Input), Output: float64(t.Output), Reasoning: float64(t.Reasoning)}
+	usage.Cache.Read, usage.Cache.Write = float64(t.CacheRead), float64(t.CacheWrite)
+	return usage, float64(formats.Cost(t, store.Pricing{Input: prov.InputPrice, Output: prov.OutputPrice})) / 1e12
+}
+
+// turn runs one provider step for the session and stores the settled
+// assistant message. Tool calls it makes are stored as running parts
+// with a "tools" inbox marker in the same write, so that each call runs
+// at most once: a restart finds the marker and settles the calls that
+// were running as interrupted instead of running them again.
+func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, opts stepOptions, st *stepState) (stepResult, error) {
+	if st == nil {
+		var err error
+		if st, err = s.readStep(ctx, sid); err != nil {
+			return stepResult{}, err
+		}
+	}
+	info, msgs := st.info, st.msgs
+	agent := s.resolveAgent(info)
+	model := modelOf(prov, info, agent)
+	created := s.NowMS()
+	s.Publish("session.message.started", info, map[string]any{"messageID": msgID, "type": "assistant"})
+	conv := conversation(agent, model.ID, msgs)
+	conv.Tools = opts.tools
+	if opts.last {
+		conv.Tools = nil
+		conv.Messages = append(conv.Messages, formats.Text(formats.RoleSystem, maxStepsPrompt))
+	}
+	if lim, ok := prov.Limits[model.ID]; ok && lim.Output > 0 {
+		if conv.Settings == nil {
+			conv.Settings = map[string]any{}
+		}
+		if _, set := conv.Settings["maxTokens"]; !set {
+			conv.Settings["maxTokens"] = lim.Output
+		}
+	}
+	step, serr := providerStep(ctx, prov, conv, func(d formats.Delta) {
+		s.Publish("session.message.delta", info, map[string]any{"messageID": msgID, "field": d.Field, "delta": d.Text})
+	})
 	if step == nil {
 		step = &formats.Step{}
 	}
 	now := s.NowMS()
-	result := "succeeded"
+	result := stepResult{outcome: "succeeded"}
 	msg := map[string]any{"id": msgID, "type": "assistant", "agent": agent.ID, "model": model}
 	content := []any{}
 	if step.Reasoning != "" {
@@ -184,39 +326,36 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string) (
 	if step.Text != "" {
 		content = append(content, map[string]any{"type": "text", "text": step.Text})
 	}
+	running := false
 	for _, tc := range step.ToolCalls {
-		var input any = map[string]any{}
-		if json.Unmarshal([]byte(tc.Arguments), &input) != nil {
-			input = map[string]any{"raw": tc.Arguments}
+		p := newToolPart(tc, now)
+		switch {
+		case p.settled():
+		case ctx.Err() != nil || serr != nil:
+			p.fail("MessageAbortedError", "The step ended before this tool call could run", now)
+		case opts.last:
+			p.fail("ToolsDisabledError", "Tool calls are disabled: the agent's step limit was reached", now)
+		default:
+			running = true
 		}
-		content = append(content, map[string]any{"type": "tool", "id": tc.ID, "name": tc.Name, "executed": false,
-			"state": map[string]any{"status": "error", "input": input,
-				"error": StructuredError{Type: "ToolNotExecutedError", Message: "This server does not execute tools"}},
-			"time": map[string]any{"created": now, "completed": now}})
+		content = append(content, p)
 	}
 	msg["content"] = content
 	switch {
 	case ctx.Err() != nil:
-		result = "interrupted"
+		result.outcome = "interrupted"
 		msg["finish"], msg["rawFinish"] = "other", "interrupted"
 		msg["error"] = StructuredError{Type: "MessageAbortedError", Message: "The turn was interrupted"}
 	case serr != nil:
-		result = "failed"
+		result.outcome = "failed"
 		msg["finish"] = "error"
 		msg["error"] = serr
 	default:
 		msg["finish"], msg["rawFinish"] = finishName[step.Finish], step.RawFinish
 	}
-	var cost float64
-	var usage *session.TokenUsage
-	if step.Usage != nil {
-		t := *step.Usage
-		usage = &session.TokenUsage{Input: float64(t.Input), Output: float64(t.Output), Reasoning: float64(t.Reasoning)}
-		usage.Cache.Read, usage.Cache.Write = float64(t.CacheRead), float64(t.CacheWrite)
-		msg["tokens"] = usage
-		// Exact in pico-dollars; the record's cost is a number of USD.
-		cost = float64(formats.Cost(t, store.Pricing{Input: prov.InputPrice, Output: prov.OutputPrice})) / 1e12
-		msg["cost"] = cost
+	usage, cost := tokensOf(prov, step.Usage)
+	if usage != nil {
+		msg["tokens"], msg["cost"] = usage, cost
 	}
 	msg["time"] = map[string]any{"created": created, "completed": now}
 	if step.Text != "" || step.Reasoning != "" {
@@ -225,8 +364,17 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string) (
 	// Store with the process context: an interrupt cancels the turn, not
 	// the recording of what it produced.
 	storeCtx := context.WithoutCancel(ctx)
-	if result == "interrupted" && errors.Is(context.Cause(ctx), errShutdown) {
+	if result.outcome == "interrupted" && errors.Is(context.Cause(ctx), errShutdown) {
 		return result, nil
+	}
+	var marker, stored []byte
+	if running && result.outcome == "succeeded" {
+		result.toolsMarker = s.NewID("msg")
+		var err error
+		if marker, err = json.Marshal(map[string]any{"id": result.toolsMarker, "sessionID": sid, "type": "tools", "message": msgID,
+			"time": map[string]any{"created": now}}); err != nil {
+			return stepResult{}, err
+		}
 	}
 	err := s.WriteTx(storeCtx, func(tx store.Tx) (err error) {
 		if info, err = s.Info(tx, sid); err != nil {
@@ -236,6 +384,7 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string) (
 		if err != nil {
 			return err
 		}
+		stored = raw
 		// The assistant message takes the place of the step's marker.
 		err = tx.MoveSessionItem(s.InstanceName(), sid, msgID, store.ItemMessage, raw)
 		if errors.Is(err, store.ErrNotFound) {
@@ -243,6 +392,11 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string) (
 		}
 		if err != nil {
 			return err
+		}
+		if marker != nil {
+			if err := tx.AppendSessionItem(s.InstanceName(), sid, store.ItemInbox, result.toolsMarker, marker); err != nil {
+				return err
+			}
 		}
 		info.Cost += cost
 		if usage != nil {
@@ -257,10 +411,15 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string) (
 		return s.PutInfo(tx, info, false)
 	})
 	if err != nil {
-		return "", err
+		return stepResult{}, err
 	}
 	s.Publish("session.message.created", info, map[string]any{"message": msg})
 	s.Publish("session.updated", info, map[string]any{"info": info})
+	if result.toolsMarker != "" {
+		if result.msg, err = decodeAssistant(stored); err != nil {
+			return stepResult{}, err
+		}
+	}
 	return result, nil
 }
 

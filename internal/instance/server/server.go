@@ -129,6 +129,7 @@ func New(opts Options) *Server {
 	rt.Handle("POST", "/api/plugin/update", s.updatePlugins)
 	rt.Handle("GET", "/api/event", s.events)
 	s.sessionRoutes(rt)
+	s.pendingRoutes(rt)
 	if opts.Runner != nil {
 		opts.Runner.Attach(s.sessions)
 	}
@@ -151,7 +152,9 @@ func (s *Server) IsActive(sessionID string) bool {
 
 // Handles reports whether the path belongs to the instance API.
 func Handles(path string) bool {
-	return path == "/api" || strings.HasPrefix(path, "/api/") || strings.HasPrefix(path, "/auth/connect/")
+	return path == "/api" || strings.HasPrefix(path, "/api/") || strings.HasPrefix(path, "/auth/connect/") ||
+		path == "/permission" || strings.HasPrefix(path, "/permission/") || path == "/question" || strings.HasPrefix(path, "/question/") ||
+		(strings.HasPrefix(path, "/session/") && (strings.HasSuffix(path, "/todo") || strings.Contains(path, "/permissions/")))
 }
 
 // Failed authentications allowed per client address within
@@ -379,6 +382,11 @@ func (s *Server) reloadLocations(w http.ResponseWriter, r *http.Request, _ route
 	}
 	if err := s.locations.ReloadAll(); err != nil {
 		return errs.Unavailable("location", err.Error())
+	}
+	// A reload cancels the pending permission requests and forms: the
+	// rules they were asked under may have changed.
+	if p, ok := s.opts.Runner.(Pending); ok {
+		p.CancelPending("", "", "reloaded")
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

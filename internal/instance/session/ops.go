@@ -201,12 +201,21 @@ func (s *Service) Remove(ctx context.Context, id string) error {
 		return err
 	}
 	for _, rid := range removed {
+		if c, ok := s.Drains.(PendingCanceller); ok {
+			c.CancelPending(rid, "", "removed")
+		}
 		if s.Drains != nil {
 			s.Drains.Interrupt(rid) // its drain ends: the session is gone
 		}
 		s.Bus.Publish("session.deleted", &info.Location, map[string]any{"sessionID": rid})
 	}
 	return nil
+}
+
+// PendingCanceller is implemented by Drains that hold permission requests
+// and forms a session's tool calls wait on: removal cancels them.
+type PendingCanceller interface {
+	CancelPending(sessionID, directory, why string)
 }
 
 // Active lists the sessions whose drain runs in this process.

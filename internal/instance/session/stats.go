@@ -17,6 +17,9 @@ type toolTotals struct {
 	Succeeded  int `json:"succeeded"`
 	Failed     int `json:"failed"`
 	Unfinished int `json:"unfinished"`
+	// durations are the settled calls' run times in milliseconds (from
+	// the call starting to its result), for the median.
+	durations []float64
 }
 
 type statsMessage struct {
@@ -30,6 +33,10 @@ type statsMessage struct {
 		State struct {
 			Status string `json:"status"`
 		} `json:"state"`
+		Time struct {
+			Ran       *float64 `json:"ran"`
+			Completed *float64 `json:"completed"`
+		} `json:"time"`
 	} `json:"content"`
 	Time struct {
 		Created float64 `json:"created"`
@@ -133,6 +140,9 @@ func (s *Service) Stats(ctx context.Context, q StatsQuery) (map[string]any, erro
 								t.Unfinished++
 							}
 						}
+						if c.Time.Ran != nil && c.Time.Completed != nil && *c.Time.Completed >= *c.Time.Ran {
+							u.durations = append(u.durations, *c.Time.Completed-*c.Time.Ran)
+						}
 					}
 				}
 				return true, nil
@@ -191,7 +201,11 @@ func (s *Service) Stats(ctx context.Context, q StatsQuery) (map[string]any, erro
 	if mode == "detail" {
 		usage := make([]map[string]any, 0, len(out.usage))
 		for name, u := range out.usage {
-			usage = append(usage, map[string]any{"name": name, "calls": u.Calls, "succeeded": u.Succeeded, "failed": u.Failed, "unfinished": u.Unfinished})
+			e := map[string]any{"name": name, "calls": u.Calls, "succeeded": u.Succeeded, "failed": u.Failed, "unfinished": u.Unfinished}
+			if len(u.durations) > 0 {
+				e["durationP50"] = median(u.durations)
+			}
+			usage = append(usage, e)
 		}
 		sort.Slice(usage, func(i, j int) bool { return usage[i]["name"].(string) < usage[j]["name"].(string) })
 		tools["usage"] = usage
@@ -200,4 +214,15 @@ func (s *Service) Stats(ctx context.Context, q StatsQuery) (map[string]any, erro
 		"range": map[string]int64{"from": from, "to": to}, "sessions": out.sessions, "subagents": out.subagents,
 		"prompts": out.prompts, "steps": out.steps, "tokens": out.tokens, "cost": out.cost, "tools": tools,
 		"activeDays": len(dates), "streak": streak, "activity": activity, "models": models}, nil
+}
+
+// median is the middle value of xs (the mean of the middle two for an
+// even count).
+func median(xs []float64) float64 {
+	sort.Float64s(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }

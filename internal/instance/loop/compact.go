@@ -1,0 +1,121 @@
+package loop
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/agentgate/agentgate/internal/formats"
+	"github.com/agentgate/agentgate/internal/instance/session"
+	"github.com/agentgate/agentgate/internal/store"
+)
+
+// ModelLimits are a model's limits in tokens: its context window and the
+// most it writes in one answer (0: unknown).
+type ModelLimits struct {
+	Context int64
+	Output  int64
+}
+
+// compactionPrompt asks the model for the summary that replaces the
+// conversation before it.
+const compactionPrompt = "Provide a detailed summary for continuing our conversation above. Focus on what would help " +
+	"continue it: what we did, what we are doing, which files we are working on, and what we are going to do next. " +
+	"Another agent will read the summary and continue the work. Do not call any tools; respond only with the summary, " +
+	"under the headings Goal, Instructions, Discoveries, Accomplished, Relevant files."
+
+// reservedOutput is the output room kept free below the context limit
+// when the model's output limit is unknown or larger.
+const reservedOutput = 32000
+
+// needsCompaction reports whether the conversation's next request would
+// pass the model's context limit: the tokens of the latest step that
+// reported usage (what it sent and wrote) reach the context limit less
+// the room for an answer.
+func needsCompaction(lim ModelLimits, msgs []session.Message) bool {
+	if lim.Context <= 0 {
+		return false
+	}
+	room := int64(reservedOutput)
+	if lim.Output > 0 {
+		room = min(lim.Output, reservedOutput)
+	}
+	usable := lim.Context - room
+	for i := len(msgs) - 1; i >= 0; i-- {
+		switch msgs[i].Header.Type {
+		case "compaction":
+			return false // nothing measured since the last summary
+		case "assistant":
+			var m struct {
+				Tokens *session.TokenUsage `json:"tokens"`
+			}
+			if json.Unmarshal(msgs[i].Raw, &m) != nil || m.Tokens == nil {
+				continue
+			}
+			t := m.Tokens
+			return int64(t.Input+t.Output+t.Cache.Read+t.Cache.Write) >= usable
+		}
+	}
+	return false
+}
+
+// compactIfNeeded summarises the session's conversation (info and msgs,
+// as read for the step) with the model when its next request would not
+// fit, and records the compaction message; later requests start from its
+// summary. It reports whether it compacted, and whether the run was
+// interrupted meanwhile.
+func (s svc) compactIfNeeded(ctx context.Context, prov ProviderConfig, sid string, info *session.Info, msgs []session.Message) (compacted, interrupted bool, err error) {
+	agent := s.resolveAgent(info)
+	model := modelOf(prov, info, agent)
+	if !needsCompaction(prov.Limits[model.ID], msgs) {
+		return false, false, nil
+	}
+	id := s.NewID("msg")
+	created := s.NowMS()
+	s.Publish("session.compaction.started", info, map[string]any{"messageID": id, "reason": "auto"})
+	conv := conversation(agent, model.ID, msgs)
+	conv.Messages = append(conv.Messages, formats.Text(formats.RoleUser, compactionPrompt))
+	step, serr := providerStep(ctx, prov, conv, nil)
+	if ctx.Err() != nil {
+		return false, true, nil
+	}
+	msg := map[string]any{"id": id, "type": "compaction", "reason": "auto", "model": model}
+	switch {
+	case serr != nil:
+		msg["status"], msg["error"] = "failed", serr
+	case step.Text == "":
+		msg["status"], msg["error"] = "failed", StructuredError{Type: "CompactionError", Message: "The model returned no summary"}
+	default:
+		msg["status"], msg["summary"], msg["recent"] = "completed", step.Text, []string{}
+	}
+	var usage *session.TokenUsage
+	var cost float64
+	if step != nil {
+		usage, cost = tokensOf(prov, step.Usage)
+	}
+	if usage != nil {
+		msg["tokens"], msg["cost"] = usage, cost
+	}
+	now := s.NowMS()
+	msg["time"] = map[string]any{"created": created, "completed": now}
+	err = s.WriteTx(context.WithoutCancel(ctx), func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, sid); err != nil {
+			return err
+		}
+		if err := s.AppendMessage(tx, sid, msg); err != nil {
+			return err
+		}
+		info.Cost += cost
+		if usage != nil {
+			info.Tokens.Add(*usage)
+		}
+		info.Time.Updated = max(now, info.Time.Updated)
+		return s.PutInfo(tx, info, false)
+	})
+	if err != nil {
+		return false, false, err
+	}
+	s.Publish("session.message.created", info, map[string]any{"message": msg})
+	s.Publish("session.compaction.ended", info, map[string]any{"messageID": id, "status": msg["status"]})
+	s.Publish("session.updated", info, map[string]any{"info": info})
+	return true, false, nil
+}

@@ -1,0 +1,506 @@
+package loop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentgate/agentgate/internal/formats"
+	"github.com/agentgate/agentgate/internal/instance/agents"
+	"github.com/agentgate/agentgate/internal/instance/permission"
+	"github.com/agentgate/agentgate/internal/instance/session"
+	"github.com/agentgate/agentgate/internal/instance/tools"
+	"github.com/agentgate/agentgate/internal/store"
+)
+
+// ToolConfig is how the loop runs tools.
+type ToolConfig struct {
+	// Rules are the instance's permission rules (after the defaults,
+	// before the project's opencode.json, the agent's and the session's).
+	Rules []permission.Rule
+	// Roots are the directories tools may touch (default: each session's
+	// location only).
+	Roots []string
+	// FetchPrivate lets webfetch reach private and loopback addresses.
+	FetchPrivate bool
+	// BashTimeout is a command's default time limit.
+	BashTimeout time.Duration
+	// MaxSteps bounds the provider steps of one run when the agent sets no
+	// steps (default 100).
+	MaxSteps int
+	// Secrets never reach a command's environment (the instance password,
+	// the provider key, pairing tokens).
+	Secrets func() []string
+}
+
+// SetTools replaces the tool configuration; calls that start later use
+// it.
+func (r *Runner) SetTools(c ToolConfig) {
+	r.mu.Lock()
+	r.tools = c
+	r.mu.Unlock()
+}
+
+func (r *Runner) toolConfig() ToolConfig {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tools
+}
+
+// Broker is the instance's pending permission requests and forms.
+func (r *Runner) Broker() *permission.Broker { return r.broker }
+
+// CancelPending cancels the pending requests and forms of a session, or
+// of every session of a location directory.
+func (r *Runner) CancelPending(sessionID, directory, why string) {
+	r.broker.Cancel(sessionID, directory, why)
+}
+
+// toolPart is a tool call in an assistant message's content.
+type toolPart struct {
+	Type  string    `json:"type"`
+	ID    string    `json:"id"`
+	Name  string    `json:"name"`
+	State toolState `json:"state"`
+	Time  partTime  `json:"time"`
+}
+
+type toolState struct {
+	Status   string           `json:"status"`
+	Input    json.RawMessage  `json:"input"`
+	Content  []toolContent    `json:"content,omitempty"`
+	Metadata map[string]any   `json:"metadata,omitempty"`
+	Error    *StructuredError `json:"error,omitempty"`
+}
+
+type toolContent struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+type partTime struct {
+	Created   int64  `json:"created"`
+	Ran       *int64 `json:"ran,omitempty"`
+	Completed *int64 `json:"completed,omitempty"`
+}
+
+// newToolPart is a call the model made, durable as "running" before it
+// runs; malformed arguments make it an error at once.
+func newToolPart(tc formats.ToolCall, now int64) toolPart {
+	p := toolPart{Type: "tool", ID: tc.ID, Name: tc.Name, Time: partTime{Created: now}}
+	args := strings.TrimSpace(tc.Arguments)
+	if args == "" {
+		args = "{}"
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal([]byte(args), &obj) != nil || obj == nil {
+		p.State = toolState{Status: "error", Input: json.RawMessage(`{}`), Metadata: map[string]any{"raw": tc.Arguments},
+			Error: &StructuredError{Type: "InvalidToolInputError", Message: (&tools.ArgumentError{Tool: tc.Name, Reason: "the arguments are not a JSON object"}).Error()}}
+		p.Time.Completed = &now
+		return p
+	}
+	p.State = toolState{Status: "running", Input: json.RawMessage(args), Metadata: map[string]any{}}
+	return p
+}
+
+// settled reports whether a part is completed or failed.
+func (p *toolPart) settled() bool { return p.State.Status == "completed" || p.State.Status == "error" }
+
+func (p *toolPart) fail(typ, msg string, now int64) {
+	p.State.Status = "error"
+	p.State.Content = nil
+	p.State.Error = &StructuredError{Type: typ, Message: msg}
+	p.Time.Completed = &now
+}
+
+// assistantMsg is a stored assistant message with its content kept as
+// raw entries, the tool parts decoded.
+type assistantMsg struct {
+	fields map[string]json.RawMessage
+	// content keeps every entry; tools indexes the tool parts in it.
+	content []json.RawMessage
+	tools   map[int]*toolPart
+}
+
+func decodeAssistant(raw []byte) (*assistantMsg, error) {
+	m := &assistantMsg{tools: map[int]*toolPart{}}
+	if err := json.Unmarshal(raw, &m.fields); err != nil {
+		return nil, err
+	}
+	if c, ok := m.fields["content"]; ok {
+		if err := json.Unmarshal(c, &m.content); err != nil {
+			return nil, err
+		}
+	}
+	for i, c := range m.content {
+		var h struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(c, &h) == nil && h.Type == "tool" {
+			var p toolPart
+			if json.Unmarshal(c, &p) == nil {
+				m.tools[i] = &p
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *assistantMsg) encode() ([]byte, error) {
+	for i, p := range m.tools {
+		b, err := json.Marshal(p)
+		if err != nil {
+			return nil, err
+		}
+		m.content[i] = b
+	}
+	c, err := json.Marshal(m.content)
+	if err != nil {
+		return nil, err
+	}
+	m.fields["content"] = c
+	return json.Marshal(m.fields)
+}
+
+// part returns the tool part of a call id.
+func (m *assistantMsg) part(callID string) *toolPart {
+	for _, p := range m.tools {
+		if p.ID == callID {
+			return p
+		}
+	}
+	return nil
+}
+
+// toolBatch is the tool calls of one step being run: the assistant
+// message they belong to, updated in the store as each settles.
+type toolBatch struct {
+	s     svc
+	sid   string
+	msgID string
+	mu    sync.Mutex
+	msg   *assistantMsg
+	info  *session.Info
+}
+
+// update changes a part under the batch's lock and returns a copy of it.
+// Results are kept in memory and announced; settleTools stores them all
+// in one write when the calls are done.
+func (b *toolBatch) update(callID string, change func(p *toolPart)) *toolPart {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.msg.part(callID)
+	if p == nil {
+		return nil
+	}
+	change(p)
+	cp := *p
+	return &cp
+}
+
+// runTools runs the running tool parts of a step's assistant message (as
+// the step stored it): the calls that only read run together, the others
+// one at a time in the model's order. It reports whether a permission was
+// rejected without a message or a question dismissed (the run then stops
+// for the user).
+func (r *Runner) runTools(ctx context.Context, s svc, info *session.Info, msgID string, msg *assistantMsg, agent *agents.Agent) (b *toolBatch, stop bool) {
+	b = &toolBatch{s: s, sid: info.ID, msgID: msgID, msg: msg, info: info}
+	var pending []toolPart
+	idx := make([]int, 0, len(msg.tools))
+	for i := range msg.tools {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	for _, i := range idx {
+		if p := msg.tools[i]; !p.settled() {
+			pending = append(pending, *p)
+		}
+	}
+	env := r.toolEnv(s, info, agent)
+	var once sync.Once
+	runOne := func(p toolPart) {
+		if r.runTool(ctx, b, env, p) {
+			once.Do(func() { stop = true })
+		}
+	}
+	for i := 0; i < len(pending); {
+		t, ok := tools.Lookup(pending[i].Name)
+		if ok && t.Exclusive {
+			runOne(pending[i])
+			i++
+			continue
+		}
+		j := i
+		var wg sync.WaitGroup
+		for ; j < len(pending); j++ {
+			if t, ok := tools.Lookup(pending[j].Name); ok && t.Exclusive {
+				break
+			}
+			wg.Add(1)
+			go func(p toolPart) {
+				defer wg.Done()
+				runOne(p)
+			}(pending[j])
+		}
+		wg.Wait()
+		i = j
+	}
+	return b, stop
+}
+
+// rejection is a permission the user rejected.
+type rejection struct {
+	typ, msg string
+	stop     bool
+}
+
+func (e *rejection) Error() string { return e.msg }
+
+// runTool runs one call and settles its part; it reports whether the
+// user rejected a permission without a message.
+func (r *Runner) runTool(ctx context.Context, b *toolBatch, env *tools.Env, p toolPart) bool {
+	s := b.s
+	callEnv := *env
+	callEnv.Progress = func(meta map[string]any) {
+		s.Publish("session.tool.progress", b.info, map[string]any{"messageID": b.msgID, "callID": p.ID, "metadata": meta})
+	}
+	callEnv.Permit = func(ctx context.Context, a tools.Ask) error { return r.permit(ctx, s, b, env, p, a) }
+	ran := s.NowMS()
+	b.update(p.ID, func(tp *toolPart) { tp.Time.Ran = &ran })
+	s.Publish("session.tool.called", b.info, map[string]any{"messageID": b.msgID, "callID": p.ID, "tool": p.Name, "input": p.State.Input})
+	res, err := tools.Call(ctx, &callEnv, p.Name, p.State.Input)
+	if errors.Is(context.Cause(ctx), errShutdown) {
+		return false // left running: the next start settles it as interrupted
+	}
+	now := s.NowMS()
+	stop := false
+	part := b.update(p.ID, func(tp *toolPart) {
+		if err == nil && ctx.Err() != nil {
+			// Interrupted while it ran (a command killed): what it wrote
+			// so far stays with the error.
+			tp.fail("MessageAbortedError", "Tool execution aborted: the session was interrupted", now)
+			if res.Output != "" {
+				tp.State.Content = []toolContent{{Type: "text", Text: res.Output}}
+			}
+			return
+		}
+		if err != nil {
+			typ := "ToolExecutionError"
+			var ae *tools.ArgumentError
+			var ue *tools.UnknownToolError
+			var rj *rejection
+			switch {
+			case ctx.Err() != nil:
+				typ = "MessageAbortedError"
+				err = errors.New("Tool execution aborted: the session was interrupted")
+			case errors.As(err, &ae):
+				typ = "InvalidToolInputError"
+			case errors.As(err, &ue):
+				typ = "UnknownToolError"
+			case errors.As(err, &rj):
+				typ, stop = rj.typ, rj.stop
+			case errors.Is(err, tools.ErrDismissed):
+				typ, stop = "QuestionRejectedError", true
+			}
+			tp.fail(typ, err.Error(), now)
+			return
+		}
+		tp.State.Status = "completed"
+		text := res.Output
+		if text == "" {
+			text = "(no output)"
+		}
+		tp.State.Content = []toolContent{{Type: "text", Text: text}}
+		meta := res.Metadata
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		if res.Title != "" {
+			meta["title"] = res.Title
+		}
+		tp.State.Metadata = meta
+		tp.Time.Completed = &now
+	})
+	if part == nil {
+		return stop
+	}
+	typ := "session.tool.success"
+	if part.State.Status == "error" {
+		typ = "session.tool.failed"
+	}
+	s.Publish(typ, b.info, map[string]any{"messageID": b.msgID, "callID": p.ID, "part": part})
+	return stop
+}
+
+// permit decides a permission a call asks for: the defaults, the
+// instance's rules, the project's opencode.json, the agent's, then the
+// session's, last match winning. An ask waits for the user.
+func (r *Runner) permit(ctx context.Context, s svc, b *toolBatch, env *tools.Env, p toolPart, a tools.Ask) error {
+	b.mu.Lock()
+	sessionRules := append([]permission.Rule(nil), b.info.Permissions...)
+	b.mu.Unlock()
+	sets := r.ruleSets(s, env.Dir, b.info, env.Agent)
+	sets = append(sets, sessionRules)
+	d := permission.EvaluateAll(a.Permission, a.Patterns, sets...)
+	switch d.Effect {
+	case permission.Allow:
+		return nil
+	case permission.Deny:
+		rule := "a deny rule"
+		if d.Rule != nil {
+			rule = "the rule " + d.Rule.Action + " " + d.Rule.Resource + " deny"
+		}
+		return &rejection{typ: "PermissionDeniedError", msg: "The user has specified a rule which prevents you from using this specific tool call (" +
+			rule + " matches " + a.Permission + " " + strings.Join(a.Patterns, ", ") + ")."}
+	}
+	reply := r.broker.Ask(ctx, b.info.Location.Directory, permission.Request{SessionID: b.sid, Permission: a.Permission, Patterns: a.Patterns,
+		Always: a.Always, Metadata: a.Metadata, Tool: &permission.ToolRef{MessageID: b.msgID, CallID: p.ID}})
+	switch {
+	case reply.Cancelled != "":
+		return &rejection{typ: "PermissionRejectedError", msg: "The permission request was cancelled (" + reply.Cancelled + ") before anyone answered it.", stop: true}
+	case reply.Kind == permission.Reject && reply.Message != "":
+		return &rejection{typ: "PermissionCorrectedError", msg: "The user rejected permission to use this specific tool call with the following feedback: " + reply.Message}
+	case reply.Kind == permission.Reject:
+		return &rejection{typ: "PermissionRejectedError", msg: "The user rejected permission to use this specific tool call.", stop: true}
+	case reply.Kind == permission.Always:
+		if err := r.allowAlways(ctx, s, b, a); err != nil {
+			s.Logger.Warn("permission: cannot store the session's new rules")
+		}
+	}
+	return nil
+}
+
+// allowAlways adds the session rules an "always" reply grants and lets
+// the session's other pending requests that they now allow run.
+func (r *Runner) allowAlways(ctx context.Context, s svc, b *toolBatch, a tools.Ask) error {
+	add := make([]permission.Rule, 0, len(a.Always))
+	for _, pat := range a.Always {
+		add = append(add, permission.Rule{Action: a.Permission, Resource: pat, Effect: permission.Allow})
+	}
+	var info *session.Info
+	err := s.WriteTx(context.WithoutCancel(ctx), func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, b.sid); err != nil {
+			return err
+		}
+		info.Permissions = append(info.Permissions, add...)
+		return s.PutInfo(tx, info, false)
+	})
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.info.Permissions = info.Permissions
+	b.mu.Unlock()
+	s.Publish("session.updated", info, map[string]any{"info": info})
+	r.broker.Recheck(b.sid, func(req permission.Request) bool {
+		return permission.EvaluateAll(req.Permission, req.Patterns, info.Permissions).Effect == permission.Allow
+	})
+	return nil
+}
+
+// ruleSets are the rule sets before the session's: the defaults, the
+// instance's, the project's opencode.json "permission", the agent's.
+func (r *Runner) ruleSets(s svc, dir string, info *session.Info, agentID string) [][]permission.Rule {
+	sets := [][]permission.Rule{permission.Defaults, r.toolConfig().Rules}
+	if project, err := agents.ProjectPermissions(dir); err == nil {
+		sets = append(sets, project)
+	} else {
+		s.Logger.Warn("permission: the project's opencode.json permission is unreadable; ignored")
+	}
+	agent := s.resolveAgent(info)
+	if agentID != "" && agent.ID == agentID {
+		sets = append(sets, agent.Permissions)
+	}
+	return sets
+}
+
+// hiddenTools are the tools a session's rules deny outright (the last
+// rule for the tool's permission with resource "*" denies): they are not
+// offered to the model.
+func hiddenTools(sets [][]permission.Rule) func(string) bool {
+	return func(name string) bool {
+		perm := tools.Permission(name)
+		var last *permission.Rule
+		for _, set := range sets {
+			for i := range set {
+				if permission.Match(perm, set[i].Action) {
+					last = &set[i]
+				}
+			}
+		}
+		return last != nil && last.Effect == permission.Deny && last.Resource == "*"
+	}
+}
+
+// toolEnv is where a session's calls run: its location directory (and
+// subpath), confined to the instance's roots.
+func (r *Runner) toolEnv(s svc, info *session.Info, agent *agents.Agent) *tools.Env {
+	cfg := r.toolConfig()
+	dir := info.Location.Directory
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	cwd := dir
+	if info.Subpath != "" {
+		if sub, err := filepath.EvalSymlinks(filepath.Join(dir, info.Subpath)); err == nil && strings.HasPrefix(sub, dir) {
+			cwd = sub
+		}
+	}
+	roots := make([]string, 0, len(cfg.Roots))
+	for _, root := range cfg.Roots {
+		if real, err := filepath.EvalSymlinks(root); err == nil {
+			roots = append(roots, real)
+		}
+	}
+	if len(roots) == 0 {
+		roots = []string{dir}
+	}
+	env := &tools.Env{Dir: cwd, Project: dir, Roots: roots, SessionID: info.ID, Agent: agent.ID, BashTimeout: cfg.BashTimeout,
+		Fetch: tools.FetchPolicy{AllowPrivate: cfg.FetchPrivate}}
+	if cfg.Secrets != nil {
+		env.Secrets = cfg.Secrets()
+	}
+	if p := r.Provider(); p.APIKey != "" {
+		env.Secrets = append(env.Secrets, p.APIKey)
+	}
+	env.Subagents = map[string]string{}
+	list := s.Locations.AgentsOf(info.Location.Directory)
+	if list == nil {
+		list = agents.Builtin()
+	}
+	for _, a := range list {
+		if (a.Mode == "subagent" || a.Mode == "all") && !a.Hidden && a.ID != agent.ID {
+			env.Subagents[a.ID] = a.Description
+		}
+	}
+	sid := info.ID
+	parent := info
+	env.Todos = func(ctx context.Context) ([]tools.Todo, error) { return s.Todos(ctx, sid) }
+	env.Task = func(ctx context.Context, agentID, description, prompt string) (string, string, error) {
+		return r.runChild(ctx, parent, agentID, description, prompt)
+	}
+	env.Question = func(ctx context.Context, qs []tools.Question) ([][]string, error) {
+		form := permission.Form{SessionID: sid, Questions: make([]permission.Question, len(qs))}
+		for i, q := range qs {
+			pq := permission.Question{Question: q.Question, Header: q.Header, Multiple: q.Multiple, Options: make([]permission.Option, len(q.Options))}
+			for j, o := range q.Options {
+				pq.Options[j] = permission.Option{Label: o.Label, Description: o.Description}
+			}
+			form.Questions[i] = pq
+		}
+		answers, rejected, cancelled := r.broker.AskForm(ctx, info.Location.Directory, form)
+		switch {
+		case cancelled != "":
+			return nil, errors.New("The question was cancelled (" + cancelled + ") before anyone answered it")
+		case rejected:
+			return nil, tools.ErrDismissed
+		}
+		return answers, nil
+	}
+	return env
+}

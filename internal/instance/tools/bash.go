@@ -1,0 +1,284 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The command limits.
+const (
+	defaultBashTimeout = 2 * time.Minute
+	maxBashTimeout     = 10 * time.Minute
+	maxBashOutput      = 50 << 10 // bytes of output the model reads (the tail)
+	progressEvery      = 250 * time.Millisecond
+)
+
+var _ = register(&Tool{
+	Name: "bash",
+	Description: "Run a shell command in the project directory (or workdir). stdout and stderr are merged; the last " +
+		"50 KB are returned with the exit code. The command, and every process it starts, is killed at its timeout " +
+		"(default 2 minutes, at most 10) and when the session is interrupted. Use the read, grep, glob and edit tools " +
+		"rather than cat, grep, find or sed.",
+	Schema: json.RawMessage(`{"type":"object","properties":{` +
+		`"command":{"type":"string","description":"The command to execute"},` +
+		`"timeout":{"type":"number","description":"Optional timeout in milliseconds"},` +
+		`"workdir":{"type":"string","description":"The working directory to run the command in. Defaults to the project directory. Use this instead of 'cd' commands."},` +
+		`"description":{"type":"string","description":"Clear, concise description of what this command does in 5-10 words"}},` +
+		`"required":["command"]}`),
+	Required:  []string{"command"},
+	Exclusive: true,
+	Run:       runBash,
+})
+
+func runBash(ctx context.Context, env *Env, args json.RawMessage) (Result, error) {
+	var in struct {
+		Command     string  `json:"command"`
+		Timeout     float64 `json:"timeout"`
+		Workdir     string  `json:"workdir"`
+		Description string  `json:"description"`
+	}
+	if err := decode("bash", args, &in); err != nil {
+		return Result{}, err
+	}
+	if strings.TrimSpace(in.Command) == "" {
+		return Result{}, &ArgumentError{Tool: "bash", Reason: "command must not be empty"}
+	}
+	if in.Timeout < 0 {
+		return Result{}, &ArgumentError{Tool: "bash", Reason: fmt.Sprintf("Invalid timeout value: %v. Timeout must be a positive number", in.Timeout)}
+	}
+	timeout := env.BashTimeout
+	if timeout <= 0 {
+		timeout = defaultBashTimeout
+	}
+	limit := env.MaxBashTimeout
+	if limit <= 0 {
+		limit = maxBashTimeout
+	}
+	if in.Timeout > 0 {
+		timeout = time.Duration(in.Timeout) * time.Millisecond
+	}
+	timeout = min(timeout, limit)
+	dir, err := env.path(ctx, in.Workdir, true)
+	if err != nil {
+		return Result{}, err
+	}
+	cmdText := strings.TrimSpace(in.Command)
+	if err := env.permit(ctx, Ask{Permission: "bash", Patterns: []string{cmdText}, Always: []string{commandPrefix(cmdText) + " *"},
+		Metadata: map[string]any{"command": cmdText, "description": in.Description}}); err != nil {
+		return Result{}, err
+	}
+	title := in.Description
+	if title == "" {
+		title = cmdText
+	}
+	out, exit, why, err := runCommand(ctx, env, dir, cmdText, timeout)
+	if err != nil {
+		return Result{}, err
+	}
+	text, truncated := out.text()
+	if text == "" {
+		text = "(no output)"
+	}
+	switch why {
+	case "timeout":
+		text += fmt.Sprintf("\n\n(Command timed out after %d ms; it and every process it started were killed)", timeout.Milliseconds())
+	case "aborted":
+		text += "\n\n(Command was aborted)"
+	}
+	meta := map[string]any{"exit": exit, "description": in.Description, "truncated": truncated}
+	if exit != nil {
+		text += fmt.Sprintf("\n\n(exit code %d)", *exit)
+	}
+	meta["output"] = tailString(text, 30000)
+	return Result{Title: title, Output: text, Metadata: meta}, nil
+}
+
+// commandPrefix is what an "always" reply allows of a command: its first
+// word, and the second when it is a subcommand ("git status", "go test").
+func commandPrefix(cmd string) string {
+	f := strings.Fields(cmd)
+	if len(f) >= 2 && !strings.HasPrefix(f[1], "-") && strings.IndexAny(f[1], "/.=$|&;<>") < 0 {
+		return f[0] + " " + f[1]
+	}
+	return f[0]
+}
+
+// runCommand runs a command in its own process group with a scrubbed
+// environment and returns its output tail and exit code (nil when it was
+// killed), and why it stopped early ("timeout", "aborted" or ""). The
+// whole group is killed when the command ends, times out or ctx ends, so
+// no process it started outlives the call.
+func runCommand(ctx context.Context, env *Env, dir, command string, timeout time.Duration) (*tailBuffer, *int, string, error) {
+	shell := env.Shell
+	if shell == "" {
+		shell = "/bin/bash"
+		if _, err := os.Stat(shell); err != nil {
+			shell = "/bin/sh"
+		}
+	}
+	cmd := exec.Command(shell, "-c", command)
+	cmd.Dir = dir
+	cmd.Env = ScrubEnv(os.Environ(), env.Secrets)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out := &tailBuffer{max: maxBashOutput}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Stdin = nil
+	// Output pipes held open by a process the command left behind must
+	// not keep the call waiting once the group is killed.
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, nil, "", fmt.Errorf("cannot start the command: %v", err)
+	}
+	pgid := cmd.Process.Pid
+	killGroup := func() { syscall.Kill(-pgid, syscall.SIGKILL) }
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	why := ""
+	var werr error
+wait:
+	for {
+		select {
+		case werr = <-done:
+			break wait
+		case <-timer.C:
+			why = "timeout"
+			killGroup()
+		case <-ctx.Done():
+			why = "aborted"
+			killGroup()
+		case <-tick.C:
+			if env.Progress != nil {
+				if s, changed := out.snapshot(); changed {
+					env.Progress(map[string]any{"output": tailString(s, 30000)})
+				}
+			}
+		}
+	}
+	// Whatever the command started in the background ends with it.
+	killGroup()
+	if why != "" {
+		return out, nil, why, nil
+	}
+	code := 0
+	if werr != nil {
+		var ee *exec.ExitError
+		if !errors.As(werr, &ee) {
+			if errors.Is(werr, exec.ErrWaitDelay) {
+				code = cmd.ProcessState.ExitCode()
+				return out, &code, "", nil
+			}
+			return nil, nil, "", werr
+		}
+		code = ee.ExitCode()
+		if code < 0 {
+			return out, nil, "aborted", nil
+		}
+	}
+	return out, &code, "", nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu      sync.Mutex
+	max     int
+	buf     []byte
+	dropped int64
+	version int64
+	seen    int64
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.version++
+	n := len(p)
+	if len(p) >= t.max {
+		t.dropped += int64(len(t.buf) + len(p) - t.max)
+		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
+		return n, nil
+	}
+	if over := len(t.buf) + len(p) - t.max; over > 0 {
+		t.dropped += int64(over)
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	t.buf = append(t.buf, p...)
+	return n, nil
+}
+
+// text is the kept output, marked when the start was dropped.
+func (t *tailBuffer) text() (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := strings.ToValidUTF8(string(t.buf), "\uFFFD")
+	if t.dropped > 0 {
+		return fmt.Sprintf("...output truncated (%d bytes dropped)...\n\n%s", t.dropped, s), true
+	}
+	return s, false
+}
+
+// snapshot returns the output so far and whether it changed since the
+// last snapshot.
+func (t *tailBuffer) snapshot() (string, bool) {
+	t.mu.Lock()
+	changed := t.version != t.seen
+	t.seen = t.version
+	t.mu.Unlock()
+	s, _ := t.text()
+	return s, changed
+}
+
+func tailString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
+
+// secretNames are environment variable names (upper-cased) that a child
+// process never gets: credentials of this server, its workspace and the
+// providers.
+var secretNames = []string{"AGENTGATE_", "OPENCODE_SERVER_PASSWORD", "OPENCODE_SERVER_USERNAME"}
+
+// secretWords in a variable's name mark it as a credential.
+var secretWords = []string{"KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH"}
+
+// ScrubEnv is the environment a command runs with: environ without the
+// server's own variables, anything named like a credential, and any
+// variable whose value holds one of secrets.
+func ScrubEnv(environ []string, secrets []string) []string {
+	out := make([]string, 0, len(environ))
+next:
+	for _, kv := range environ {
+		name, value, _ := strings.Cut(kv, "=")
+		upper := strings.ToUpper(name)
+		for _, p := range secretNames {
+			if strings.HasPrefix(upper, p) {
+				continue next
+			}
+		}
+		for _, w := range secretWords {
+			if strings.Contains(upper, w) {
+				continue next
+			}
+		}
+		for _, s := range secrets {
+			if len(s) >= 4 && strings.Contains(value, s) {
+				continue next
+			}
+		}
+		out = append(out, kv)
+	}
+	return out
+}
