@@ -71,6 +71,9 @@ type App struct {
 	dsn       string // resolved PostgreSQL DSN; may carry a password: never logged
 	poolKey   string // storePool key: the data directory, or the DSN
 	masterKey []byte
+	// masterKeyText is the configured master key as given, kept only so
+	// that commands the agent runs never see it (SecretValues).
+	masterKeyText string
 	ready     chan struct{}
 	svc       *service.Service
 	startErr  error
@@ -169,6 +172,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		if a.masterKey, err = secrets.ParseMasterKey(mk); err != nil {
 			return fmt.Errorf("master_key: %v", err)
 		}
+		a.masterKeyText = mk
 	}
 	seen := map[string]bool{}
 	for i, dc := range a.Connections {
@@ -364,6 +368,15 @@ func (a *App) Service(ctx context.Context) (*service.Service, error) {
 
 // DataDir is the resolved data directory.
 func (a *App) DataDir() string { return a.dir }
+
+// SecretValues are the app's configured secrets (the master key as
+// given), for scrubbing the environment of commands the agent runs.
+func (a *App) SecretValues() []string {
+	if a.masterKeyText == "" {
+		return nil
+	}
+	return []string{a.masterKeyText}
+}
 
 // FromContext returns the agentgate app of a config, loading it with its
 // defaults when the config does not configure it.

@@ -154,6 +154,11 @@ func TestMasterKeyFromPlaceholder(t *testing.T) {
 	if hex.EncodeToString(a.masterKey) != strings.Repeat("0f", 32) {
 		t.Fatal("placeholder not resolved")
 	}
+	// The agent's commands must never see the master key, whatever the
+	// name of the variable that carries it.
+	if v := a.SecretValues(); len(v) != 1 || v[0] != strings.Repeat("0f", 32) {
+		t.Fatalf("secret values %q", v)
+	}
 	ctx, _ := caddy.ProvisionContext(&caddy.Config{Admin: &caddy.AdminConfig{Disabled: true}})
 	bad := &App{MasterKey: "{env.AGENTGATE_TEST_UNSET}"}
 	if err := bad.Provision(ctx); err == nil {

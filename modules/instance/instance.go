@@ -284,7 +284,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		runner.SetProvider(pc)
 		runner.SetTools(loop.ToolConfig{Rules: in.Permissions, Roots: roots, FetchPrivate: in.WebfetchPrivate,
 			BashTimeout: time.Duration(in.BashTimeout), MaxSteps: in.MaxSteps,
-			Secrets: func() []string { return []string{password} }})
+			Secrets: func() []string { return append([]string{password}, app.SecretValues()...) }})
 		in.runner = runner
 	}
 	pm, err := plugins.New(plugins.Options{
