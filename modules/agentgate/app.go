@@ -74,11 +74,11 @@ type App struct {
 	// masterKeyText is the configured master key as given, kept only so
 	// that commands the agent runs never see it (SecretValues).
 	masterKeyText string
-	ready     chan struct{}
-	svc       *service.Service
-	startErr  error
-	pooled    bool
-	logger    *zap.Logger
+	ready         chan struct{}
+	svc           *service.Service
+	startErr      error
+	pooled        bool
+	logger        *zap.Logger
 }
 
 // StorageConfig selects the store backend.
