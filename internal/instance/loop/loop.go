@@ -581,16 +581,16 @@ func (r *Runner) step(ctx context.Context, s svc, sid, stepID string, done int) 
 		limit = defaultMaxSteps
 	}
 	env := r.toolEnv(s, info, agent)
-	sets := append(r.ruleSets(s, env.Project, info, agent.ID), info.Permissions)
+	sets := r.ruleSets(s, env.Project, agent)
 	var offered []formats.Tool
-	for _, t := range tools.Definitions(env, hiddenTools(sets)) {
+	for _, t := range tools.Definitions(env, hiddenTools(append(sets[:len(sets):len(sets)], info.Permissions))) {
 		offered = append(offered, formats.Tool{Name: t.Name, Description: t.Description, Schema: t.Schema})
 	}
 	res, err = s.turn(ctx, prov, sid, stepID, stepOptions{last: done+1 >= limit, tools: offered}, st)
 	if err != nil || res.toolsMarker == "" || ctx.Err() != nil {
 		return res, nil, false, err
 	}
-	batch, stop = r.runTools(ctx, s, info, stepID, res.msg, agent)
+	batch, stop = r.runTools(ctx, s, info, stepID, res.msg, env, sets)
 	return res, batch, stop, nil
 }
 

@@ -186,6 +186,9 @@ type toolBatch struct {
 	mu    sync.Mutex
 	msg   *assistantMsg
 	info  *session.Info
+	// sets are the rule sets before the session's own, read once for the
+	// step (the session's are read live from info: "always" adds to them).
+	sets [][]permission.Rule
 }
 
 // update changes a part under the batch's lock and returns a copy of it.
@@ -208,8 +211,8 @@ func (b *toolBatch) update(callID string, change func(p *toolPart)) *toolPart {
 // one at a time in the model's order. It reports whether a permission was
 // rejected without a message or a question dismissed (the run then stops
 // for the user).
-func (r *Runner) runTools(ctx context.Context, s svc, info *session.Info, msgID string, msg *assistantMsg, agent *agents.Agent) (b *toolBatch, stop bool) {
-	b = &toolBatch{s: s, sid: info.ID, msgID: msgID, msg: msg, info: info}
+func (r *Runner) runTools(ctx context.Context, s svc, info *session.Info, msgID string, msg *assistantMsg, env *tools.Env, sets [][]permission.Rule) (b *toolBatch, stop bool) {
+	b = &toolBatch{s: s, sid: info.ID, msgID: msgID, msg: msg, info: info, sets: sets}
 	var pending []toolPart
 	idx := make([]int, 0, len(msg.tools))
 	for i := range msg.tools {
@@ -221,7 +224,6 @@ func (r *Runner) runTools(ctx context.Context, s svc, info *session.Info, msgID 
 			pending = append(pending, *p)
 		}
 	}
-	env := r.toolEnv(s, info, agent)
 	var once sync.Once
 	runOne := func(p toolPart) {
 		if r.runTool(ctx, b, env, p) {
@@ -269,7 +271,7 @@ func (r *Runner) runTool(ctx context.Context, b *toolBatch, env *tools.Env, p to
 	callEnv.Progress = func(meta map[string]any) {
 		s.Publish("session.tool.progress", b.info, map[string]any{"messageID": b.msgID, "callID": p.ID, "metadata": meta})
 	}
-	callEnv.Permit = func(ctx context.Context, a tools.Ask) error { return r.permit(ctx, s, b, env, p, a) }
+	callEnv.Permit = func(ctx context.Context, a tools.Ask) error { return r.permit(ctx, s, b, p, a) }
 	ran := s.NowMS()
 	b.update(p.ID, func(tp *toolPart) { tp.Time.Ran = &ran })
 	s.Publish("session.tool.called", b.info, map[string]any{"messageID": b.msgID, "callID": p.ID, "tool": p.Name, "input": p.State.Input})
@@ -340,12 +342,11 @@ func (r *Runner) runTool(ctx context.Context, b *toolBatch, env *tools.Env, p to
 // permit decides a permission a call asks for: the defaults, the
 // instance's rules, the project's opencode.json, the agent's, then the
 // session's, last match winning. An ask waits for the user.
-func (r *Runner) permit(ctx context.Context, s svc, b *toolBatch, env *tools.Env, p toolPart, a tools.Ask) error {
+func (r *Runner) permit(ctx context.Context, s svc, b *toolBatch, p toolPart, a tools.Ask) error {
 	b.mu.Lock()
 	sessionRules := append([]permission.Rule(nil), b.info.Permissions...)
 	b.mu.Unlock()
-	sets := r.ruleSets(s, env.Dir, b.info, env.Agent)
-	sets = append(sets, sessionRules)
+	sets := append(b.sets[:len(b.sets):len(b.sets)], sessionRules)
 	d := permission.EvaluateAll(a.Permission, a.Patterns, sets...)
 	switch d.Effect {
 	case permission.Allow:
@@ -405,18 +406,14 @@ func (r *Runner) allowAlways(ctx context.Context, s svc, b *toolBatch, a tools.A
 
 // ruleSets are the rule sets before the session's: the defaults, the
 // instance's, the project's opencode.json "permission", the agent's.
-func (r *Runner) ruleSets(s svc, dir string, info *session.Info, agentID string) [][]permission.Rule {
+func (r *Runner) ruleSets(s svc, project string, agent *agents.Agent) [][]permission.Rule {
 	sets := [][]permission.Rule{permission.Defaults, r.toolConfig().Rules}
-	if project, err := agents.ProjectPermissions(dir); err == nil {
-		sets = append(sets, project)
+	if rules, err := agents.ProjectPermissions(project); err == nil {
+		sets = append(sets, rules)
 	} else {
 		s.Logger.Warn("permission: the project's opencode.json permission is unreadable; ignored")
 	}
-	agent := s.resolveAgent(info)
-	if agentID != "" && agent.ID == agentID {
-		sets = append(sets, agent.Permissions)
-	}
-	return sets
+	return append(sets, agent.Permissions)
 }
 
 // hiddenTools are the tools a session's rules deny outright (the last

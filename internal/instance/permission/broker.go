@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -259,25 +260,29 @@ func (b *Broker) Recheck(sessionID string, allowed func(Request) bool) {
 // is set, oldest first.
 func (b *Broker) Permissions(sessionID string) []Request {
 	b.mu.Lock()
-	out := []Request{}
-	for _, p := range b.perms {
-		if sessionID == "" || p.req.SessionID == sessionID {
-			out = append(out, p.req)
-		}
-	}
-	b.mu.Unlock()
-	slices.SortFunc(out, func(a, b Request) int { return compare(a.ID, b.ID) })
-	return out
+	defer b.mu.Unlock()
+	return listPending(b.perms, sessionID, func(p *pendingPerm) (Request, string, string) { return p.req, p.req.SessionID, p.req.ID })
 }
 
-func compare(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// listPending returns the records of pending entries of one session (all
+// when sessionID is empty), in id order (ids ascend with time).
+func listPending[P, R any](m map[string]P, sessionID string, record func(P) (r R, sid, id string)) []R {
+	type entry struct {
+		r  R
+		id string
 	}
-	return 0
+	entries := []entry{}
+	for _, p := range m {
+		if r, sid, id := record(p); sessionID == "" || sid == sessionID {
+			entries = append(entries, entry{r, id})
+		}
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.id, b.id) })
+	out := make([]R, len(entries))
+	for i, e := range entries {
+		out[i] = e.r
+	}
+	return out
 }
 
 // AskForm registers a form of a session in directory and waits for its
@@ -386,15 +391,8 @@ func validAnswers(f Form, answers [][]string) error {
 // oldest first.
 func (b *Broker) Forms(sessionID string) []Form {
 	b.mu.Lock()
-	out := []Form{}
-	for _, p := range b.forms {
-		if sessionID == "" || p.form.SessionID == sessionID {
-			out = append(out, p.form)
-		}
-	}
-	b.mu.Unlock()
-	slices.SortFunc(out, func(a, b Form) int { return compare(a.ID, b.ID) })
-	return out
+	defer b.mu.Unlock()
+	return listPending(b.forms, sessionID, func(p *pendingForm) (Form, string, string) { return p.form, p.form.SessionID, p.form.ID })
 }
 
 // Cancel cancels the pending requests and forms of a session (sessionID

@@ -458,6 +458,16 @@ func TestAgentTaskRunsAChildSession(t *testing.T) {
 	if r.status != 200 || info.ParentID != "ses_parent" || info.Agent != "general" {
 		t.Fatalf("child %s: %d %+v", child, r.status, info)
 	}
+	denied := false
+	for _, rule := range info.Permissions {
+		denied = denied || (rule.Action == "task" && rule.Resource == "*" && rule.Effect == "deny")
+	}
+	if !denied {
+		t.Fatalf("a child may start tasks of its own: %+v", info.Permissions)
+	}
+	if strings.Contains(sc.seen()[1], `"name":"task"`) {
+		t.Fatal("the task tool was offered to the child")
+	}
 	if text(ofType(msgs, "assistant")[1]) != "the child found 42" {
 		t.Fatalf("the parent did not go on with the child's answer: %v\n%q", msgs, sc.seen())
 	}

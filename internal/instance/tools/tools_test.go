@@ -196,15 +196,15 @@ func TestWriteAndEdit(t *testing.T) {
 func TestGlobGrepListRespectGitignore(t *testing.T) {
 	env, _ := project(t, map[string]string{
 		".gitignore":        "build/\n*.log\n!keep.log\n",
-		"main.go":           "package main // TODO fix\n",
-		"pkg/util.go":       "package pkg // TODO later\n",
+		"main.go":           "package main // MARK fix\n",
+		"pkg/util.go":       "package pkg // MARK later\n",
 		"pkg/.gitignore":    "gen.go\n",
-		"pkg/gen.go":        "package pkg // TODO generated\n",
-		"build/out.go":      "package out // TODO built\n",
-		"debug.log":         "TODO log\n",
-		"keep.log":          "TODO keep\n",
-		"node_modules/x.js": "// TODO dep\n",
-		"web/app.ts":        "// TODO ts\n",
+		"pkg/gen.go":        "package pkg // MARK generated\n",
+		"build/out.go":      "package out // MARK built\n",
+		"debug.log":         "MARK log\n",
+		"keep.log":          "MARK keep\n",
+		"node_modules/x.js": "// MARK dep\n",
+		"web/app.ts":        "// MARK ts\n",
 	})
 	res := mustCall(t, env, "glob", map[string]any{"pattern": "**/*.go"})
 	for _, want := range []string{"main.go", "pkg/util.go"} {
@@ -217,8 +217,8 @@ func TestGlobGrepListRespectGitignore(t *testing.T) {
 			t.Fatalf("glob lists ignored %s: %s", not, res.Output)
 		}
 	}
-	res = mustCall(t, env, "grep", map[string]any{"pattern": `TODO \w+`})
-	for _, want := range []string{"main.go:\n  Line 1: package main // TODO fix", "keep.log", "web/app.ts"} {
+	res = mustCall(t, env, "grep", map[string]any{"pattern": `MARK \w+`})
+	for _, want := range []string{"main.go:\n  Line 1: package main // MARK fix", "keep.log", "web/app.ts"} {
 		if !strings.Contains(res.Output, want) {
 			t.Fatalf("grep misses %q:\n%s", want, res.Output)
 		}
@@ -228,7 +228,7 @@ func TestGlobGrepListRespectGitignore(t *testing.T) {
 			t.Fatalf("grep searched ignored %q:\n%s", not, res.Output)
 		}
 	}
-	res = mustCall(t, env, "grep", map[string]any{"pattern": "TODO", "include": "*.{ts,go}"})
+	res = mustCall(t, env, "grep", map[string]any{"pattern": "MARK", "include": "*.{ts,go}"})
 	if strings.Contains(res.Output, "keep.log") || !strings.Contains(res.Output, "app.ts") {
 		t.Fatalf("grep include: %s", res.Output)
 	}
@@ -407,7 +407,7 @@ func TestWebfetchRefusesPrivateAddresses(t *testing.T) {
 	if !errors.Is(err, ErrPrivateAddress) {
 		t.Fatalf("loopback fetch: %v", err)
 	}
-	for _, u := range []string{"http://10.0.0.1/", "http://169.254.169.254/latest/meta-data", "http://[::1]:9/"} {
+	for _, u := range []string{"http://10.0.0.1/", "http://169.254.169.254/latest/meta-data", "http://[::1]:9/", "http://100.64.0.1/", "http://[::ffff:127.0.0.1]:9/"} {
 		if _, err := call(t, env, "webfetch", map[string]any{"url": u, "timeout": 2}); !errors.Is(err, ErrPrivateAddress) {
 			t.Fatalf("%s: %v", u, err)
 		}
