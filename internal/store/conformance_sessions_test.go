@@ -368,3 +368,96 @@ func testQueriesInsideIteration(t *testing.T, s Store) {
 	view(t, s, check)
 	update(t, s, check)
 }
+
+// The durable event journal: per-session sequence numbers from 1, the
+// session log read after a seq, the instance log read after an id, pruning
+// by id, and the session's log deleted with its tree.
+func testSessionEvents(t *testing.T, s Store) {
+	putSessions(t, s, true, session("j", "ses_a", "", "/d", "p", "", 1), session("j", "ses_b", "ses_a", "/d", "p", "", 1))
+	const n = 130 // more than a page of a paged backend
+	update(t, s, func(tx Tx) error {
+		for i := 1; i <= n; i++ {
+			sid := "ses_a"
+			if i%2 == 0 {
+				sid = "ses_b"
+			}
+			id := fmt.Sprintf("evt_%04d", i)
+			seq, err := tx.AppendSessionEvent("j", sid, id, func(seq uint64) ([]byte, error) {
+				return []byte(fmt.Sprintf(`{"id":%q,"seq":%d}`, id, seq)), nil
+			})
+			if err != nil {
+				return err
+			}
+			if want := uint64((i + 1) / 2); seq != want {
+				t.Fatalf("event %d: seq %d, want %d", i, seq, want)
+			}
+		}
+		return nil
+	})
+	sessionLog := func(tx Tx, sid string, after uint64) []string {
+		out := []string{}
+		if err := tx.SessionEvents("j", sid, after, func(seq uint64, raw []byte) (bool, error) {
+			out = append(out, fmt.Sprintf("%d:%s", seq, raw))
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	instanceLog := func(tx Tx, after string) []string {
+		out := []string{}
+		if err := tx.InstanceEventsAfter("j", after, func(id string, _ []byte) (bool, error) {
+			out = append(out, id)
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	view(t, s, func(tx Tx) error {
+		got := sessionLog(tx, "ses_b", 63)
+		equal(t, "session log after 63", got, []string{`64:{"id":"evt_0128","seq":64}`, `65:{"id":"evt_0130","seq":65}`})
+		if all := sessionLog(tx, "ses_a", 0); len(all) != 65 || all[0] != `1:{"id":"evt_0001","seq":1}` {
+			t.Fatalf("whole session log: %d %q", len(all), all[:1])
+		}
+		equal(t, "instance log after evt_0127", instanceLog(tx, "evt_0127"), []string{"evt_0128", "evt_0129", "evt_0130"})
+		equal(t, "instance log after an id that is not there", instanceLog(tx, "evt_0127x"), []string{"evt_0128", "evt_0129", "evt_0130"})
+		if all := instanceLog(tx, ""); len(all) != n {
+			t.Fatalf("instance log: %d", len(all))
+		}
+		return nil
+	})
+	var pruned int
+	update(t, s, func(tx Tx) error {
+		var err error
+		pruned, err = tx.PruneInstanceEvents("j", "evt_0101", 1000)
+		return err
+	})
+	if pruned != 100 {
+		t.Fatalf("pruned %d, want 100", pruned)
+	}
+	view(t, s, func(tx Tx) error {
+		if all := instanceLog(tx, ""); len(all) != 30 || all[0] != "evt_0101" {
+			t.Fatalf("after prune: %d %v", len(all), all[:1])
+		}
+		if all := sessionLog(tx, "ses_a", 0); len(all) != 65 {
+			t.Fatalf("pruning touched the session log: %d", len(all))
+		}
+		return nil
+	})
+	if _, err := deletedTree(s, "j", "ses_a"); err != nil {
+		t.Fatal(err)
+	}
+	putSessions(t, s, true, session("j", "ses_a", "", "/d", "p", "", 1))
+	update(t, s, func(tx Tx) error {
+		seq, err := tx.AppendSessionEvent("j", "ses_a", "evt_0200", func(uint64) ([]byte, error) { return []byte(`{}`), nil })
+		if err == nil && seq != 1 {
+			t.Fatalf("a recreated session's journal starts at %d", seq)
+		}
+		return err
+	})
+	view(t, s, func(tx Tx) error {
+		equal(t, "deleted child's log", sessionLog(tx, "ses_b", 0), []string{})
+		return nil
+	})
+}

@@ -41,6 +41,7 @@ func runConformance(t *testing.T, open func(t *testing.T) Store) {
 		{"InstanceSessionPaging", testInstanceSessionPaging},
 		{"InstanceSessionTreeDelete", testInstanceSessionTreeDelete},
 		{"SessionItems", testSessionItems},
+		{"SessionEvents", testSessionEvents},
 		{"MoveSessionItem", testMoveSessionItem},
 		{"QueriesInsideIteration", testQueriesInsideIteration},
 		{"KVIterate", testKVIterate},

@@ -199,6 +199,9 @@ func (t *btx) DeleteInstanceSessionTree(inst, id string) ([]string, error) {
 				}
 			}
 		}
+		if err := t.deleteSessionEvents(inst, sid); err != nil {
+			return nil, err
+		}
 		for _, k := range []string{instKey(pInstSeq, inst, sid), instKey(pInstChildV, inst, sid), instKey(pInstSession, inst, sid)} {
 			if err := t.del(k); err != nil {
 				return nil, err

@@ -149,6 +149,20 @@ type Tx interface {
 	// value of the given kind, placed at the end of the append order; it
 	// keeps the id reserved. ErrNotFound when there is no such item.
 	MoveSessionItem(instance, sessionID, id string, kind byte, raw []byte) error
+	// AppendSessionEvent appends a durable event to the session's journal:
+	// it takes the session's next event sequence number (from 1), gets the
+	// event's bytes from frame and writes them to the session's log and,
+	// under id (ids ascend), to the instance's log.
+	AppendSessionEvent(instance, sessionID, id string, frame func(seq uint64) ([]byte, error)) (uint64, error)
+	// SessionEvents calls fn for the session's durable events after the
+	// sequence number, in order, until fn returns false.
+	SessionEvents(instance, sessionID string, after uint64, fn func(seq uint64, raw []byte) (bool, error)) error
+	// InstanceEventsAfter calls fn for the instance log's events whose id
+	// sorts after afterID, in id order, until fn returns false.
+	InstanceEventsAfter(instance, afterID string, fn func(id string, raw []byte) (bool, error)) error
+	// PruneInstanceEvents deletes up to limit instance-log events with ids
+	// before beforeID (session logs are kept) and reports how many.
+	PruneInstanceEvents(instance, beforeID string, limit int) (int, error)
 
 	// Meta reads a small named value of the store itself (schema version,
 	// master-key fingerprint).
