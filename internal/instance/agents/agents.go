@@ -18,7 +18,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/tailscale/hujson"
 	"github.com/tidwall/gjson"
@@ -121,13 +120,7 @@ func Load(projectDir, directory string, configured map[string]json.RawMessage) (
 			return nil, err
 		}
 	}
-	dirs := []string{}
-	if projectDir != "" {
-		dirs = append(dirs, projectDir)
-	}
-	if directory != "" && (projectDir == "" || filepath.Clean(directory) != filepath.Clean(projectDir)) {
-		dirs = append(dirs, directory)
-	}
+	dirs := locationDirs(projectDir, directory)
 	for _, dir := range dirs {
 		if err := set.loadConfigFiles(dir); err != nil {
 			return nil, err
@@ -149,8 +142,19 @@ func Builtin() []Agent {
 		{ID: "plan", Name: "plan", Description: "Plans without changing files.", Mode: "primary", Request: req(),
 			Permissions: []PermissionRule{{Action: "edit", Resource: "*", Effect: "deny"}, {Action: "bash", Resource: "*", Effect: "ask"}}},
 		{ID: "general", Name: "general", Description: "A general-purpose subagent for research and multi-step tasks.", Mode: "subagent", Request: req(), Permissions: []PermissionRule{}},
+		{ID: "explore", Name: "explore", Description: "A fast subagent that searches and reads the codebase without changing it.", Mode: "subagent", Request: req(),
+			Permissions: []PermissionRule{{Action: "*", Resource: "*", Effect: "deny"}, {Action: "read", Resource: "*", Effect: "allow"},
+				{Action: "grep", Resource: "*", Effect: "allow"}, {Action: "glob", Resource: "*", Effect: "allow"}, {Action: "list", Resource: "*", Effect: "allow"},
+				{Action: "webfetch", Resource: "*", Effect: "allow"}}},
+		// The server's own tasks: summarising a conversation, titling and
+		// summarising a session. They run no tools.
+		{ID: "compaction", Name: "compaction", Mode: "primary", Hidden: true, Request: req(), Permissions: denyAll()},
+		{ID: "title", Name: "title", Mode: "primary", Hidden: true, Request: req(), Permissions: denyAll()},
+		{ID: "summary", Name: "summary", Mode: "primary", Hidden: true, Request: req(), Permissions: denyAll()},
 	}
 }
+
+func denyAll() []PermissionRule { return []PermissionRule{{Action: "*", Resource: "*", Effect: "deny"}} }
 
 // agentSet accumulates agent definitions by id.
 type agentSet struct {
@@ -277,39 +281,9 @@ func ProjectPermissions(dir string) ([]PermissionRule, error) {
 
 // loadMarkdown applies dir's .opencode/agent/*.md then .opencode/agents/*.md.
 func (s *agentSet) loadMarkdown(dir string) error {
-	for _, sub := range []string{"agent", "agents"} {
-		// Not filepath.Glob: the directory may hold glob metacharacters.
-		agentDir := filepath.Join(dir, ".opencode", sub)
-		entries, err := os.ReadDir(agentDir) // sorted by name
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %v", agentDir, err)
-		}
-		for _, e := range entries {
-			id, ok := strings.CutSuffix(e.Name(), ".md")
-			if !ok || id == "" {
-				continue
-			}
-			path := filepath.Join(agentDir, e.Name())
-			if fi, err := os.Stat(path); err != nil || fi.IsDir() {
-				continue
-			}
-			data, err := os.ReadFile(path)
-			if err != nil {
-				return fmt.Errorf("%s: %v", path, err)
-			}
-			def, err := ParseMarkdown(data)
-			if err != nil {
-				return fmt.Errorf("%s: %v", path, err)
-			}
-			if err := s.apply(path, id, gjson.ParseBytes(def)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return eachMarkdown(dir, []string{"agent", "agents"}, func(path, id string, def []byte) error {
+		return s.apply(path, id, gjson.ParseBytes(def))
+	})
 }
 
 var agentModes = map[string]bool{"primary": true, "subagent": true, "all": true}

@@ -90,7 +90,7 @@ func TestLoadAgentsEverySourceAndOrder(t *testing.T) {
 	putFile(t, filepath.Join(sub, ".opencode", "agent", "shared.md"), "---\nmode: primary\n---\n")
 
 	got := mustLoad(t, project, sub, configured)
-	if want := []string{"build", "plan", "general", "alpha", "beta", "jsonc-only", "shared", "zeta"}; !reflect.DeepEqual(agentIDs(got), want) {
+	if want := []string{"build", "plan", "general", "explore", "compaction", "title", "summary", "alpha", "beta", "jsonc-only", "shared", "zeta"}; !reflect.DeepEqual(agentIDs(got), want) {
 		t.Fatalf("ids %v, want %v (built-ins first, then by id)", agentIDs(got), want)
 	}
 	s := findAgent(t, got, "shared")
@@ -120,7 +120,7 @@ func TestLoadAgentsEverySourceAndOrder(t *testing.T) {
 	}
 	// No files at all: only built-ins and the server config.
 	got = mustLoad(t, "", "", configured)
-	if want := []string{"build", "plan", "general", "shared", "zeta"}; !reflect.DeepEqual(agentIDs(got), want) {
+	if want := []string{"build", "plan", "general", "explore", "compaction", "title", "summary", "shared", "zeta"}; !reflect.DeepEqual(agentIDs(got), want) {
 		t.Fatalf("ids %v, want %v", agentIDs(got), want)
 	}
 }
@@ -188,7 +188,7 @@ func TestLoadAgentsMergeAndDisable(t *testing.T) {
 	// Re-added after its removal by a later source.
 	putFile(t, filepath.Join(dir, ".opencode", "agent", "general.md"), "---\nmode: subagent\n---\nback")
 	got := mustLoad(t, dir, dir, configured)
-	if want := []string{"build", "plan", "general", "helper"}; !reflect.DeepEqual(agentIDs(got), want) {
+	if want := []string{"build", "plan", "general", "explore", "compaction", "title", "summary", "helper"}; !reflect.DeepEqual(agentIDs(got), want) {
 		t.Fatalf("ids %v, want %v", agentIDs(got), want)
 	}
 	h := findAgent(t, got, "helper")
@@ -589,7 +589,7 @@ func TestLoadAgentsOddDirectories(t *testing.T) {
 	putFile(t, filepath.Join(dir, ".opencode", "agent", "sub.md", "x.md"), "a directory named like an agent")
 	putFile(t, filepath.Join(dir, ".opencode", "agents"), "a file where a directory may be")
 	got := mustLoad(t, dir, dir, nil)
-	if want := []string{"build", "plan", "general", "odd"}; !reflect.DeepEqual(agentIDs(got), want) {
+	if want := []string{"build", "plan", "general", "explore", "compaction", "title", "summary", "odd"}; !reflect.DeepEqual(agentIDs(got), want) {
 		t.Fatalf("ids %v, want %v", agentIDs(got), want)
 	}
 	if odd := findAgent(t, got, "odd"); odd.System != "odd prompt" {

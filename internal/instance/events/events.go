@@ -1,5 +1,8 @@
 // Package events is the instance server's event bus: operations publish
 // events, and each subscriber of the event stream gets them as SSE frames.
+// Durable events are written to a journal before they are sent, carry
+// `durable {aggregateID, seq, version}` and an SSE `id:` line, and are
+// replayed to a stream that reconnects with Last-Event-ID.
 package events
 
 import (
@@ -17,9 +20,18 @@ type Event struct {
 	ID       string         `json:"id"`
 	Created  int64          `json:"created,omitempty"`
 	Type     string         `json:"type"`
+	Durable  *Durable       `json:"durable,omitempty"`
 	Location *LocationRef   `json:"location,omitempty"`
 	Metadata map[string]any `json:"metadata,omitempty"`
 	Data     any            `json:"data"`
+}
+
+// Durable places a durable event in its aggregate (a session): its
+// sequence number there, from 1, and the version of the event's payload.
+type Durable struct {
+	AggregateID string `json:"aggregateID"`
+	Seq         uint64 `json:"seq"`
+	Version     int    `json:"version"`
 }
 
 // LocationRef is Location.PublicRef.
@@ -29,17 +41,28 @@ type LocationRef struct {
 
 // Bus fans events out to subscribers. Each subscriber has a bounded queue;
 // one that falls behind is disconnected (its stream ends) rather than
-// slowing anyone else. There is no replay.
+// slowing anyone else; it reconnects and replays what it missed.
 type Bus struct {
 	QueueSize int
 	Clock     clock.Clock
 
 	mu   sync.Mutex
 	subs map[*subscriber]struct{}
+	// durable serialises durable batches: ids are taken, journaled and
+	// sent in one order, so a stream that has seen an id has seen every
+	// durable event journaled before it.
+	durable sync.Mutex
+}
+
+// frame is an encoded event as a subscriber queue holds it.
+type frame struct {
+	id      string // the event id of a durable event, else ""
+	session string // the aggregate of a durable event
+	b       []byte // the whole SSE frame
 }
 
 type subscriber struct {
-	ch     chan []byte
+	ch     chan frame
 	closed chan struct{}
 	once   sync.Once
 }
@@ -57,21 +80,76 @@ func NewBus(queueSize int, clk clock.Clock) *Bus {
 	return &Bus{QueueSize: queueSize, Clock: clk, subs: map[*subscriber]struct{}{}}
 }
 
-// Publish sends an event to every subscriber; it never blocks.
+// Encode is the SSE frame of an event: an `id:` line for a durable event,
+// then its data line.
+func Encode(ev *Event) ([]byte, error) {
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(body)+len(ev.ID)+16)
+	if ev.Durable != nil {
+		out = append(append(append(out, "id: "...), ev.ID...), '\n')
+	}
+	out = append(append(append(out, "data: "...), body...), "\n\n"...)
+	return out, nil
+}
+
+// Publish sends an ephemeral event to every subscriber; it never blocks.
 func (b *Bus) Publish(typ string, loc *LocationRef, data any) {
 	if data == nil {
 		data = map[string]any{}
 	}
 	now := b.Clock.Now()
-	frame, err := json.Marshal(Event{ID: ids.Event(now), Created: now.UnixMilli(), Type: typ, Location: loc, Data: data})
+	f, err := Encode(&Event{ID: ids.Event(now), Created: now.UnixMilli(), Type: typ, Location: loc, Data: data})
 	if err != nil {
 		return
 	}
+	b.send(frame{b: f})
+}
+
+// PublishBatch gives each event an id and a time, lets journal write the
+// durable ones (it sets their Durable field; an error leaves them
+// ephemeral) and sends them all in order. Batches are serialised so that
+// durable ids reach every stream in ascending order.
+func (b *Bus) PublishBatch(evs []*Event, journal func([]*Event) error) error {
+	b.durable.Lock()
+	defer b.durable.Unlock()
+	now := b.Clock.Now()
+	for _, ev := range evs {
+		ev.ID, ev.Created = ids.Event(now), now.UnixMilli()
+		if ev.Data == nil {
+			ev.Data = map[string]any{}
+		}
+	}
+	var jerr error
+	if journal != nil {
+		if jerr = journal(evs); jerr != nil {
+			for _, ev := range evs {
+				ev.Durable = nil
+			}
+		}
+	}
+	for _, ev := range evs {
+		f, err := Encode(ev)
+		if err != nil {
+			continue
+		}
+		fr := frame{b: f}
+		if ev.Durable != nil {
+			fr.id, fr.session = ev.ID, ev.Durable.AggregateID
+		}
+		b.send(fr)
+	}
+	return jerr
+}
+
+func (b *Bus) send(f frame) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.subs {
 		select {
-		case s.ch <- frame:
+		case s.ch <- f:
 		default: // queue full: this subscriber is too slow
 			delete(b.subs, s)
 			s.close()
@@ -87,7 +165,7 @@ func (b *Bus) Subscribers() int {
 }
 
 func (b *Bus) subscribe() *subscriber {
-	s := &subscriber{ch: make(chan []byte, b.QueueSize), closed: make(chan struct{})}
+	s := &subscriber{ch: make(chan frame, b.QueueSize), closed: make(chan struct{})}
 	b.mu.Lock()
 	b.subs[s] = struct{}{}
 	b.mu.Unlock()
@@ -101,11 +179,44 @@ func (b *Bus) unsubscribe(s *subscriber) {
 	s.close()
 }
 
-// Serve streams events to one client as SSE: first server.connected, then
-// every event, with a heartbeat comment every heartbeat interval.
-func (b *Bus) Serve(w http.ResponseWriter, r *http.Request, heartbeat time.Duration) {
+// Stored is a journaled event as a replay returns it.
+type Stored struct {
+	ID  string
+	Raw []byte // the event record (JSON)
+}
+
+// Stream configures one event stream.
+type Stream struct {
+	// Heartbeat is the interval of `: heartbeat` comments (one is sent at
+	// connect).
+	Heartbeat time.Duration
+	// Session, when set, limits the stream to that session's durable
+	// events (a session's own stream); otherwise every event is sent.
+	Session string
+	// Replay, when set, reads the journaled events the client missed; it
+	// runs after the stream subscribed, so nothing falls between the
+	// replay and the live events. ok false means the client's position is
+	// outside what the journal keeps: server.connected then carries
+	// resync: true and nothing is replayed.
+	Replay func() (events []Stored, ok bool)
+}
+
+// Serve streams events to one client as SSE: server.connected, a
+// heartbeat, the replayed events, then live ones, with a heartbeat every
+// interval.
+func (b *Bus) Serve(w http.ResponseWriter, r *http.Request, st Stream) {
+	if st.Heartbeat <= 0 {
+		st.Heartbeat = 15 * time.Second
+	}
 	s := b.subscribe()
 	defer b.unsubscribe(s)
+	var replay []Stored
+	resync := false
+	if st.Replay != nil {
+		var ok bool
+		replay, ok = st.Replay()
+		resync = !ok
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache, no-transform")
@@ -113,11 +224,25 @@ func (b *Bus) Serve(w http.ResponseWriter, r *http.Request, heartbeat time.Durat
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	first, _ := json.Marshal(Event{ID: ids.Event(b.Clock.Now()), Type: "server.connected", Data: map[string]any{}})
-	if !writeFrame(w, rc, first) {
+	data := map[string]any{}
+	if resync {
+		data["resync"] = true
+	}
+	first, _ := Encode(&Event{ID: ids.Event(b.Clock.Now()), Type: "server.connected", Data: data})
+	if !write(w, rc, first) || !write(w, rc, heartbeat) {
 		return
 	}
-	tick := time.NewTicker(heartbeat)
+	last := ""
+	for _, ev := range replay {
+		f := make([]byte, 0, len(ev.Raw)+len(ev.ID)+16)
+		f = append(append(append(f, "id: "...), ev.ID...), "\ndata: "...)
+		f = append(append(f, ev.Raw...), "\n\n"...)
+		if !write(w, rc, f) {
+			return
+		}
+		last = ev.ID
+	}
+	tick := time.NewTicker(st.Heartbeat)
 	defer tick.Stop()
 	for {
 		select {
@@ -125,26 +250,30 @@ func (b *Bus) Serve(w http.ResponseWriter, r *http.Request, heartbeat time.Durat
 			return
 		case <-s.closed:
 			// Dropped for falling behind: end the stream with an error so the
-			// client reconnects and resyncs.
+			// client reconnects and replays.
 			panic(http.ErrAbortHandler)
-		case frame := <-s.ch:
-			if !writeFrame(w, rc, frame) {
+		case f := <-s.ch:
+			if f.id != "" && f.id <= last {
+				continue // already replayed
+			}
+			if st.Session != "" && f.session != st.Session {
+				continue
+			}
+			if !write(w, rc, f.b) {
 				return
 			}
 		case <-tick.C:
-			if _, err := w.Write([]byte(": heartbeat\n\n")); err != nil || rc.Flush() != nil {
+			if !write(w, rc, heartbeat) {
 				return
 			}
 		}
 	}
 }
 
-func writeFrame(w http.ResponseWriter, rc *http.ResponseController, frame []byte) bool {
-	if _, err := w.Write([]byte("data: ")); err != nil {
-		return false
-	}
-	w.Write(frame)
-	if _, err := w.Write([]byte("\n\n")); err != nil {
+var heartbeat = []byte(": heartbeat\n\n")
+
+func write(w http.ResponseWriter, rc *http.ResponseController, f []byte) bool {
+	if _, err := w.Write(f); err != nil {
 		return false
 	}
 	return rc.Flush() == nil

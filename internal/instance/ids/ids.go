@@ -61,3 +61,32 @@ func New(prefix string, descending bool, now time.Time) string {
 
 // Event makes an ascending evt_ id.
 func Event(now time.Time) string { return ids.next("evt", false, now) }
+
+// Floor is the smallest ascending id with the prefix made at or after t:
+// every id made before t sorts below it.
+func Floor(prefix string, t time.Time) string {
+	v := uint64(t.UnixMilli()) * 4096
+	var b [8]byte
+	for i := 7; i >= 0; i-- {
+		b[i] = byte(v)
+		v >>= 8
+	}
+	return prefix + "_" + hex.EncodeToString(b[1:])
+}
+
+// Time is the creation time of an ascending id with the prefix; ok is
+// false when id is not one.
+func Time(prefix, id string) (time.Time, bool) {
+	if len(id) < len(prefix)+15 || id[:len(prefix)+1] != prefix+"_" {
+		return time.Time{}, false
+	}
+	raw, err := hex.DecodeString(id[len(prefix)+1 : len(prefix)+15])
+	if err != nil {
+		return time.Time{}, false
+	}
+	var v uint64
+	for _, c := range raw {
+		v = v<<8 | uint64(c)
+	}
+	return time.UnixMilli(int64(v / 4096)), true
+}

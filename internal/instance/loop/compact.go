@@ -69,16 +69,28 @@ func (s svc) compactIfNeeded(ctx context.Context, prov ProviderConfig, sid strin
 	if !needsCompaction(prov.Limits[model.ID], msgs) {
 		return false, false, nil
 	}
-	id := s.NewID("msg")
+	return s.compact(ctx, prov, sid, info, msgs, "auto", "")
+}
+
+// compact summarises the conversation and records the compaction message
+// (in the place of the inbox item inboxID of a requested compaction).
+// reason is "auto" or "manual".
+func (s svc) compact(ctx context.Context, prov ProviderConfig, sid string, info *session.Info, msgs []session.Message, reason, inboxID string) (compacted, interrupted bool, err error) {
+	agent := s.resolveAgent(info)
+	model := modelOf(prov, info, agent)
+	id := inboxID
+	if id == "" {
+		id = s.NewID("msg")
+	}
 	created := s.NowMS()
-	s.Publish("session.compaction.started", info, map[string]any{"messageID": id, "reason": "auto"})
+	s.Publish("session.next.compaction.started", info, map[string]any{"messageID": id, "reason": reason})
 	conv := conversation(agent, model.ID, msgs)
 	conv.Messages = append(conv.Messages, formats.Text(formats.RoleUser, compactionPrompt))
 	step, serr := providerStep(ctx, prov, conv, nil)
 	if ctx.Err() != nil {
 		return false, true, nil
 	}
-	msg := map[string]any{"id": id, "type": "compaction", "reason": "auto", "model": model}
+	msg := map[string]any{"id": id, "type": "compaction", "reason": reason, "model": model}
 	switch {
 	case serr != nil:
 		msg["status"], msg["error"] = "failed", serr
@@ -101,7 +113,15 @@ func (s svc) compactIfNeeded(ctx context.Context, prov ProviderConfig, sid strin
 		if info, err = s.Info(tx, sid); err != nil {
 			return err
 		}
-		if err := s.AppendMessage(tx, sid, msg); err != nil {
+		if inboxID != "" {
+			raw, err := json.Marshal(msg)
+			if err != nil {
+				return err
+			}
+			if err := tx.MoveSessionItem(s.InstanceName(), sid, inboxID, store.ItemMessage, raw); err != nil {
+				return err
+			}
+		} else if err := s.AppendMessage(tx, sid, msg); err != nil {
 			return err
 		}
 		info.Cost += cost
@@ -114,8 +134,11 @@ func (s svc) compactIfNeeded(ctx context.Context, prov ProviderConfig, sid strin
 	if err != nil {
 		return false, false, err
 	}
-	s.Publish("session.message.created", info, map[string]any{"message": msg})
-	s.Publish("session.compaction.ended", info, map[string]any{"messageID": id, "status": msg["status"]})
-	s.Publish("session.updated", info, map[string]any{"info": info})
-	return true, false, nil
+	ended := session.Ev{Type: "session.next.compaction.ended", Data: map[string]any{"messageID": id, "reason": reason,
+		"text": msg["summary"], "recent": ""}}
+	if msg["status"] != "completed" {
+		ended = session.Ev{Type: "session.next.compaction.failed", Data: map[string]any{"messageID": id, "reason": reason, "error": msg["error"]}}
+	}
+	s.PublishEvents(info, ended, session.Ev{Type: "session.updated", Data: map[string]any{"info": info}})
+	return msg["status"] == "completed", false, nil
 }

@@ -305,6 +305,25 @@ func (r *Runner) IsActive(sid string) bool {
 	return ok
 }
 
+// Wait returns when the session's drain in this process has ended (at
+// once when none runs), or with ctx's error.
+func (r *Runner) Wait(ctx context.Context, sid string) error {
+	r.mu.Lock()
+	if _, ok := r.drains[sid]; !ok {
+		r.mu.Unlock()
+		return nil
+	}
+	done := make(chan struct{})
+	r.waiters[sid] = append(r.waiters[sid], done)
+	r.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (r *Runner) loop(sid string, d *drain) {
 	s := r.server()
 	defer func() {
@@ -434,7 +453,7 @@ func (s svc) nextWork(tx store.Tx, sid string, idle bool) (*work, error) {
 		case h.Type == "turn" || h.Type == "tools":
 			turn = &work{kind: h.Type, id: h.ID, raw: raw}
 			return false, nil
-		case h.Type != "user" && h.Type != "move":
+		case h.Type != "user" && h.Type != "move" && h.Type != "compaction":
 		case next == nil && (idle || steer):
 			next = &work{kind: h.Type, id: h.ID, raw: raw, steer: steer}
 		}
@@ -454,6 +473,7 @@ func (r *Runner) run(sid string, d *drain) (bool, error) {
 	outcome := ""
 	steps := 0
 	idleID := "" // a tools marker that becomes the run's idle message
+loop:
 	for {
 		s := r.server() // fresh services at every step boundary
 		var w *work
@@ -490,6 +510,16 @@ func (r *Runner) run(sid string, d *drain) (bool, error) {
 			} else if err != nil {
 				return true, err
 			}
+		case "compaction":
+			if interrupted, err := r.compactNow(ctx, d, s, sid, w.id); session.Gone(err) {
+				return true, nil
+			} else if err != nil {
+				return true, err
+			} else if interrupted {
+				outcome = "interrupted"
+				break loop
+			}
+			continue
 		case "tools":
 			// A restart met calls that were running: they are not run again.
 			if err := s.settleInterrupted(ctx, sid, w); session.Gone(err) {
@@ -549,6 +579,39 @@ func (r *Runner) run(sid string, d *drain) (bool, error) {
 		return false, nil
 	}
 	return true, r.server().settleRun(ctx, sid, outcome, idleID)
+}
+
+// compactNow runs a requested compaction (the inbox item id), which the
+// session's interrupt stops like a step.
+func (r *Runner) compactNow(ctx context.Context, d *drain, s svc, sid, id string) (interrupted bool, err error) {
+	st, err := s.readStep(ctx, sid)
+	if err != nil {
+		return false, err
+	}
+	turnCtx, cancel := context.WithCancel(ctx)
+	r.mu.Lock()
+	d.cancelTurn, d.interrupted = cancel, false
+	r.mu.Unlock()
+	_, interrupted, err = s.compact(turnCtx, r.Provider(), sid, st.info, st.msgs, "manual", id)
+	r.mu.Lock()
+	interrupted = interrupted || d.interrupted
+	d.cancelTurn = nil
+	r.mu.Unlock()
+	cancel()
+	if interrupted && err == nil {
+		// The request is dropped: an interrupted compaction is not retried.
+		err = s.WriteTx(context.WithoutCancel(ctx), func(tx store.Tx) error {
+			return tx.MoveSessionItem(s.InstanceName(), sid, id, store.ItemMessage, mustJSON(map[string]any{"id": id, "type": "compaction",
+				"reason": "manual", "status": "failed", "error": StructuredError{Type: "MessageAbortedError", Message: "The compaction was interrupted"},
+				"time": map[string]any{"created": s.NowMS(), "completed": s.NowMS()}}))
+		})
+	}
+	return interrupted, err
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
 }
 
 // step compacts the conversation when the next request would not fit,
@@ -621,6 +684,7 @@ func (s svc) settleInterrupted(ctx context.Context, sid string, w *work) error {
 	}
 	var info *session.Info
 	var changed *assistantMsg
+	var failed []*toolPart
 	now := s.NowMS()
 	err := s.WriteTx(ctx, func(tx store.Tx) (err error) {
 		if info, err = s.Info(tx, sid); err != nil {
@@ -642,14 +706,14 @@ func (s svc) settleInterrupted(ctx context.Context, sid string, w *work) error {
 		if err != nil {
 			return err
 		}
-		n := 0
+		failed = failed[:0]
 		for _, p := range msg.tools {
 			if !p.settled() {
 				p.fail("ToolInterruptedError", "The server stopped while this tool call ran; it was not run again and its effects, if any, are unknown", now)
-				n++
+				failed = append(failed, p)
 			}
 		}
-		if n == 0 {
+		if len(failed) == 0 {
 			return nil
 		}
 		out, err := msg.encode()
@@ -660,7 +724,12 @@ func (s svc) settleInterrupted(ctx context.Context, sid string, w *work) error {
 		return tx.MoveSessionItem(s.InstanceName(), sid, m.Message, store.ItemMessage, out)
 	})
 	if err == nil && changed != nil {
-		s.Publish("session.message.updated", info, map[string]any{"messageID": m.Message})
+		evs := make([]session.Ev, 0, len(failed))
+		for _, p := range failed {
+			typ, data := settledEvent(m.Message, p)
+			evs = append(evs, session.Ev{Type: typ, Data: data})
+		}
+		s.PublishEvents(info, evs...)
 	}
 	return err
 }
@@ -679,7 +748,7 @@ func (s svc) settleTools(ctx context.Context, b *toolBatch, marker string, next 
 	}
 	now := s.NowMS()
 	var info *session.Info
-	var delivered []json.RawMessage
+	var delivered []*session.InboxUser
 	err = s.WriteTx(context.WithoutCancel(ctx), func(tx store.Tx) (err error) {
 		delivered = delivered[:0]
 		if info, err = s.Info(tx, b.sid); err != nil {
@@ -702,15 +771,16 @@ func (s svc) settleTools(ctx context.Context, b *toolBatch, marker string, next 
 		if err != nil {
 			return err
 		}
-		for _, u := range steers {
-			m, err := json.Marshal(userMessage(&u, now))
+		for i := range steers {
+			u := &steers[i]
+			m, err := json.Marshal(userMessage(u, now))
 			if err != nil {
 				return err
 			}
 			if err := tx.MoveSessionItem(s.InstanceName(), b.sid, u.ID, store.ItemMessage, m); err != nil {
 				return err
 			}
-			delivered = append(delivered, m)
+			delivered = append(delivered, u)
 		}
 		turn, err := json.Marshal(map[string]any{"id": marker, "sessionID": b.sid, "type": "turn", "time": map[string]any{"created": now}})
 		if err != nil {
@@ -725,11 +795,19 @@ func (s svc) settleTools(ctx context.Context, b *toolBatch, marker string, next 
 	if err != nil {
 		return err
 	}
-	s.Publish("session.message.updated", info, map[string]any{"messageID": b.msgID})
-	for _, m := range delivered {
-		s.Publish("session.message.created", info, map[string]any{"message": m})
+	if len(delivered) > 0 {
+		evs := make([]session.Ev, 0, len(delivered))
+		for _, u := range delivered {
+			evs = append(evs, promptedEvent(u))
+		}
+		s.PublishEvents(info, evs...)
 	}
 	return nil
+}
+
+// promptedEvent announces an admitted prompt delivered as a user message.
+func promptedEvent(u *session.InboxUser) session.Ev {
+	return session.Ev{Type: "session.next.prompted", Data: map[string]any{"messageID": u.ID, "prompt": session.PromptOf(u), "delivery": u.Delivery}}
 }
 
 // userMessage is the user message of an admitted input.
@@ -782,7 +860,7 @@ func (s svc) deliverUser(ctx context.Context, sid string, w *work) (string, erro
 	if err != nil {
 		return "", err
 	}
-	s.Publish("session.message.created", info, map[string]any{"message": json.RawMessage(raw)})
+	s.PublishEvents(info, promptedEvent(&item))
 	return stepID, nil
 }
 
@@ -815,7 +893,11 @@ func (s svc) applyMove(ctx context.Context, sid string, w *work) error {
 	if err != nil {
 		return err
 	}
-	s.Publish("session.updated", info, map[string]any{"info": info})
+	moved := map[string]any{"location": mv.Location}
+	if mv.Subpath != "" {
+		moved["subdirectory"] = mv.Subpath
+	}
+	s.PublishEvents(info, session.Ev{Type: "session.next.moved", Data: moved}, session.Ev{Type: "session.updated", Data: map[string]any{"info": info}})
 	return nil
 }
 
@@ -854,7 +936,7 @@ func (s svc) settleRun(ctx context.Context, sid, outcome, idleID string) error {
 	if err != nil {
 		return err
 	}
-	s.Publish("session.idle", info, map[string]any{"outcome": outcome})
-	s.Publish("session.updated", info, map[string]any{"info": info})
+	s.PublishEvents(info, session.Ev{Type: "session.idle", Data: map[string]any{"outcome": outcome}},
+		session.Ev{Type: "session.updated", Data: map[string]any{"info": info}})
 	return nil
 }

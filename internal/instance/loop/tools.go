@@ -269,12 +269,13 @@ func (r *Runner) runTool(ctx context.Context, b *toolBatch, env *tools.Env, p to
 	s := b.s
 	callEnv := *env
 	callEnv.Progress = func(meta map[string]any) {
-		s.Publish("session.tool.progress", b.info, map[string]any{"messageID": b.msgID, "callID": p.ID, "metadata": meta})
+		s.Publish("session.next.tool.progress", b.info, map[string]any{"assistantMessageID": b.msgID, "callID": p.ID, "structured": meta, "content": []toolContent{}})
 	}
 	callEnv.Permit = func(ctx context.Context, a tools.Ask) error { return r.permit(ctx, s, b, p, a) }
 	ran := s.NowMS()
 	b.update(p.ID, func(tp *toolPart) { tp.Time.Ran = &ran })
-	s.Publish("session.tool.called", b.info, map[string]any{"messageID": b.msgID, "callID": p.ID, "tool": p.Name, "input": p.State.Input})
+	s.Publish("session.next.tool.called", b.info, map[string]any{"assistantMessageID": b.msgID, "callID": p.ID, "tool": p.Name, "input": p.State.Input,
+		"provider": notExecuted})
 	res, err := tools.Call(ctx, &callEnv, p.Name, p.State.Input)
 	if errors.Is(context.Cause(ctx), errShutdown) {
 		return false // left running: the next start settles it as interrupted
@@ -331,12 +332,31 @@ func (r *Runner) runTool(ctx context.Context, b *toolBatch, env *tools.Env, p to
 	if part == nil {
 		return stop
 	}
-	typ := "session.tool.success"
-	if part.State.Status == "error" {
-		typ = "session.tool.failed"
-	}
-	s.Publish(typ, b.info, map[string]any{"messageID": b.msgID, "callID": p.ID, "part": part})
+	typ, data := settledEvent(b.msgID, part)
+	s.Publish(typ, b.info, data)
 	return stop
+}
+
+// notExecuted is the provider field of tool events: the agent ran the
+// call, not the provider.
+var notExecuted = map[string]any{"executed": false}
+
+// settledEvent is session.next.tool.success or .failed for a settled call.
+func settledEvent(msgID string, part *toolPart) (string, map[string]any) {
+	if part.State.Status == "error" {
+		return "session.next.tool.failed", map[string]any{"assistantMessageID": msgID, "callID": part.ID, "error": part.State.Error,
+			"provider": notExecuted}
+	}
+	structured := part.State.Metadata
+	if structured == nil {
+		structured = map[string]any{}
+	}
+	content := part.State.Content
+	if content == nil {
+		content = []toolContent{}
+	}
+	return "session.next.tool.success", map[string]any{"assistantMessageID": msgID, "callID": part.ID, "structured": structured,
+		"content": content, "provider": notExecuted}
 }
 
 // permit decides a permission a call asks for: the defaults, the

@@ -246,7 +246,7 @@ func modelOf(prov ProviderConfig, info *session.Info, agent *agents.Agent) agent
 	case agent.Model != nil:
 		return *agent.Model
 	}
-	return agents.ModelRef{ID: prov.Model, ProviderID: "agentgate"}
+	return agents.ModelRef{ID: prov.Model, ProviderID: ProviderID}
 }
 
 // providerStep sends one request and decodes its stream, or says why it
@@ -295,7 +295,7 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, o
 	agent := s.resolveAgent(info)
 	model := modelOf(prov, info, agent)
 	created := s.NowMS()
-	s.Publish("session.message.started", info, map[string]any{"messageID": msgID, "type": "assistant"})
+	s.Publish("session.next.step.started", info, map[string]any{"assistantMessageID": msgID, "agent": agent.ID, "model": model})
 	conv := conversation(agent, model.ID, msgs)
 	conv.Tools = opts.tools
 	if opts.last {
@@ -310,11 +310,19 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, o
 			conv.Settings["maxTokens"] = lim.Output
 		}
 	}
-	step, serr := providerStep(ctx, prov, conv, func(d formats.Delta) {
-		s.Publish("session.message.delta", info, map[string]any{"messageID": msgID, "field": d.Field, "delta": d.Text})
-	})
+	parts := partEvents{msgID: msgID}
+	step, serr := providerStep(ctx, prov, conv, func(d formats.Delta) { parts.delta(s, info, d) })
 	if step == nil {
 		step = &formats.Step{}
+	}
+	ended := parts.ended(step)
+	for _, tc := range step.ToolCalls {
+		ended = append(ended,
+			session.Ev{Type: "session.next.tool.input.started", Data: map[string]any{"assistantMessageID": msgID, "callID": tc.ID, "name": tc.Name}},
+			session.Ev{Type: "session.next.tool.input.ended", Data: map[string]any{"assistantMessageID": msgID, "callID": tc.ID, "text": tc.Arguments}})
+	}
+	if len(ended) > 0 {
+		s.PublishEvents(info, ended...)
 	}
 	now := s.NowMS()
 	result := stepResult{outcome: "succeeded"}
@@ -413,8 +421,18 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, o
 	if err != nil {
 		return stepResult{}, err
 	}
-	s.Publish("session.message.created", info, map[string]any{"message": msg})
-	s.Publish("session.updated", info, map[string]any{"info": info})
+	if result.outcome == "succeeded" {
+		tokens := usage
+		if tokens == nil {
+			tokens = &session.TokenUsage{}
+		}
+		s.PublishEvents(info, session.Ev{Type: "session.next.step.ended", Data: map[string]any{"assistantMessageID": msgID,
+			"finish": msg["finish"], "cost": cost, "tokens": tokens}},
+			session.Ev{Type: "session.updated", Data: map[string]any{"info": info}})
+	} else {
+		s.PublishEvents(info, session.Ev{Type: "session.next.step.failed", Data: map[string]any{"assistantMessageID": msgID, "error": msg["error"]}},
+			session.Ev{Type: "session.updated", Data: map[string]any{"info": info}})
+	}
 	if result.toolsMarker != "" {
 		if result.msg, err = decodeAssistant(stored); err != nil {
 			return stepResult{}, err
@@ -428,3 +446,48 @@ var errShutdown = errors.New("instance is shutting down")
 // finishName is the message record's name of a step's finish.
 var finishName = map[formats.Finish]string{formats.FinishUnknown: "unknown", formats.FinishStop: "stop", formats.FinishLength: "length",
 	formats.FinishToolCalls: "tool-calls", formats.FinishContentFilter: "content-filter", formats.FinishOther: "other"}
+
+// partEvents announces a step's streamed text and reasoning: the first
+// piece of each opens it (text.started, reasoning.started), every piece
+// is a delta, and ended closes the opened ones with their whole text.
+type partEvents struct {
+	msgID           string
+	text, reasoning bool
+}
+
+func (p *partEvents) delta(s svc, info *session.Info, d formats.Delta) {
+	kind, opened := "text", &p.text
+	if d.Field == "reasoning" {
+		kind, opened = "reasoning", &p.reasoning
+	}
+	id := kind + "-0"
+	delta := session.Ev{Type: "session.next." + kind + ".delta", Data: map[string]any{"assistantMessageID": p.msgID, kind + "ID": id, "delta": d.Text}}
+	if !*opened {
+		*opened = true
+		s.PublishEvents(info, session.Ev{Type: "session.next." + kind + ".started", Data: map[string]any{"assistantMessageID": p.msgID, kind + "ID": id}}, delta)
+		return
+	}
+	s.PublishEvents(info, delta)
+}
+
+// ended is the events that close the opened parts: each carries the
+// part's whole text, and a part that streamed nothing but has text in
+// the step is opened and closed here.
+func (p *partEvents) ended(step *formats.Step) []session.Ev {
+	var out []session.Ev
+	for _, k := range []struct {
+		kind   string
+		opened bool
+		text   string
+	}{{"reasoning", p.reasoning, step.Reasoning}, {"text", p.text, step.Text}} {
+		if !k.opened && k.text == "" {
+			continue
+		}
+		id := k.kind + "-0"
+		if !k.opened {
+			out = append(out, session.Ev{Type: "session.next." + k.kind + ".started", Data: map[string]any{"assistantMessageID": p.msgID, k.kind + "ID": id}})
+		}
+		out = append(out, session.Ev{Type: "session.next." + k.kind + ".ended", Data: map[string]any{"assistantMessageID": p.msgID, k.kind + "ID": id, "text": k.text}})
+	}
+	return out
+}

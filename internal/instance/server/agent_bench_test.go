@@ -19,10 +19,11 @@ import (
 // one small read call, in sessions of 5 calls. Per op: one provider step
 // and one call. Reported:
 //   - call-p50-ms: the server's overhead of a call, from the step's
-//     message being stored with the call running (session.message.created)
-//     to its result being stored (session.message.updated), as the event
-//     stream shows them: the call's argument check, confinement,
-//     permission evaluation, the read and the durable write of its result;
+//     message being stored with the call running (session.next.step.ended,
+//     finish tool-calls) to the next step starting
+//     (session.next.step.started), as the event stream shows them: the
+//     call's argument check, confinement, permission evaluation, the read,
+//     the durable write of its result and the next step's read;
 //   - step-p50-ms: from one provider request to the next, which adds the
 //     provider's answer, the step's own durable write and the next
 //     request's encoding.
@@ -53,12 +54,15 @@ func BenchmarkAgentReadCall(b *testing.B) {
 		for done := false; !done; {
 			e := gjson.Parse(strings.TrimPrefix(strings.TrimSpace(ev.next(t)), "data: "))
 			switch e.Get("type").String() {
-			case "session.message.created":
-				if e.Get("data.message.type").String() == "assistant" {
+			case "session.next.step.ended":
+				if e.Get("data.finish").String() == "tool-calls" {
 					started = time.Now()
 				}
-			case "session.message.updated":
-				calls = append(calls, float64(time.Since(started).Microseconds())/1000)
+			case "session.next.step.started":
+				if !started.IsZero() {
+					calls = append(calls, float64(time.Since(started).Microseconds())/1000)
+					started = time.Time{}
+				}
 			case "session.idle":
 				done = e.Get("data.sessionID").String() == sid
 			}

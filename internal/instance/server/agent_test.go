@@ -598,7 +598,7 @@ func TestAgentInterruptKillsARunningCommand(t *testing.T) {
 	ev.next(t)
 	h.prompt("ses_i", "go", nil)
 	var types []string
-	for !strings.Contains(strings.Join(types, " "), "session.tool.called") {
+	for !strings.Contains(strings.Join(types, " "), "session.next.tool.called") {
 		types = append(types, gjson.Get(strings.TrimPrefix(strings.TrimSpace(ev.next(t)), "data: "), "type").String())
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -624,7 +624,7 @@ func TestAgentInterruptKillsARunningCommand(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	for !strings.Contains(strings.Join(types, " "), "session.tool.failed") {
+	for !strings.Contains(strings.Join(types, " "), "session.next.tool.failed") {
 		types = append(types, gjson.Get(strings.TrimPrefix(strings.TrimSpace(ev.next(t)), "data: "), "type").String())
 	}
 	if len(sc.seen()) != 1 {

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/agentgate/agentgate/internal/instance/session"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -170,19 +171,49 @@ func TestDrainTurn(t *testing.T) {
 		t.Fatalf("request: %s %s", last.Path, last.Body)
 	}
 	// The stream: deltas that add up to the text, then the settled message.
+	// The stream, in the released server's names: the step opens, its text
+	// opens, deltas add up to it, it closes with the whole text, the step
+	// ends with its cost; durable events carry ascending ids, deltas none.
 	var deltas strings.Builder
 	seen := map[string]bool{}
+	var order []string
+	lastID := ""
 	for !seen["session.idle"] {
 		f := ev.next(t)
 		data := strings.TrimPrefix(strings.TrimSpace(f), "data: ")
 		typ := gjson.Get(data, "type").String()
 		seen[typ] = true
-		if typ == "session.message.delta" {
+		if strings.HasPrefix(typ, "session.next.") && (len(order) == 0 || order[len(order)-1] != typ) {
+			order = append(order, typ)
+		}
+		durable := gjson.Get(data, "durable").Exists()
+		if durable != (ev.lastID != "") || durable != session.IsDurable(typ) {
+			t.Fatalf("%s: durable %v, id line %q", typ, durable, ev.lastID)
+		}
+		if durable {
+			if ev.lastID != gjson.Get(data, "id").String() || ev.lastID <= lastID {
+				t.Fatalf("%s: id line %q after %q", typ, ev.lastID, lastID)
+			}
+			lastID = ev.lastID
+		}
+		switch typ {
+		case "session.next.text.delta":
 			deltas.WriteString(gjson.Get(data, "data.delta").String())
+		case "session.next.text.ended":
+			if gjson.Get(data, "data.text").String() != fakeprovider.Text || gjson.Get(data, "data.textID").String() != "text-0" {
+				t.Fatalf("text.ended: %s", data)
+			}
+		case "session.next.step.ended":
+			if gjson.Get(data, "data.finish").String() != "stop" || gjson.Get(data, "data.cost").Float() != a["cost"].(float64) ||
+				gjson.Get(data, "data.tokens.input").Float() != in || gjson.Get(data, "durable.version").Int() != 2 {
+				t.Fatalf("step.ended: %s", data)
+			}
 		}
 	}
-	if deltas.String() != fakeprovider.Text || !seen["session.message.created"] || !seen["session.status"] {
-		t.Fatalf("events: %v deltas %q", seen, deltas.String())
+	want := []string{"session.next.prompt.admitted", "session.next.prompted", "session.next.step.started", "session.next.text.started",
+		"session.next.text.delta", "session.next.text.ended", "session.next.step.ended"}
+	if deltas.String() != fakeprovider.Text || !seen["session.status"] || strings.Join(order, " ") != strings.Join(want, " ") {
+		t.Fatalf("events: %v deltas %q", order, deltas.String())
 	}
 	// Export carries the settled messages; a second turn sends the history.
 	tr, _ := h.export("ses_a", "")

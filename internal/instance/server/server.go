@@ -127,7 +127,7 @@ func New(opts Options) *Server {
 	rt.Handle("GET", "/api/plugin", s.listPlugins)
 	rt.Handle("POST", "/api/plugin/check", s.checkPlugins)
 	rt.Handle("POST", "/api/plugin/update", s.updatePlugins)
-	rt.Handle("GET", "/api/event", s.events)
+	s.historyRoutes(rt)
 	s.sessionRoutes(rt)
 	s.pendingRoutes(rt)
 	if opts.Runner != nil {
@@ -292,11 +292,6 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, p router.Params
 		return nil
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"token": tok})
-	return nil
-}
-
-func (s *Server) events(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	s.opts.Bus.Serve(w, r, s.opts.Heartbeat)
 	return nil
 }
 

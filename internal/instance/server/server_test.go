@@ -620,7 +620,7 @@ func TestAgentsAPI(t *testing.T) {
 	for _, a := range list.Data {
 		ids = append(ids, a.ID)
 	}
-	if got, want := strings.Join(ids, ","), "build,plan,general,md-agent,proj,server-agent"; got != want {
+	if got, want := strings.Join(ids, ","), "build,plan,general,explore,compaction,title,summary,md-agent,proj,server-agent"; got != want {
 		t.Fatalf("agents %s, want %s", got, want)
 	}
 	if len(r.json(t)) != 2 {
@@ -669,7 +669,7 @@ func TestReload(t *testing.T) {
 	a, b := h.dir, canonicalTempDir(t)
 	h.location("/api/location" + locQuery(a))
 	h.location("/api/location" + locQuery(b))
-	if n := len(h.get("/api/agent" + locQuery(a)).json(t)["data"].([]any)); n != 3 {
+	if n := len(h.get("/api/agent" + locQuery(a)).json(t)["data"].([]any)); n != 7 {
 		t.Fatalf("%d agents", n)
 	}
 
@@ -679,7 +679,7 @@ func TestReload(t *testing.T) {
 	}
 	// The cache serves the old agents until the reload.
 	putFile(t, filepath.Join(a, "opencode.json"), `{"agent": {"new-agent": {}}}`)
-	if n := len(h.get("/api/agent" + locQuery(a)).json(t)["data"].([]any)); n != 3 {
+	if n := len(h.get("/api/agent" + locQuery(a)).json(t)["data"].([]any)); n != 7 {
 		t.Fatalf("%d agents before the reload", n)
 	}
 
@@ -717,8 +717,8 @@ func TestReload(t *testing.T) {
 	if len(agentUpdates) != 1 || agentUpdates[a] != 1 {
 		t.Fatalf("agent.updated: %v, want one for %s", agentUpdates, a)
 	}
-	if n := len(h.get("/api/agent" + locQuery(a)).json(t)["data"].([]any)); n != 4 {
-		t.Fatalf("%d agents after the reload, want 4", n)
+	if n := len(h.get("/api/agent" + locQuery(a)).json(t)["data"].([]any)); n != 8 {
+		t.Fatalf("%d agents after the reload, want 8", n)
 	}
 
 	wantError(t, h.do("POST", "/api/location/reload", strings.NewReader("{}"), "Content-Type", "application/json"), 400, "InvalidRequestError", nil)
@@ -751,6 +751,10 @@ type eventStream struct {
 	frames chan string
 	errc   chan error
 	cancel context.CancelFunc
+	// heartbeats keeps `: heartbeat` frames (skipped otherwise); lastID is
+	// the `id:` line of the frame next returned last (next strips it).
+	heartbeats bool
+	lastID     string
 }
 
 func (h *srvHarness) openStream(t *testing.T) *eventStream {
@@ -770,8 +774,22 @@ func (h *srvHarness) openStream(t *testing.T) *eventStream {
 	return &eventStream{resp: resp, br: bufio.NewReader(resp.Body), cancel: cancel}
 }
 
-// readFrame reads up to and including the blank line that ends a frame.
+// readFrame reads up to and including the blank line that ends a frame;
+// it skips heartbeats unless the stream keeps them.
 func (s *eventStream) readFrame() (string, error) {
+	for {
+		f, err := s.readRaw()
+		if err != nil || (f == ": heartbeat\n\n" && !s.heartbeats) {
+			if err != nil {
+				return f, err
+			}
+			continue
+		}
+		return f, nil
+	}
+}
+
+func (s *eventStream) readRaw() (string, error) {
 	var b strings.Builder
 	for {
 		line, err := s.br.ReadString('\n')
@@ -806,6 +824,11 @@ func (s *eventStream) next(t *testing.T) string {
 	t.Helper()
 	select {
 	case f := <-s.frames:
+		s.lastID = ""
+		if rest, ok := strings.CutPrefix(f, "id: "); ok {
+			id, data, _ := strings.Cut(rest, "\n")
+			s.lastID, f = id, data
+		}
 		return f
 	case err := <-s.errc:
 		t.Fatalf("stream ended: %v", err)
@@ -862,10 +885,13 @@ func jsonNumber(n int64) string { b, _ := json.Marshal(n); return string(b) }
 func TestEventHeartbeat(t *testing.T) {
 	h := newSrvHarness(t, func(o *Options) { o.Heartbeat = 20 * time.Millisecond })
 	s := h.openStream(t)
+	s.heartbeats = true
 	if f, err := s.readFrame(); err != nil || !connectedFrame.MatchString(f) {
 		t.Fatalf("first frame %q %v", f, err)
 	}
-	for i := 0; i < 2; i++ {
+	// One at once (a client knows the stream is live before any event),
+	// then one per interval.
+	for i := 0; i < 3; i++ {
 		if f, err := s.readFrame(); err != nil || f != ": heartbeat\n\n" {
 			t.Fatalf("frame %q %v, want a heartbeat", f, err)
 		}

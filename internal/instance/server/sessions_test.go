@@ -86,6 +86,8 @@ func (f *fakeLoop) Active() []string {
 
 func (f *fakeLoop) IsActive(sid string) bool { return f.active[sid] }
 
+func (f *fakeLoop) Wait(context.Context, string) error { return nil }
+
 func (sh *sessHarness) store() store.Store {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -392,7 +394,14 @@ func TestSessionPromptAdmission(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	var out struct{ Data session.InboxUser }
+	var out struct {
+		Data struct {
+			session.InboxUser
+			AdmittedSeq uint64                `json:"admittedSeq"`
+			Prompt      session.DurablePrompt `json:"prompt"`
+			TimeCreated int64                 `json:"timeCreated"`
+		}
+	}
 	json.Unmarshal(r.body, &out)
 	d := out.Data
 	if d.ID != "msg_client1" || d.SessionID != s.ID || d.Type != "user" || d.Delivery != "steer" || d.Payload.Text != "hi" ||
@@ -400,7 +409,22 @@ func TestSessionPromptAdmission(t *testing.T) {
 		d.Time.Created == 0 || len(d.Payload.Agents) != 1 {
 		t.Fatalf("%s", r.body)
 	}
-	if e := nextEvent(t, ev); e["type"] != "session.input.admitted" {
+	// The released server's fields: the admission's durable seq (the
+	// session's created event is seq 1), the prompt, its time.
+	if d.AdmittedSeq != 2 || d.TimeCreated != d.Time.Created || d.Prompt.Text != "hi" || len(d.Prompt.Files) != 1 ||
+		d.Prompt.Files[0].URI != "data:text/plain;base64,aGVsbG8=" || d.Prompt.Files[0].Mime != "text/plain" ||
+		len(d.Prompt.Agents) != 1 || d.Prompt.Agents[0].Name != "plan" || d.Prompt.Agents[0].Source == nil {
+		t.Fatalf("admitted %s", r.body)
+	}
+	e := nextEvent(t, ev)
+	durable, _ := e["durable"].(map[string]any)
+	data, _ := e["data"].(map[string]any)
+	if e["type"] != "session.next.prompt.admitted" || durable["seq"] != float64(2) || durable["aggregateID"] != s.ID ||
+		durable["version"] != float64(1) || ev.lastID != e["id"] || data["messageID"] != "msg_client1" || data["delivery"] != "steer" ||
+		data["timestamp"] == nil || e["created"] == nil {
+		t.Fatalf("event %v (id line %q)", e, ev.lastID)
+	}
+	if e := nextEvent(t, ev); e["type"] != "session.updated" || e["durable"] == nil {
 		t.Fatalf("event %v", e)
 	}
 	wantError(t, h.send("POST", "/api/session/"+s.ID+"/prompt", map[string]any{"text": "again", "id": "msg_client1"}), 409, "ConflictError",

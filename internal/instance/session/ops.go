@@ -349,6 +349,7 @@ func (s *Service) SwitchModel(ctx context.Context, sid string, model *agents.Mod
 // message, in one transaction.
 func (s *Service) switchRecorded(ctx context.Context, sid, typ string, apply func(*Info, map[string]any)) (*Info, error) {
 	var info *Info
+	var switched map[string]any
 	err := s.WriteTx(ctx, func(tx store.Tx) (err error) {
 		if info, err = s.Info(tx, sid); err != nil {
 			return err
@@ -359,13 +360,19 @@ func (s *Service) switchRecorded(ctx context.Context, sid, typ string, apply fun
 		if err := s.AppendMessage(tx, sid, msg); err != nil {
 			return err
 		}
+		switched = map[string]any{"messageID": msg["id"]}
+		if typ == "agent-switched" {
+			switched["agent"] = msg["agent"]
+		} else {
+			switched["model"] = msg["model"]
+		}
 		info.Time.Updated = max(now, info.Time.Updated)
 		return s.PutInfo(tx, info, false)
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.Publish("session.updated", info, map[string]any{"info": info})
+	s.PublishEvents(info, Ev{"session.next." + strings.Replace(typ, "-", ".", 1), switched}, Ev{"session.updated", map[string]any{"info": info}})
 	return info, nil
 }
 
@@ -398,7 +405,9 @@ func (s *Service) Move(ctx context.Context, sid, dir, delivery string) (*Info, e
 		return nil, errs.Field("directory", "Directory is unavailable: "+dir)
 	}
 	var info *Info
+	var moved map[string]any
 	err = s.WriteTx(ctx, func(tx store.Tx) (err error) {
+		moved = nil
 		if info, err = s.Info(tx, sid); err != nil {
 			return err
 		}
@@ -424,12 +433,20 @@ func (s *Service) Move(ctx context.Context, sid, dir, delivery string) (*Info, e
 		if err := s.AppendMessage(tx, sid, msg); err != nil {
 			return err
 		}
+		moved = map[string]any{"location": info.Location}
+		if sub != "" {
+			moved["subdirectory"] = sub
+		}
 		return s.PutInfo(tx, info, false)
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.Publish("session.updated", info, map[string]any{"info": info})
+	if moved != nil {
+		s.PublishEvents(info, Ev{"session.next.moved", moved}, Ev{"session.updated", map[string]any{"info": info}})
+	} else {
+		s.Publish("session.updated", info, map[string]any{"info": info})
+	}
 	return info, nil
 }
 

@@ -85,6 +85,55 @@ type InboxUser struct {
 	Delivery string      `json:"delivery"`
 }
 
+// DurablePrompt is a prompt as the prompt answer and the prompt events
+// carry it.
+type DurablePrompt struct {
+	Text   string        `json:"text"`
+	Files  []PromptFile  `json:"files,omitempty"`
+	Agents []PromptAgent `json:"agents,omitempty"`
+}
+
+// PromptFile is a file of a DurablePrompt: a file: URI as given, or a
+// data: URI of the inlined bytes.
+type PromptFile struct {
+	URI         string   `json:"uri"`
+	Mime        string   `json:"mime"`
+	Name        string   `json:"name,omitempty"`
+	Description string   `json:"description,omitempty"`
+	Source      *Mention `json:"source,omitempty"`
+}
+
+// PromptAgent is an agent a DurablePrompt mentions.
+type PromptAgent struct {
+	Name   string   `json:"name"`
+	Source *Mention `json:"source,omitempty"`
+}
+
+// PromptOf is the durable form of an admitted prompt.
+func PromptOf(item *InboxUser) DurablePrompt {
+	p := DurablePrompt{Text: item.Payload.Text}
+	for _, f := range item.Payload.Files {
+		uri, _ := f.Source["uri"].(string)
+		if uri == "" {
+			uri = "data:" + f.Mime + ";base64," + f.Data
+		}
+		p.Files = append(p.Files, PromptFile{URI: uri, Mime: f.Mime, Name: f.Name, Description: f.Description, Source: f.Mention})
+	}
+	for _, a := range item.Payload.Agents {
+		p.Agents = append(p.Agents, PromptAgent{Name: a.Name, Source: a.Mention})
+	}
+	return p
+}
+
+// Admitted is the answer to a prompt: the inbox item, the durable
+// sequence number of its admission event, the prompt and its time.
+type Admitted struct {
+	*InboxUser
+	AdmittedSeq uint64        `json:"admittedSeq"`
+	Prompt      DurablePrompt `json:"prompt"`
+	TimeCreated int64         `json:"timeCreated"`
+}
+
 // PromptFields is the prompt itself.
 type PromptFields struct {
 	Text   *string           `json:"text"`
@@ -174,9 +223,9 @@ type PromptInput struct {
 }
 
 // Prompt admits a prompt into the session's inbox, announces it
-// (session.input.admitted) and wakes the agent loop unless resume is
+// (session.next.prompt.admitted) and wakes the agent loop unless resume is
 // false. Files are read now, inside the allowed roots.
-func (s *Service) Prompt(ctx context.Context, sid string, in PromptInput) (*InboxUser, error) {
+func (s *Service) Prompt(ctx context.Context, sid string, in PromptInput) (*Admitted, error) {
 	pf := in.PromptFields
 	if in.Prompt != nil {
 		if pf.Text != nil || pf.Files != nil || pf.Agents != nil || pf.Skills != nil {
@@ -256,12 +305,15 @@ func (s *Service) Prompt(ctx context.Context, sid string, in PromptInput) (*Inbo
 	if err != nil {
 		return nil, err
 	}
-	s.Publish("session.input.admitted", info, map[string]any{"input": item})
-	s.Publish("session.updated", info, map[string]any{"info": info})
+	out := &Admitted{InboxUser: item, Prompt: PromptOf(item), TimeCreated: now}
+	seqs := s.PublishEvents(info,
+		Ev{"session.next.prompt.admitted", map[string]any{"messageID": item.ID, "prompt": out.Prompt, "delivery": item.Delivery}},
+		Ev{"session.updated", map[string]any{"info": info}})
+	out.AdmittedSeq = seqs[0]
 	if (in.Resume == nil || *in.Resume) && s.Drains != nil {
 		s.Drains.Schedule(sid)
 	}
-	return item, nil
+	return out, nil
 }
 
 func urlUnescape(v string) (string, error) { return url.PathUnescape(v) }

@@ -40,6 +40,9 @@ type Service struct {
 	// wake it, removal and interrupt stop it.
 	Drains Drains
 	Logger *zap.Logger
+	// EventRetention is how long reconnecting event streams can replay
+	// durable events (default DefaultEventRetention).
+	EventRetention time.Duration
 }
 
 // Drains is what the session operations need of the agent loop.
@@ -52,6 +55,9 @@ type Drains interface {
 	// Active lists the sessions whose drain runs; IsActive asks for one.
 	Active() []string
 	IsActive(sessionID string) bool
+	// Wait returns when the session's drain is idle (at once when none
+	// runs) or ctx ends.
+	Wait(ctx context.Context, sessionID string) error
 }
 
 // TokenUsage is TokenUsage.Info.
@@ -274,16 +280,6 @@ func (s *Service) PutInfo(tx store.Tx, info *Info, create bool) error {
 
 // Gone reports an error that means the session was removed.
 func Gone(err error) bool { return errs.Is(err, 404, "SessionNotFoundError") }
-
-// Publish sends a session event (in the session's location, with its id).
-func (s *Service) Publish(typ string, info *Info, data map[string]any) {
-	if data == nil {
-		data = map[string]any{}
-	}
-	data["sessionID"] = info.ID
-	loc := info.Location
-	s.Bus.Publish(typ, &loc, data)
-}
 
 // PublishStatus announces that a session's drain runs or went idle.
 func (s *Service) PublishStatus(sid, status string) {

@@ -1,0 +1,199 @@
+package session
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+
+	"github.com/agentgate/agentgate/internal/instance/errs"
+	"github.com/agentgate/agentgate/internal/store"
+)
+
+// Limits of a message page.
+const (
+	DefaultMessageLimit = 50
+	MaxMessageLimit     = 200
+)
+
+// MessagePage is a page of a session's messages and the cursors to the
+// pages before and after it (absent at either end).
+type MessagePage struct {
+	Data   []json.RawMessage `json:"data"`
+	Cursor struct {
+		Previous string `json:"previous,omitempty"`
+		Next     string `json:"next,omitempty"`
+	} `json:"cursor"`
+}
+
+// messageCursor is a position in a message list: the id of the message
+// at a page's edge, the list's order, and the way the cursor goes.
+type messageCursor struct {
+	ID        string `json:"id"`
+	Order     string `json:"order"`
+	Direction string `json:"direction"` // "next" or "previous"
+}
+
+func (c messageCursor) encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeMessageCursor(v string) (messageCursor, error) {
+	var c messageCursor
+	b, err := base64.RawURLEncoding.DecodeString(v)
+	if err != nil || json.Unmarshal(b, &c) != nil || c.ID == "" ||
+		(c.Order != "asc" && c.Order != "desc") || (c.Direction != "next" && c.Direction != "previous") {
+		return c, errs.InvalidCursor()
+	}
+	return c, nil
+}
+
+// ListMessages is a page of the session's messages in order ("asc",
+// oldest first, or "desc"; default "desc") or from a cursor of an earlier
+// page, which keeps that page's order.
+func (s *Service) ListMessages(ctx context.Context, sid, order, cursor string, limit int) (*MessagePage, error) {
+	var cur *messageCursor
+	if cursor != "" {
+		c, err := decodeMessageCursor(cursor)
+		if err != nil {
+			return nil, err
+		}
+		cur, order = &c, c.Order
+	}
+	if order == "" {
+		order = "desc"
+	}
+	var msgs []Message
+	err := s.ReadTx(ctx, func(tx store.Tx) (err error) {
+		if _, err = s.Info(tx, sid); err != nil {
+			return err
+		}
+		msgs, err = s.Messages(tx, sid)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if order == "desc" {
+		for i, j := 0, len(msgs)-1; i < j; i, j = i+1, j-1 {
+			msgs[i], msgs[j] = msgs[j], msgs[i]
+		}
+	}
+	start, end := 0, min(limit, len(msgs))
+	if cur != nil {
+		at := -1
+		for i, m := range msgs {
+			if m.Header.ID == cur.ID {
+				at = i
+				break
+			}
+		}
+		if at < 0 {
+			return nil, errs.InvalidCursor()
+		}
+		if cur.Direction == "next" {
+			start, end = at+1, min(at+1+limit, len(msgs))
+		} else {
+			start, end = max(0, at-limit), at
+		}
+	}
+	page := &MessagePage{Data: make([]json.RawMessage, 0, end-start)}
+	for _, m := range msgs[start:end] {
+		page.Data = append(page.Data, m.Raw)
+	}
+	if start > 0 && start < len(msgs) {
+		page.Cursor.Previous = messageCursor{msgs[start].Header.ID, order, "previous"}.encode()
+	}
+	if end < len(msgs) && end > 0 {
+		page.Cursor.Next = messageCursor{msgs[end-1].Header.ID, order, "next"}.encode()
+	}
+	return page, nil
+}
+
+// Message is one message of the session: SessionNotFoundError or
+// MessageNotFoundError when missing.
+func (s *Service) Message(ctx context.Context, sid, mid string) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := s.ReadTx(ctx, func(tx store.Tx) error {
+		if _, err := s.Info(tx, sid); err != nil {
+			return err
+		}
+		msgs, err := s.Messages(tx, sid)
+		for _, m := range msgs {
+			if m.Header.ID == mid {
+				out = m.Raw
+				break
+			}
+		}
+		return err
+	})
+	if err == nil && out == nil {
+		err = errs.MessageNotFound(sid, mid)
+	}
+	return out, err
+}
+
+// Context is the messages the agent's next step starts from: those from
+// the last completed compaction on (all of them when there is none).
+func (s *Service) Context(ctx context.Context, sid string) ([]json.RawMessage, error) {
+	var msgs []Message
+	err := s.ReadTx(ctx, func(tx store.Tx) (err error) {
+		if _, err = s.Info(tx, sid); err != nil {
+			return err
+		}
+		msgs, err = s.Messages(tx, sid)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	from := 0
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Header.Type == "compaction" && msgs[i].Header.Status == "completed" {
+			from = i
+			break
+		}
+	}
+	out := make([]json.RawMessage, 0, len(msgs)-from)
+	for _, m := range msgs[from:] {
+		out = append(out, m.Raw)
+	}
+	return out, nil
+}
+
+// Wait returns when the session's agent loop in this process is idle.
+func (s *Service) Wait(ctx context.Context, sid string) error {
+	if _, err := s.Get(ctx, sid); err != nil {
+		return err
+	}
+	if s.Drains == nil {
+		return nil
+	}
+	return s.Drains.Wait(ctx, sid)
+}
+
+// Compact asks the agent loop to summarise the session's conversation:
+// a compaction inbox item, run after the inputs admitted before it.
+func (s *Service) Compact(ctx context.Context, sid string) error {
+	if s.Drains == nil {
+		return errs.Unavailable("agent", "no agent loop runs on this server")
+	}
+	now := s.NowMS()
+	id := s.NewID("msg")
+	raw, err := json.Marshal(map[string]any{"id": id, "sessionID": sid, "type": "compaction", "delivery": "queue",
+		"time": map[string]any{"created": now}})
+	if err != nil {
+		return err
+	}
+	err = s.WriteTx(ctx, func(tx store.Tx) error {
+		if _, err := s.Info(tx, sid); err != nil {
+			return err
+		}
+		return tx.AppendSessionItem(s.InstanceName(), sid, store.ItemInbox, id, raw)
+	})
+	if err != nil {
+		return err
+	}
+	s.Drains.Schedule(sid)
+	return nil
+}
