@@ -154,7 +154,9 @@ func Builtin() []Agent {
 	}
 }
 
-func denyAll() []PermissionRule { return []PermissionRule{{Action: "*", Resource: "*", Effect: "deny"}} }
+func denyAll() []PermissionRule {
+	return []PermissionRule{{Action: "*", Resource: "*", Effect: "deny"}}
+}
 
 // agentSet accumulates agent definitions by id.
 type agentSet struct {
