@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentgate/agentgate/internal/clock"
@@ -42,16 +43,46 @@ type LocationRef struct {
 // Bus fans events out to subscribers. Each subscriber has a bounded queue;
 // one that falls behind is disconnected (its stream ends) rather than
 // slowing anyone else; it reconnects and replays what it missed.
+//
+// Events pass through one ordered queue: they get their ids (ascending)
+// as they enter it, and a single worker writes the durable ones of
+// everything queued to the journal in one call before it sends them. A
+// publisher does not wait for the journal unless it asks to, and a stream
+// that has seen an event id has seen every durable event journaled before
+// it.
 type Bus struct {
 	QueueSize int
 	Clock     clock.Clock
 
 	mu   sync.Mutex
 	subs map[*subscriber]struct{}
-	// durable serialises durable batches: ids are taken, journaled and
-	// sent in one order, so a stream that has seen an id has seen every
-	// durable event journaled before it.
-	durable sync.Mutex
+
+	qmu     sync.Mutex
+	queue   []*batch
+	running bool
+	journal atomic.Pointer[Journal]
+}
+
+// Journal writes durable events (those whose Durable names an aggregate)
+// in order, setting each one's Durable.Seq and Version, or clearing
+// Durable for one it does not keep. An error leaves the whole call's
+// events ephemeral.
+type Journal func(evs []*Event) error
+
+type batch struct {
+	evs  []*Event
+	done chan struct{} // closed once sent, when the publisher waits
+	err  error
+}
+
+// SetJournal sets the journal durable events are written to (nil: none,
+// every event is ephemeral).
+func (b *Bus) SetJournal(j Journal) {
+	if j == nil {
+		b.journal.Store(nil)
+		return
+	}
+	b.journal.Store(&j)
 }
 
 // frame is an encoded event as a subscriber queue holds it.
@@ -97,51 +128,111 @@ func Encode(ev *Event) ([]byte, error) {
 
 // Publish sends an ephemeral event to every subscriber; it never blocks.
 func (b *Bus) Publish(typ string, loc *LocationRef, data any) {
-	if data == nil {
-		data = map[string]any{}
-	}
-	now := b.Clock.Now()
-	f, err := Encode(&Event{ID: ids.Event(now), Created: now.UnixMilli(), Type: typ, Location: loc, Data: data})
-	if err != nil {
-		return
-	}
-	b.send(frame{b: f})
+	b.enqueue(&batch{evs: []*Event{{Type: typ, Location: loc, Data: data}}})
 }
 
-// PublishBatch gives each event an id and a time, lets journal write the
-// durable ones (it sets their Durable field; an error leaves them
-// ephemeral) and sends them all in order. Batches are serialised so that
-// durable ids reach every stream in ascending order.
-func (b *Bus) PublishBatch(evs []*Event, journal func([]*Event) error) error {
-	b.durable.Lock()
-	defer b.durable.Unlock()
-	now := b.Clock.Now()
-	for _, ev := range evs {
-		ev.ID, ev.Created = ids.Event(now), now.UnixMilli()
-		if ev.Data == nil {
-			ev.Data = map[string]any{}
+// PublishBatch queues events to be sent in order; those whose Durable
+// names an aggregate are journaled first. With wait it returns once they
+// were sent, with the journal's error (the events then went out
+// ephemeral); Durable.Seq is then set on the journaled ones.
+func (b *Bus) PublishBatch(evs []*Event, wait bool) error {
+	bt := &batch{evs: evs}
+	if wait {
+		bt.done = make(chan struct{})
+	}
+	b.enqueue(bt)
+	if !wait {
+		return nil
+	}
+	<-bt.done
+	return bt.err
+}
+
+// Flush returns once every event queued before it was sent.
+func (b *Bus) Flush() { b.PublishBatch(nil, true) }
+
+func (b *Bus) enqueue(bt *batch) {
+	// The data is encoded now, in the publisher's goroutine: what it
+	// refers to may change once Publish returns.
+	for _, ev := range bt.evs {
+		if _, raw := ev.Data.(json.RawMessage); !raw {
+			if ev.Data == nil {
+				ev.Data = map[string]any{}
+			}
+			enc, err := json.Marshal(ev.Data)
+			if err != nil {
+				enc = []byte("{}")
+			}
+			ev.Data = json.RawMessage(enc)
 		}
 	}
-	var jerr error
-	if journal != nil {
-		if jerr = journal(evs); jerr != nil {
-			for _, ev := range evs {
-				ev.Durable = nil
+	b.qmu.Lock()
+	now := b.Clock.Now()
+	for _, ev := range bt.evs {
+		ev.ID, ev.Created = ids.Event(now), now.UnixMilli()
+	}
+	b.queue = append(b.queue, bt)
+	start := !b.running
+	b.running = true
+	b.qmu.Unlock()
+	if start {
+		go b.work()
+	}
+}
+
+// work sends what is queued, journaling each round's durable events in
+// one call, until the queue is empty.
+func (b *Bus) work() {
+	for {
+		b.qmu.Lock()
+		take := b.queue
+		b.queue = nil
+		if len(take) == 0 {
+			b.running = false
+			b.qmu.Unlock()
+			return
+		}
+		b.qmu.Unlock()
+		var durable []*Event
+		for _, bt := range take {
+			for _, ev := range bt.evs {
+				if ev.Durable != nil {
+					durable = append(durable, ev)
+				}
+			}
+		}
+		var jerr error
+		if len(durable) > 0 {
+			j := b.journal.Load()
+			if j != nil {
+				jerr = (*j)(durable)
+			}
+			if j == nil || jerr != nil {
+				for _, ev := range durable {
+					ev.Durable = nil
+				}
+			}
+		}
+		for _, bt := range take {
+			for _, ev := range bt.evs {
+				f, err := Encode(ev)
+				if err != nil {
+					continue
+				}
+				fr := frame{b: f}
+				if ev.Durable != nil {
+					fr.id, fr.session = ev.ID, ev.Durable.AggregateID
+				}
+				b.send(fr)
+			}
+			if bt.done != nil {
+				if len(bt.evs) > 0 {
+					bt.err = jerr
+				}
+				close(bt.done)
 			}
 		}
 	}
-	for _, ev := range evs {
-		f, err := Encode(ev)
-		if err != nil {
-			continue
-		}
-		fr := frame{b: f}
-		if ev.Durable != nil {
-			fr.id, fr.session = ev.ID, ev.Durable.AggregateID
-		}
-		b.send(fr)
-	}
-	return jerr
 }
 
 func (b *Bus) send(f frame) {

@@ -116,6 +116,9 @@ func New(opts Options) *Server {
 	if opts.Runner != nil {
 		s.sessions.Drains = opts.Runner
 	}
+	if opts.Store != nil {
+		opts.Bus.SetJournal(s.sessions.Journal)
+	}
 	rt := s.router
 	rt.Handle("GET", "/api/info", s.info)
 	rt.Handle("POST", "/api/pair", s.pair)

@@ -386,6 +386,7 @@ func TestSessionList(t *testing.T) {
 func TestSessionPromptAdmission(t *testing.T) {
 	h := newSessHarness(t, nil)
 	s := h.createSession(nil)
+	h.srv.Bus().Flush() // session.created is sent before the stream opens
 	ev := h.subscribe(t)
 	r := h.send("POST", "/api/session/"+s.ID+"/prompt", map[string]any{"text": "hi", "id": "msg_client1",
 		"agents":   []map[string]any{{"name": "plan", "mention": map[string]any{"start": 0, "end": 2, "text": "hi"}}},

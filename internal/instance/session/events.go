@@ -58,39 +58,25 @@ func (s *Service) retention() time.Duration {
 	return DefaultEventRetention
 }
 
-// Publish sends one event of a session and returns its durable sequence
-// number (0 when it is not durable).
-func (s *Service) Publish(typ string, info *Info, data map[string]any) uint64 {
-	return s.PublishEvents(info, Ev{typ, data})[0]
+// Publish sends one event of a session (see PublishEvents).
+func (s *Service) Publish(typ string, info *Info, data map[string]any) {
+	s.PublishEvents(info, Ev{typ, data})
 }
 
-// PublishEvents sends events of a session, in order, in one batch: the
-// durable ones are written to the session's journal in one transaction
-// first. Each event's data gets the session id, and session.next.* events
-// a timestamp. It returns each event's durable sequence number (0 for an
-// ephemeral one, or when the journal could not be written).
-func (s *Service) PublishEvents(info *Info, list ...Ev) []uint64 {
-	loc := info.Location
-	now := s.NowMS()
-	evs := make([]*events.Event, len(list))
-	durable := false
-	for i, e := range list {
-		data := e.Data
-		if data == nil {
-			data = map[string]any{}
-		}
-		data["sessionID"] = info.ID
-		if strings.HasPrefix(e.Type, "session.next.") {
-			data["timestamp"] = now
-		}
-		evs[i] = &events.Event{Type: e.Type, Location: &loc, Data: data}
-		durable = durable || IsDurable(e.Type)
-	}
-	var journal func([]*events.Event) error
-	if durable && s.Store != nil {
-		journal = func(evs []*events.Event) error { return s.journal(info.ID, evs) }
-	}
-	if err := s.Bus.PublishBatch(evs, journal); err != nil && s.Logger != nil {
+// PublishEvents sends events of a session, in order; the durable ones are
+// journaled before they are sent, without the caller waiting. Each
+// event's data gets the session id, and session.next.* events a
+// timestamp.
+func (s *Service) PublishEvents(info *Info, list ...Ev) {
+	s.Bus.PublishBatch(s.sessionEvents(info, list), false)
+}
+
+// PublishDurable is PublishEvents that waits until the events are
+// journaled and sent, and returns each one's durable sequence number (0
+// for an ephemeral one, or when the journal could not be written).
+func (s *Service) PublishDurable(info *Info, list ...Ev) []uint64 {
+	evs := s.sessionEvents(info, list)
+	if err := s.Bus.PublishBatch(evs, true); err != nil && s.Logger != nil {
 		s.Logger.Warn("session events: cannot write the journal; the events were sent without replay", zap.Error(err))
 	}
 	seqs := make([]uint64, len(evs))
@@ -102,33 +88,59 @@ func (s *Service) PublishEvents(info *Info, list ...Ev) []uint64 {
 	return seqs
 }
 
-// journal writes a batch's durable events; a session that is gone keeps
-// no journal.
-func (s *Service) journal(sid string, evs []*events.Event) error {
+func (s *Service) sessionEvents(info *Info, list []Ev) []*events.Event {
+	loc := info.Location
+	now := s.NowMS()
+	evs := make([]*events.Event, len(list))
+	for i, e := range list {
+		data := e.Data
+		if data == nil {
+			data = map[string]any{}
+		}
+		data["sessionID"] = info.ID
+		ev := &events.Event{Type: e.Type, Location: &loc, Data: data}
+		if strings.HasPrefix(e.Type, "session.next.") {
+			data["timestamp"] = now
+		}
+		if IsDurable(e.Type) {
+			ev.Durable = &events.Durable{AggregateID: info.ID}
+		}
+		evs[i] = ev
+	}
+	return evs
+}
+
+// Journal writes durable events to their sessions' journals in one
+// transaction (the bus's journal); a session that is gone keeps none.
+func (s *Service) Journal(evs []*events.Event) error {
+	if s.Store == nil {
+		return errors.New("no store")
+	}
 	inst := s.InstanceName()
 	var n int64
 	err := s.WriteTx(context.Background(), func(tx store.Tx) error {
 		n = 0
-		if _, err := tx.InstanceSession(inst, sid); err != nil {
-			if errors.Is(err, store.ErrNotFound) {
-				for _, ev := range evs {
-					ev.Durable = nil
-				}
-				return nil
-			}
-			return err
-		}
+		live := map[string]bool{}
 		for _, ev := range evs {
-			ev.Durable = nil
-			if !IsDurable(ev.Type) {
+			sid := ev.Durable.AggregateID
+			ev.Durable.Seq = 0
+			ok, seen := live[sid]
+			if !seen {
+				_, err := tx.InstanceSession(inst, sid)
+				if err != nil && !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+				ok = err == nil
+				live[sid] = ok
+			}
+			if !ok {
 				continue
 			}
 			_, err := tx.AppendSessionEvent(inst, sid, ev.ID, func(seq uint64) ([]byte, error) {
-				ev.Durable = &events.Durable{AggregateID: sid, Seq: seq, Version: EventVersion(ev.Type)}
+				ev.Durable.Seq, ev.Durable.Version = seq, EventVersion(ev.Type)
 				return json.Marshal(ev)
 			})
 			if err != nil {
-				ev.Durable = nil
 				return err
 			}
 			n++
@@ -140,7 +152,15 @@ func (s *Service) journal(sid string, evs []*events.Event) error {
 		}
 		return nil
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	for _, ev := range evs {
+		if ev.Durable.Seq == 0 {
+			ev.Durable = nil // its session is gone
+		}
+	}
+	return nil
 }
 
 // Replay reads the durable events journaled after the event afterID, for

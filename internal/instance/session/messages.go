@@ -166,10 +166,14 @@ func (s *Service) Wait(ctx context.Context, sid string) error {
 	if _, err := s.Get(ctx, sid); err != nil {
 		return err
 	}
-	if s.Drains == nil {
-		return nil
+	if s.Drains != nil {
+		if err := s.Drains.Wait(ctx, sid); err != nil {
+			return err
+		}
 	}
-	return s.Drains.Wait(ctx, sid)
+	// The run's last events are journaled and sent before the answer.
+	s.Bus.Flush()
+	return nil
 }
 
 // Compact asks the agent loop to summarise the session's conversation:

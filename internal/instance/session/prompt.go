@@ -306,7 +306,7 @@ func (s *Service) Prompt(ctx context.Context, sid string, in PromptInput) (*Admi
 		return nil, err
 	}
 	out := &Admitted{InboxUser: item, Prompt: PromptOf(item), TimeCreated: now}
-	seqs := s.PublishEvents(info,
+	seqs := s.PublishDurable(info,
 		Ev{"session.next.prompt.admitted", map[string]any{"messageID": item.ID, "prompt": out.Prompt, "delivery": item.Delivery}},
 		Ev{"session.updated", map[string]any{"info": info}})
 	out.AdmittedSeq = seqs[0]
