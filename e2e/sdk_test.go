@@ -46,7 +46,7 @@ func nodeReady(t *testing.T, ctx context.Context) string {
 		}
 		t.Skip(msg)
 	}
-	if !installed(dir, "openai", "@anthropic-ai/sdk", "@google/genai", "openid-client") {
+	if !installed(dir, "openai", "@anthropic-ai/sdk", "@google/genai", "openid-client", "opencode-ai", "@opencode-ai/sdk") {
 		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -90,6 +90,7 @@ type frame struct {
 	id      string // the event id of a durable event, else ""
 	session string // the aggregate of a durable event
 	b       []byte // the whole SSE frame
+	body    []byte // the event record inside b
 }
 
 type subscriber struct {
@@ -114,16 +115,24 @@ func NewBus(queueSize int, clk clock.Clock) *Bus {
 // Encode is the SSE frame of an event: an `id:` line for a durable event,
 // then its data line.
 func Encode(ev *Event) ([]byte, error) {
-	body, err := json.Marshal(ev)
+	f, _, err := encode(ev)
+	return f, err
+}
+
+// encode is Encode that also returns the record inside the frame.
+func encode(ev *Event) (frame, body []byte, err error) {
+	body, err = json.Marshal(ev)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]byte, 0, len(body)+len(ev.ID)+16)
 	if ev.Durable != nil {
 		out = append(append(append(out, "id: "...), ev.ID...), '\n')
 	}
-	out = append(append(append(out, "data: "...), body...), "\n\n"...)
-	return out, nil
+	out = append(out, "data: "...)
+	start := len(out)
+	out = append(append(out, body...), "\n\n"...)
+	return out, out[start : start+len(body)], nil
 }
 
 // Publish sends an ephemeral event to every subscriber; it never blocks.
@@ -215,11 +224,11 @@ func (b *Bus) work() {
 		}
 		for _, bt := range take {
 			for _, ev := range bt.evs {
-				f, err := Encode(ev)
+				f, body, err := encode(ev)
 				if err != nil {
 					continue
 				}
-				fr := frame{b: f}
+				fr := frame{b: f, body: body}
 				if ev.Durable != nil {
 					fr.id, fr.session = ev.ID, ev.Durable.AggregateID
 				}
@@ -290,6 +299,10 @@ type Stream struct {
 	// outside what the journal keeps: server.connected then carries
 	// resync: true and nothing is replayed.
 	Replay func() (events []Stored, ok bool)
+	// Transform, when set, rewrites each event record sent (the first
+	// server.connected included) into the records written in its place,
+	// each as a data-only frame; replayed events are not transformed.
+	Transform func(record []byte) [][]byte
 }
 
 // Serve streams events to one client as SSE: server.connected, a
@@ -319,8 +332,21 @@ func (b *Bus) Serve(w http.ResponseWriter, r *http.Request, st Stream) {
 	if resync {
 		data["resync"] = true
 	}
-	first, _ := Encode(&Event{ID: ids.Event(b.Clock.Now()), Type: "server.connected", Data: data})
-	if !write(w, rc, first) || !write(w, rc, heartbeat) {
+	first, firstBody, _ := encode(&Event{ID: ids.Event(b.Clock.Now()), Type: "server.connected", Data: data})
+	send := func(f, body []byte) bool {
+		if st.Transform == nil {
+			return write(w, rc, f)
+		}
+		for _, rec := range st.Transform(body) {
+			out := make([]byte, 0, len(rec)+8)
+			out = append(append(append(out, "data: "...), rec...), "\n\n"...)
+			if _, err := w.Write(out); err != nil {
+				return false
+			}
+		}
+		return rc.Flush() == nil
+	}
+	if !send(first, firstBody) || !write(w, rc, heartbeat) {
 		return
 	}
 	last := ""
@@ -350,7 +376,7 @@ func (b *Bus) Serve(w http.ResponseWriter, r *http.Request, st Stream) {
 			if st.Session != "" && f.session != st.Session {
 				continue
 			}
-			if !write(w, rc, f.b) {
+			if !send(f.b, f.body) {
 				return
 			}
 		case <-tick.C:

@@ -350,7 +350,7 @@ func (r *Runner) loop(sid string, d *drain) {
 	renewDone := make(chan struct{})
 	defer close(renewDone)
 	go r.renew(sid, renewDone)
-	s.PublishStatus(sid, "running")
+	s.PublishStatus(sid, "busy")
 	for {
 		r.mu.Lock()
 		d.pending = false

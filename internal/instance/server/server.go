@@ -132,6 +132,7 @@ func New(opts Options) *Server {
 	rt.Handle("POST", "/api/plugin/update", s.updatePlugins)
 	s.historyRoutes(rt)
 	s.sessionRoutes(rt)
+	s.v1Routes(rt)
 	s.pendingRoutes(rt)
 	if opts.Runner != nil {
 		opts.Runner.Attach(s.sessions)
@@ -157,7 +158,7 @@ func (s *Server) IsActive(sessionID string) bool {
 func Handles(path string) bool {
 	return path == "/api" || strings.HasPrefix(path, "/api/") || strings.HasPrefix(path, "/auth/connect/") ||
 		path == "/permission" || strings.HasPrefix(path, "/permission/") || path == "/question" || strings.HasPrefix(path, "/question/") ||
-		(strings.HasPrefix(path, "/session/") && (strings.HasSuffix(path, "/todo") || strings.Contains(path, "/permissions/")))
+		path == "/session" || strings.HasPrefix(path, "/session/") || path == "/config" || path == "/event"
 }
 
 // Failed authentications allowed per client address within

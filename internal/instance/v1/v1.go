@@ -1,0 +1,225 @@
+// Package v1 projects the instance's sessions, messages and events onto
+// the records of the released OpenCode server's first (v1) routes, which
+// its CLI (`opencode run --attach`) and TUI (`opencode attach`) speak:
+// Session, UserMessage and AssistantMessage with their parts, and
+// `{id, type, properties}` events. It holds no state of its own beyond a
+// stream's translation of tool calls in flight.
+package v1
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/agentgate/agentgate/internal/instance/agents"
+	"github.com/agentgate/agentgate/internal/instance/session"
+)
+
+// Version is the version v1 records report.
+const Version = "agentgate"
+
+// Rule is a v1 permission rule.
+type Rule struct {
+	Permission string `json:"permission"`
+	Pattern    string `json:"pattern"`
+	Action     string `json:"action"`
+}
+
+// RulesIn turns v1 rules into the session's.
+func RulesIn(in []Rule) []agents.PermissionRule {
+	out := make([]agents.PermissionRule, 0, len(in))
+	for _, r := range in {
+		out = append(out, agents.PermissionRule{Action: r.Permission, Resource: r.Pattern, Effect: r.Action})
+	}
+	return out
+}
+
+// Session is the v1 Session record of a session.
+func Session(info *session.Info) map[string]any {
+	out := map[string]any{"id": info.ID, "slug": slug(info.ID), "projectID": info.ProjectID, "directory": info.Location.Directory,
+		"path": info.Subpath, "title": info.Title, "version": Version, "cost": info.Cost, "tokens": tokens(info.Tokens),
+		"time": map[string]any{"created": info.Time.Created, "updated": info.Time.Updated}}
+	if info.ParentID != "" {
+		out["parentID"] = info.ParentID
+	}
+	if info.Agent != "" {
+		out["agent"] = info.Agent
+	}
+	if info.Model != nil {
+		out["model"] = map[string]any{"id": info.Model.ID, "providerID": info.Model.ProviderID}
+	}
+	if len(info.Permissions) > 0 {
+		rules := make([]Rule, 0, len(info.Permissions))
+		for _, r := range info.Permissions {
+			rules = append(rules, Rule{Permission: r.Action, Pattern: r.Resource, Action: r.Effect})
+		}
+		out["permission"] = rules
+	}
+	return out
+}
+
+func slug(id string) string {
+	if len(id) > 8 {
+		return strings.ToLower(id[len(id)-8:])
+	}
+	return id
+}
+
+func tokens(t session.TokenUsage) map[string]any {
+	return map[string]any{"input": t.Input, "output": t.Output, "reasoning": t.Reasoning,
+		"cache": map[string]any{"read": t.Cache.Read, "write": t.Cache.Write}}
+}
+
+// PartID is the v1 part id of a message's part: step-start "s", text
+// "t0", reasoning "r0", a tool call "c" + its call id, step-finish "f",
+// a user message's text "u0".
+func PartID(msgID, part string) string {
+	return "prt_" + strings.TrimPrefix(msgID, "msg_") + "_" + part
+}
+
+// WithParts is a v1 message and its parts.
+type WithParts struct {
+	Info  map[string]any   `json:"info"`
+	Parts []map[string]any `json:"parts"`
+}
+
+// Messages projects a session's stored messages onto v1 messages: user
+// messages and assistant steps (other records have no v1 form). cwd and
+// root are the session's directory and its project's.
+func Messages(info *session.Info, msgs []session.Message, root string) []WithParts {
+	out := []WithParts{}
+	lastUser := ""
+	agent := "build"
+	var model *agents.ModelRef
+	for _, m := range msgs {
+		raw := gjson.ParseBytes(m.Raw)
+		switch m.Header.Type {
+		case "agent-switched":
+			agent = raw.Get("agent").String()
+		case "user":
+			lastUser = m.Header.ID
+			u := map[string]any{"id": m.Header.ID, "sessionID": info.ID, "role": "user",
+				"time": map[string]any{"created": raw.Get("time.created").Int()}, "agent": agent}
+			if model != nil {
+				u["model"] = map[string]any{"providerID": model.ProviderID, "modelID": model.ID}
+			} else {
+				u["model"] = map[string]any{"providerID": "agentgate", "modelID": ""}
+			}
+			out = append(out, WithParts{Info: u, Parts: []map[string]any{{"id": PartID(m.Header.ID, "u0"), "sessionID": info.ID,
+				"messageID": m.Header.ID, "type": "text", "text": raw.Get("text").String()}}})
+		case "assistant":
+			a := assistant(info.ID, m.Header.ID, lastUser, info.Location.Directory, root, raw)
+			if mr := raw.Get("model"); mr.Exists() {
+				model = &agents.ModelRef{ID: mr.Get("id").String(), ProviderID: mr.Get("providerID").String()}
+			}
+			out = append(out, WithParts{Info: a, Parts: assistantParts(info.ID, m.Header.ID, raw)})
+		}
+	}
+	return out
+}
+
+// assistant is the v1 AssistantMessage of a stored step.
+func assistant(sid, id, parent, cwd, root string, raw gjson.Result) map[string]any {
+	agent := raw.Get("agent").String()
+	if agent == "" {
+		agent = "build"
+	}
+	a := map[string]any{"id": id, "sessionID": sid, "role": "assistant", "parentID": parent, "mode": agent, "agent": agent,
+		"path": map[string]any{"cwd": cwd, "root": root}, "modelID": raw.Get("model.id").String(),
+		"providerID": raw.Get("model.providerID").String(), "cost": raw.Get("cost").Float()}
+	t := map[string]any{"created": raw.Get("time.created").Int()}
+	if c := raw.Get("time.completed"); c.Exists() {
+		t["completed"] = c.Int()
+	}
+	a["time"] = t
+	a["tokens"] = tokensOf(raw.Get("tokens"))
+	if f := raw.Get("finish"); f.Exists() {
+		a["finish"] = f.String()
+	}
+	if e := raw.Get("error"); e.Exists() {
+		a["error"] = errorOf(e)
+	}
+	return a
+}
+
+func tokensOf(t gjson.Result) map[string]any {
+	return map[string]any{"input": t.Get("input").Float(), "output": t.Get("output").Float(), "reasoning": t.Get("reasoning").Float(),
+		"cache": map[string]any{"read": t.Get("cache.read").Float(), "write": t.Get("cache.write").Float()}}
+}
+
+// errorOf is a v1 message error: {name, data: {message}}.
+func errorOf(e gjson.Result) map[string]any {
+	name := e.Get("type").String()
+	if name == "" {
+		name = "UnknownError"
+	}
+	return map[string]any{"name": name, "data": map[string]any{"message": e.Get("message").String()}}
+}
+
+func assistantParts(sid, id string, raw gjson.Result) []map[string]any {
+	base := func(part, typ string) map[string]any {
+		return map[string]any{"id": PartID(id, part), "sessionID": sid, "messageID": id, "type": typ}
+	}
+	created, completed := raw.Get("time.created").Int(), raw.Get("time.completed").Int()
+	parts := []map[string]any{base("s", "step-start")}
+	for _, c := range raw.Get("content").Array() {
+		switch c.Get("type").String() {
+		case "text", "reasoning":
+			kind := c.Get("type").String()
+			p := base(kind[:1]+"0", kind)
+			p["text"] = c.Get("text").String()
+			p["time"] = map[string]any{"start": created, "end": completed}
+			parts = append(parts, p)
+		case "tool":
+			parts = append(parts, ToolPart(sid, id, c))
+		}
+	}
+	if f := raw.Get("finish"); f.Exists() {
+		p := base("f", "step-finish")
+		p["reason"] = f.String()
+		p["cost"] = raw.Get("cost").Float()
+		p["tokens"] = tokensOf(raw.Get("tokens"))
+		parts = append(parts, p)
+	}
+	return parts
+}
+
+// ToolPart is the v1 ToolPart of a stored tool part.
+func ToolPart(sid, msgID string, c gjson.Result) map[string]any {
+	callID := c.Get("id").String()
+	state := map[string]any{"input": json.RawMessage(orEmpty(c.Get("state.input").Raw))}
+	start := c.Get("time.ran").Int()
+	if start == 0 {
+		start = c.Get("time.created").Int()
+	}
+	end := c.Get("time.completed").Int()
+	meta := json.RawMessage(orEmpty(c.Get("state.metadata").Raw))
+	switch c.Get("state.status").String() {
+	case "completed":
+		var out strings.Builder
+		for _, x := range c.Get("state.content").Array() {
+			out.WriteString(x.Get("text").String())
+		}
+		state["status"], state["output"], state["metadata"] = "completed", out.String(), meta
+		state["title"] = c.Get("state.metadata.title").String()
+		state["time"] = map[string]any{"start": start, "end": end}
+	case "error":
+		if end == 0 {
+			end = start
+		}
+		state["status"], state["error"], state["metadata"] = "error", c.Get("state.error.message").String(), meta
+		state["time"] = map[string]any{"start": start, "end": end}
+	default:
+		state["status"], state["time"] = "running", map[string]any{"start": start}
+	}
+	return map[string]any{"id": PartID(msgID, "c"+callID), "sessionID": sid, "messageID": msgID, "type": "tool",
+		"callID": callID, "tool": c.Get("name").String(), "state": state}
+}
+
+func orEmpty(raw string) string {
+	if raw == "" {
+		return "{}"
+	}
+	return raw
+}
