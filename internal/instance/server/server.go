@@ -133,6 +133,7 @@ func New(opts Options) *Server {
 	s.historyRoutes(rt)
 	s.sessionRoutes(rt)
 	s.v1Routes(rt)
+	s.v1TUIRoutes(rt)
 	s.pendingRoutes(rt)
 	if opts.Runner != nil {
 		opts.Runner.Attach(s.sessions)
@@ -158,8 +159,15 @@ func (s *Server) IsActive(sessionID string) bool {
 func Handles(path string) bool {
 	return path == "/api" || strings.HasPrefix(path, "/api/") || strings.HasPrefix(path, "/auth/connect/") ||
 		path == "/permission" || strings.HasPrefix(path, "/permission/") || path == "/question" || strings.HasPrefix(path, "/question/") ||
-		path == "/session" || strings.HasPrefix(path, "/session/") || path == "/config" || path == "/event"
+		path == "/session" || strings.HasPrefix(path, "/session/") || path == "/event" || v1Paths[path] ||
+		strings.HasPrefix(path, "/config") || strings.HasPrefix(path, "/experimental/") || strings.HasPrefix(path, "/project/") ||
+		strings.HasPrefix(path, "/provider")
 }
+
+// v1Paths are the first routes outside /session, /config, /experimental,
+// /project and /provider that the instance serves.
+var v1Paths = map[string]bool{"/path": true, "/vcs": true, "/agent": true, "/command": true, "/formatter": true, "/lsp": true,
+	"/mcp": true, "/global/event": true}
 
 // Failed authentications allowed per client address within
 // AuthFailureWindow; then the address gets 429 TooManyRequestsError until

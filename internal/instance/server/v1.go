@@ -24,6 +24,7 @@ import (
 func (s *Server) v1Routes(rt *router.Router) {
 	rt.Handle("POST", "/session", s.v1CreateSession)
 	rt.Handle("GET", "/session", s.v1ListSessions)
+	rt.Handle("GET", "/session/status", s.v1SessionStatus)
 	rt.Handle("GET", "/session/{sessionID}", s.v1GetSession)
 	rt.Handle("GET", "/session/{sessionID}/message", s.v1Messages)
 	rt.Handle("POST", "/session/{sessionID}/message", s.v1Prompt)
@@ -334,5 +335,18 @@ func (s *Server) v1Events(w http.ResponseWriter, r *http.Request, _ router.Param
 		}
 		return out
 	}})
+	return nil
+}
+
+// v1SessionStatus maps the sessions whose agent loop runs here to
+// {type: "busy"}.
+func (s *Server) v1SessionStatus(w http.ResponseWriter, _ *http.Request, _ router.Params) error {
+	out := map[string]any{}
+	if s.opts.Runner != nil {
+		for _, id := range s.opts.Runner.Active() {
+			out[id] = map[string]any{"type": "busy"}
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
