@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -39,7 +43,8 @@ func opencodeBinary(t *testing.T, ctx context.Context) string {
 // a temp dir, no update checks, model fetches, sharing or LSP downloads.
 func opencodeEnv(t *testing.T) []string {
 	home := t.TempDir()
-	env := []string{"HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, "config"), "XDG_DATA_HOME=" + filepath.Join(home, "data"),
+	os.Mkdir(filepath.Join(home, "tmp"), 0o700)
+	env := []string{"HOME=" + home, "TMPDIR=" + filepath.Join(home, "tmp"), "XDG_CONFIG_HOME=" + filepath.Join(home, "config"), "XDG_DATA_HOME=" + filepath.Join(home, "data"),
 		"XDG_CACHE_HOME=" + filepath.Join(home, "cache"), "XDG_STATE_HOME=" + filepath.Join(home, "state"),
 		"OPENCODE_DISABLE_AUTOUPDATE=1", "OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_SHARE=1", "OPENCODE_DISABLE_LSP_DOWNLOAD=1",
 		"NO_COLOR=1", "TERM=xterm-256color"}
@@ -126,7 +131,9 @@ func (m *tmuxScreen) run(ctx context.Context, args ...string) string {
 	return string(out)
 }
 
-func (m *tmuxScreen) screen(ctx context.Context) string { return m.run(ctx, "capture-pane", "-p", "-t", "tui") }
+func (m *tmuxScreen) screen(ctx context.Context) string {
+	return m.run(ctx, "capture-pane", "-p", "-t", "tui")
+}
 
 // waitFor waits until the screen holds every text.
 func (m *tmuxScreen) waitFor(ctx context.Context, what string, texts ...string) string {
@@ -221,4 +228,228 @@ func TestOpenCodeTUIJourney(t *testing.T) {
 	if part.Get("state.status").String() != "completed" || !strings.Contains(part.Get("state.content.0.text").String(), "hi-from-bash") {
 		t.Fatalf("the bash call: %s", body)
 	}
+}
+
+// knownDifferences are the documented differences between the released
+// server's answers and ours (README, "Differences from the released
+// OpenCode server"), as paths of the shape comparison: a difference at
+// or under one of them is expected.
+var knownDifferences = map[string]string{
+	"location.get.project.canonical":            "our location names the project's canonical directory too",
+	"agent.list.data[].name":                    "agents carry name (the newer server's record)",
+	"agent.list.data[].request.settings":        "agents carry request.settings (the newer server's record)",
+	"agent.list.data[].system":                  "our built-in agents have no system prompt of their own",
+	"agent.list.location.project.canonical":     "our location names the project's canonical directory too",
+	"session.create.data.model.variant":         "a model without a variant has none",
+	"session.get.data.model.variant":            "a model without a variant has none",
+	"session.list.data[].model.variant":         "a model without a variant has none",
+	"session.create.data.subpath":               "subpath is left out at the project root",
+	"session.get.data.subpath":                  "subpath is left out at the project root",
+	"session.list.data[].subpath":               "subpath is left out at the project root",
+	"session.list.data[].outcome":               "sessions record their last run's outcome",
+	"session.list.data[].steps":                 "sessions count their steps",
+	"session.list.data[].time.idle":             "sessions record when they went idle",
+	"session.prompt.data.payload":               "the prompt answer is the inbox item plus the released fields",
+	"session.prompt.data.time":                  "the prompt answer is the inbox item plus the released fields",
+	"session.prompt.data.type":                  "the prompt answer is the inbox item plus the released fields",
+	"session.messages.data[]":                   "message records follow the instance API's message types (idle markers, switches, content without part ids)",
+	"session.message.data":                      "message records follow the instance API's message types",
+	"session.context.data[]":                    "message records follow the instance API's message types",
+	"session.history.data[].created":            "events keep created",
+	"session.history.data[].location":           "events carry their location",
+	"model.list.data[].api":                     "the provider is the instance's own (native, no package, endpoint or key shown)",
+	"model.list.data[].capabilities.input[]":    "models declare text input",
+	"model.list.data[].capabilities.output[]":   "models declare text output",
+	"model.list.data[].cost[]":                  "models carry the provider block's prices",
+	"model.list.data[].family":                  "models have no family",
+	"model.list.location.project.canonical":     "our location names the project's canonical directory too",
+	"provider.list.data[].api":                  "the provider is the instance's own (native, no package, endpoint or key shown)",
+	"provider.list.location.project.canonical":  "our location names the project's canonical directory too",
+	"command.list.location.project.canonical":   "our location names the project's canonical directory too",
+	"skill.list.location.project.canonical":     "our location names the project's canonical directory too",
+	"command.list.data[].subtask":               "the released server's built-in commands carry subtask; ours has only the project's",
+	"session.messages.badCursor.kind":           "our InvalidRequestError names the kind of input",
+	"model.list.data[].limit.input":             "the released server's built-in models declare an input limit",
+	"model.list.data[].request.body":            "the released server's built-in provider shows its public key",
+	"provider.list.data[].request.body":         "the released server's built-in provider shows its public key",
+	"session.history.data[].data.model.variant": "a model without a variant has none",
+}
+
+// shapeDiff lists the paths where two answer shapes differ.
+func shapeDiff(a, b any, path string) []string {
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok {
+			jb, _ := json.Marshal(b)
+			return []string{fmt.Sprintf("%s (ours %.80s)", path, jb)}
+		}
+		var out []string
+		for k, v := range x {
+			if w, ok := y[k]; ok {
+				out = append(out, shapeDiff(v, w, path+"."+k)...)
+			} else {
+				out = append(out, path+"."+k)
+			}
+		}
+		for k := range y {
+			if _, ok := x[k]; !ok {
+				out = append(out, path+"."+k)
+			}
+		}
+		return out
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) == 0 || len(y) == 0 {
+			return []string{path}
+		}
+		return shapeDiff(x[0], y[0], path+"[]")
+	}
+	if a != b {
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		return []string{fmt.Sprintf("%s (released %.60s, ours %.60s)", path, ja, jb)}
+	}
+	return nil
+}
+
+func known(path string) bool {
+	for p := range knownDifferences {
+		if path == p || strings.HasPrefix(path, p+".") || strings.HasPrefix(path, p+"[") || strings.HasPrefix(path, p+" (") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestOpenCodeSDKConformance runs the released SDK's v2 calls against the
+// released server (`opencode serve`) and against ours with the same
+// inputs, and compares statuses, error tags and the answers' field names
+// and types; the documented differences are listed in knownDifferences.
+func TestOpenCodeSDKConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the real binaries")
+	}
+	ctx := testContext(t, 4*time.Minute)
+	oc := opencodeBinary(t, ctx)
+	dir := clientsDir(t)
+	bin := caddyBinary(t)
+	const secret = "sk-provider-conformance-SECRET"
+	p, err := fakeprovider.Start(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// The same project files for both: a command and a skill.
+	project := func() string {
+		d := t.TempDir()
+		for name, body := range map[string]string{
+			".opencode/command/hello.md":     "---\ndescription: Say hello\n---\nSay hello to $ARGUMENTS\n",
+			".opencode/skill/greet/SKILL.md": "---\nname: greet\ndescription: How to greet\n---\nGreet warmly.\n",
+			".opencode/command/subtask.md":   "---\ndescription: A subtask\nsubtask: true\n---\nDo it\n",
+			"README.md":                      "conformance\n",
+		} {
+			os.MkdirAll(filepath.Dir(filepath.Join(d, name)), 0o755)
+			if err := os.WriteFile(filepath.Join(d, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	relDir, ourDir := project(), project()
+	cfg, _ := json.Marshal(map[string]any{"model": "agentgate/fake-model", "provider": map[string]any{"agentgate": map[string]any{
+		"npm": "@ai-sdk/openai-compatible", "name": "agentgate", "options": map[string]any{"baseURL": p.URL + "/v1", "apiKey": secret},
+		"models": map[string]any{"fake-model": map[string]any{"name": "fake-model", "limit": map[string]any{"context": 100000, "output": 4000}}}}}})
+	if err := os.WriteFile(filepath.Join(relDir, "opencode.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// The released server.
+	relAddr := freeAddr(t)
+	host, port, _ := strings.Cut(relAddr, ":")
+	rel := exec.CommandContext(ctx, oc, "serve", "--hostname", host, "--port", port)
+	rel.Dir = relDir
+	rel.Env = append(opencodeEnv(t), "OPENCODE_SERVER_PASSWORD=pw-conf")
+	var relLog syncBuffer
+	rel.Stdout, rel.Stderr = &relLog, &relLog
+	if err := rel.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rel.Process.Kill(); rel.Wait() })
+
+	// Ours, with the same provider and model.
+	s := newServer(t, bin, config{})
+	caddyfile := fmt.Sprintf("{\n\tadmin %s\n\tagentgate {\n\t\tstorage badger %q\n\t}\n}\n\nhttp://%s {\n\tbind 127.0.0.1\n\tagent_instance {\n"+
+		"\t\tpassword pw-conf\n\t\tdirectory %q\n\t\tprovider {\n\t\t\tbase_url %s/v1\n\t\t\tapi_key %s\n\t\t\tmodel fake-model\n"+
+		"\t\t\tcontext_limit 100000\n\t\t\toutput_limit 4000\n\t\t}\n\t}\n}\n", s.adminAddr, filepath.Join(s.dir, "data"), s.httpAddr, ourDir, p.URL, secret)
+	if err := os.WriteFile(s.cfgPath, []byte(caddyfile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.start()
+
+	auth := http.Header{"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte("opencode:pw-conf"))}}
+	// Both answer, and have loaded their agents (the released server
+	// loads its plugins after it starts listening).
+	for _, base := range []string{"http://" + relAddr, "http://" + s.httpAddr} {
+		waitFor(t, ctx, base+" answers", func() bool {
+			st, b, err := call(ctx, freshClient, "GET", base+"/api/agent", auth, nil)
+			return err == nil && st == 200 && gjson.GetBytes(b, "data.#").Int() > 0
+		})
+	}
+	run := func(base, project string) map[string]struct {
+		Status int
+		Tag    *string
+		Shape  any
+	} {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, "node", "opencode-sdk.mjs")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "OPENCODE_URL="+base, "OPENCODE_PASSWORD=pw-conf", "OPENCODE_DIR="+project,
+			"MODEL_PROVIDER=agentgate", "MODEL_ID=fake-model")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("opencode-sdk.mjs against %s: %v\n%s", base, err, stderr.String())
+		}
+		var res map[string]struct {
+			Status int
+			Tag    *string
+			Shape  any
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("%s: %v\n%s", base, err, out)
+		}
+		return res
+	}
+	released := run("http://"+relAddr, relDir)
+	ours := run("http://"+s.httpAddr, ourDir)
+	var failures []string
+	for name, r := range released {
+		o, ok := ours[name]
+		if !ok {
+			failures = append(failures, name+": not answered by ours")
+			continue
+		}
+		tag := func(p *string) string {
+			if p == nil {
+				return ""
+			}
+			return *p
+		}
+		if r.Status != o.Status || tag(r.Tag) != tag(o.Tag) {
+			failures = append(failures, fmt.Sprintf("%s: released %d %s, ours %d %s", name, r.Status, tag(r.Tag), o.Status, tag(o.Tag)))
+			continue
+		}
+		for _, path := range shapeDiff(r.Shape, o.Shape, name) {
+			if !known(path) {
+				failures = append(failures, path+": shapes differ")
+			}
+		}
+	}
+	if len(failures) > 0 {
+		sort.Strings(failures)
+		t.Fatalf("%d differences from the released server:\n%s", len(failures), strings.Join(failures, "\n"))
+	}
+	t.Logf("%d SDK calls answered alike (known differences: %d)", len(released), len(knownDifferences))
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/agentgate/agentgate/internal/instance/agents"
 	"github.com/agentgate/agentgate/internal/instance/errs"
@@ -89,7 +90,9 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request, p router.
 }
 
 // oneQuery reads the named query parameters, refusing repeated and
-// unknown ones.
+// unknown ones. The directory a client sends with every request (the
+// SDK's `directory`, `workspace` and `location[…]`) is not a parameter of
+// a session's routes and is ignored.
 func oneQuery(r *http.Request, names ...string) (map[string]string, error) {
 	out := map[string]string{}
 	known := map[string]bool{}
@@ -97,6 +100,9 @@ func oneQuery(r *http.Request, names ...string) (map[string]string, error) {
 		known[n] = true
 	}
 	for k, v := range r.URL.Query() {
+		if k == "directory" || k == "workspace" || strings.HasPrefix(k, "location[") {
+			continue
+		}
 		if !known[k] {
 			return nil, errs.InvalidRequest("query", "unknown query parameter "+k)
 		}

@@ -208,7 +208,7 @@ func TestMessagesPagedAndFetched(t *testing.T) {
 	for _, m := range all.Get("data").Array() {
 		ids = append(ids, m.Get("id").String())
 	}
-	if len(ids) != 5 || all.Get("cursor.next").Exists() || all.Get("cursor.previous").Exists() {
+	if len(ids) != 5 || !all.Get("cursor.next").Exists() || !all.Get("cursor.previous").Exists() {
 		t.Fatalf("all: %s", all.Raw)
 	}
 	page := func(q string) ([]string, gjson.Result) {
@@ -226,16 +226,22 @@ func TestMessagesPagedAndFetched(t *testing.T) {
 	}
 	// Default order is newest first; cursors keep it both ways.
 	p1, c1 := page("limit=2")
-	if strings.Join(p1, ",") != ids[4]+","+ids[3] || c1.Get("previous").Exists() {
+	if strings.Join(p1, ",") != ids[4]+","+ids[3] {
 		t.Fatalf("page 1 %v %s", p1, c1.Raw)
+	}
+	if before, c := page("limit=2&cursor=" + url.QueryEscape(c1.Get("previous").String())); len(before) != 0 || c.Get("next").Exists() {
+		t.Fatalf("before page 1: %v %s", before, c.Raw)
 	}
 	p2, c2 := page("limit=2&cursor=" + url.QueryEscape(c1.Get("next").String()))
 	if strings.Join(p2, ",") != ids[2]+","+ids[1] || !c2.Get("previous").Exists() || !c2.Get("next").Exists() {
 		t.Fatalf("page 2 %v %s", p2, c2.Raw)
 	}
 	p3, c3 := page("limit=2&cursor=" + url.QueryEscape(c2.Get("next").String()))
-	if strings.Join(p3, ",") != ids[0] || c3.Get("next").Exists() {
+	if strings.Join(p3, ",") != ids[0] {
 		t.Fatalf("page 3 %v %s", p3, c3.Raw)
+	}
+	if after, _ := page("limit=2&cursor=" + url.QueryEscape(c3.Get("next").String())); len(after) != 0 {
+		t.Fatalf("after the last page: %v", after)
 	}
 	back, _ := page("limit=2&cursor=" + url.QueryEscape(c3.Get("previous").String()))
 	if strings.Join(back, ",") != strings.Join(p2, ",") {

@@ -408,7 +408,7 @@ func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ router.Par
 	if list == nil {
 		list = []agents.Agent{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"location": loc.Ref(), "data": list})
+	writeJSON(w, http.StatusOK, map[string]any{"location": loc.PublicInfo(), "data": list})
 	return nil
 }
 
@@ -454,7 +454,7 @@ func (s *Server) checkPlugins(w http.ResponseWriter, r *http.Request, _ router.P
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"location": loc.Ref(), "data": list})
+	writeJSON(w, http.StatusOK, map[string]any{"location": loc.PublicInfo(), "data": list})
 	return nil
 }
 

@@ -613,7 +613,7 @@ func TestAgentsAPI(t *testing.T) {
 		Data     []agents.Agent `json:"data"`
 	}
 	json.Unmarshal(r.body, &list)
-	if len(list.Location) != 1 || list.Location["directory"] != h.dir {
+	if proj, _ := list.Location["project"].(map[string]any); list.Location["directory"] != h.dir || proj["directory"] != h.dir || proj["id"] == "" {
 		t.Fatalf("location %v", list.Location)
 	}
 	var ids []string

@@ -16,7 +16,7 @@ const (
 )
 
 // MessagePage is a page of a session's messages and the cursors to the
-// pages before and after it (absent at either end).
+// pages before and after it (absent when the page is empty).
 type MessagePage struct {
 	Data   []json.RawMessage `json:"data"`
 	Cursor struct {
@@ -101,10 +101,10 @@ func (s *Service) ListMessages(ctx context.Context, sid, order, cursor string, l
 	for _, m := range msgs[start:end] {
 		page.Data = append(page.Data, m.Raw)
 	}
-	if start > 0 && start < len(msgs) {
+	// As the released server does, a page that holds messages gives both
+	// cursors; past either end they lead to an empty page.
+	if end > start {
 		page.Cursor.Previous = messageCursor{msgs[start].Header.ID, order, "previous"}.encode()
-	}
-	if end < len(msgs) && end > 0 {
 		page.Cursor.Next = messageCursor{msgs[end-1].Header.ID, order, "next"}.encode()
 	}
 	return page, nil
