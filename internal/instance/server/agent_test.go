@@ -96,7 +96,11 @@ func (h *drainHarness) waitPending(path string) gjson.Result {
 		if r.status != 200 {
 			h.t.Fatalf("%s: %d %s", path, r.status, r.body)
 		}
-		if l := gjson.ParseBytes(r.body).Array(); len(l) > 0 {
+		list := gjson.ParseBytes(r.body)
+		if d := list.Get("data"); d.IsArray() {
+			list = d // a session route's {data: [...]}
+		}
+		if l := list.Array(); len(l) > 0 {
 			return l[0]
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -702,5 +706,38 @@ func TestAgentProjectAndInstanceRules(t *testing.T) {
 	}
 	if parts[1].Get("state.error.type").String() != "PermissionDeniedError" {
 		t.Fatalf("the instance's rule did not deny the read: %s", parts[1].Raw)
+	}
+}
+
+// The session-scoped form routes of the released SDK: list, reject (204)
+// and answer (204), another session's form not found.
+func TestAgentQuestionSessionRoutes(t *testing.T) {
+	ask := call("q1", "question", map[string]any{"questions": []map[string]any{{"question": "Go on?", "header": "Go",
+		"options": []map[string]string{{"label": "Yes", "description": "y"}, {"label": "No", "description": "n"}}}}})
+	sc := &script{steps: []fakeprovider.Step{{Calls: []fakeprovider.Call{ask}}, {Text: "ok"}, {Calls: []fakeprovider.Call{ask}}, {Text: "stopped"}}}
+	h := newAgentHarness(t, "chat", sc)
+	h.send("POST", "/api/session", map[string]any{"id": "ses_q2"})
+	h.send("POST", "/api/session", map[string]any{"id": "ses_other"})
+	h.prompt("ses_q2", "ask me", nil)
+	form := h.waitPending("/api/session/ses_q2/question")
+	id := form.Get("id").String()
+	if r := h.get("/api/session/ses_other/question"); gjson.GetBytes(r.body, "data.#").Int() != 0 {
+		t.Fatalf("another session's forms: %s", r.body)
+	}
+	wantError(t, h.send("POST", "/api/session/ses_other/question/"+id+"/reply", map[string]any{"answers": [][]string{{"Yes"}}}), 404, "FormNotFoundError", nil)
+	wantError(t, h.send("POST", "/api/session/ses_none/question/"+id+"/reply", map[string]any{"answers": [][]string{{"Yes"}}}), 404, "SessionNotFoundError", nil)
+	if r := h.send("POST", "/api/session/ses_q2/question/"+id+"/reply", map[string]any{"answers": [][]string{{"Yes"}}}); r.status != 204 {
+		t.Fatalf("answer: %d %s", r.status, r.body)
+	}
+	h.waitIdle("ses_q2", 1)
+	h.prompt("ses_q2", "ask again", nil)
+	second := h.waitPending("/api/session/ses_q2/question").Get("id").String()
+	if r := h.send("POST", "/api/session/ses_q2/question/"+second+"/reject", nil); r.status != 204 {
+		t.Fatalf("reject: %d %s", r.status, r.body)
+	}
+	msgs := h.waitIdle("ses_q2", 2)
+	parts := toolParts(msgs)
+	if len(parts) != 2 || parts[0].Get("state.status").String() != "completed" || parts[1].Get("state.error.type").String() != "QuestionRejectedError" {
+		t.Fatalf("parts: %v", parts)
 	}
 }

@@ -27,6 +27,9 @@ func (s *Server) pendingRoutes(rt *router.Router) {
 	rt.Handle("GET", "/question", s.listQuestions)
 	rt.Handle("POST", "/question/{requestID}/reply", s.replyQuestion)
 	rt.Handle("POST", "/question/{requestID}/reject", s.rejectQuestion)
+	rt.Handle("GET", "/api/session/{sessionID}/question", s.listSessionQuestions)
+	rt.Handle("POST", "/api/session/{sessionID}/question/{requestID}/reply", s.replySessionQuestion)
+	rt.Handle("POST", "/api/session/{sessionID}/question/{requestID}/reject", s.rejectSessionQuestion)
 	rt.Handle("GET", "/session/{sessionID}/todo", s.todos)
 }
 
@@ -151,21 +154,7 @@ func (s *Server) listQuestions(w http.ResponseWriter, r *http.Request, _ router.
 }
 
 func (s *Server) replyQuestion(w http.ResponseWriter, r *http.Request, p router.Params) error {
-	var in struct {
-		Answers *[][]string `json:"answers"`
-	}
-	if err := decodeBody(w, r, &in); err != nil {
-		return err
-	}
-	id := p["requestID"]
-	if in.Answers == nil {
-		return errs.New(http.StatusBadRequest, "FormInvalidAnswerError", "answers is required: one list of answers per question", "id", id)
-	}
-	b, err := s.broker()
-	if err != nil {
-		return err
-	}
-	if err := formError(id, b.Answer(id, r.URL.Query().Get("sessionID"), *in.Answers)); err != nil {
+	if err := s.answerForm(w, r, p["requestID"], r.URL.Query().Get("sessionID")); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, true)
@@ -173,19 +162,82 @@ func (s *Server) replyQuestion(w http.ResponseWriter, r *http.Request, p router.
 }
 
 func (s *Server) rejectQuestion(w http.ResponseWriter, r *http.Request, p router.Params) error {
-	if err := noBody(r); err != nil {
-		return err
-	}
-	id := p["requestID"]
-	b, err := s.broker()
-	if err != nil {
-		return err
-	}
-	if err := formError(id, b.RejectForm(id, r.URL.Query().Get("sessionID"))); err != nil {
+	if err := s.rejectForm(r, p["requestID"], r.URL.Query().Get("sessionID")); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, true)
 	return nil
+}
+
+// answerForm settles a form with the body's answers (of the session sid,
+// when set).
+func (s *Server) answerForm(w http.ResponseWriter, r *http.Request, id, sid string) error {
+	var in struct {
+		Answers *[][]string `json:"answers"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	if in.Answers == nil {
+		return errs.New(http.StatusBadRequest, "FormInvalidAnswerError", "answers is required: one list of answers per question", "id", id)
+	}
+	b, err := s.broker()
+	if err != nil {
+		return err
+	}
+	return formError(id, b.Answer(id, sid, *in.Answers))
+}
+
+// rejectForm dismisses a form (of the session sid, when set).
+func (s *Server) rejectForm(r *http.Request, id, sid string) error {
+	if err := noBody(r); err != nil {
+		return err
+	}
+	b, err := s.broker()
+	if err != nil {
+		return err
+	}
+	return formError(id, b.RejectForm(id, sid))
+}
+
+// The session's forms, as the released server's session routes serve
+// them.
+func (s *Server) listSessionQuestions(w http.ResponseWriter, r *http.Request, p router.Params) error {
+	sid, err := pathSession(p)
+	if err != nil {
+		return err
+	}
+	if _, err := s.sessions.Get(r.Context(), sid); err != nil {
+		return err
+	}
+	b, err := s.broker()
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": b.Forms(sid)})
+	return nil
+}
+
+func (s *Server) replySessionQuestion(w http.ResponseWriter, r *http.Request, p router.Params) error {
+	sid, err := pathSession(p)
+	if err != nil {
+		return err
+	}
+	if _, err := s.sessions.Get(r.Context(), sid); err != nil {
+		return err
+	}
+	return done(w, s.answerForm(w, r, p["requestID"], sid))
+}
+
+func (s *Server) rejectSessionQuestion(w http.ResponseWriter, r *http.Request, p router.Params) error {
+	sid, err := pathSession(p)
+	if err != nil {
+		return err
+	}
+	if _, err := s.sessions.Get(r.Context(), sid); err != nil {
+		return err
+	}
+	return done(w, s.rejectForm(r, p["requestID"], sid))
 }
 
 // formError is the tagged error of a failed answer or rejection.
