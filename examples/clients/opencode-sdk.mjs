@@ -85,6 +85,10 @@ await record("provider.list", client.provider.list({ location }));
 await record("provider.get.missing", client.provider.get({ providerID: "nope", location }));
 await record("command.list", client.command.list({ location }));
 await record("skill.list", client.skill.list({ location }));
+await record("fs.list", client.fs.list({ location }));
+await record("fs.find", client.fs.find({ location, query: "readme" }));
+await record("permission.request.list", client.permission.request.list({ location }));
+await record("question.request.list", client.question.request.list({ location }));
 
 // The event stream: its first frames.
 const ac = new AbortController();

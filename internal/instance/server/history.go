@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -249,6 +250,10 @@ func (s *Server) inLocation(w http.ResponseWriter, r *http.Request, list func(pr
 		return err
 	}
 	v, err := list(loc.Project.Directory, loc.Canonical)
+	var tagged *errs.Error
+	if errors.As(err, &tagged) {
+		return err
+	}
 	if err != nil {
 		return errs.Unavailable("location", err.Error())
 	}

@@ -397,3 +397,52 @@ func TestHealthModelsProvidersCommandsSkills(t *testing.T) {
 	os.Remove(filepath.Join(h.dir, ".opencode/command/bad.md"))
 	wantError(t, h.get("/api/command"), 503, "ServiceUnavailableError", nil)
 }
+
+// The file routes: a directory's entries, files found by name, a file's
+// bytes; paths that leave the location are refused, symlinks included.
+func TestFileRoutes(t *testing.T) {
+	h := newDrainHarness(t)
+	for name, body := range map[string]string{"main.go": "package main\n", "pkg/util/strings.go": "package util\n", "node_modules/x/index.js": "x"} {
+		p := filepath.Join(h.dir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(body), 0o644)
+	}
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "secret.txt"), []byte("no"), 0o644)
+	os.Symlink(outside, filepath.Join(h.dir, "escape"))
+
+	r := h.get("/api/fs/list")
+	list := gjson.ParseBytes(r.body)
+	if r.status != 200 || list.Get("location.directory").String() != h.dir || list.Get("data.0.path").String() != "pkg" ||
+		list.Get(`data.#(path=="main.go").type`).String() != "file" || list.Get(`data.#(path=="pkg").type`).String() != "directory" ||
+		list.Get(`data.#(path=="node_modules")`).Exists() {
+		t.Fatalf("list: %d %s", r.status, r.body)
+	}
+	if r := h.get("/api/fs/list?path=pkg/util"); gjson.GetBytes(r.body, "data.0.path").String() != "pkg/util/strings.go" {
+		t.Fatalf("list pkg/util: %s", r.body)
+	}
+	r = h.get("/api/fs/find?query=str")
+	if gjson.GetBytes(r.body, "data.0.path").String() != "pkg/util/strings.go" || gjson.GetBytes(r.body, "data.#").Int() != 1 {
+		t.Fatalf("find: %s", r.body)
+	}
+	if r := h.get("/api/fs/find?query=util&type=directory"); gjson.GetBytes(r.body, "data.0.path").String() != "pkg/util" {
+		t.Fatalf("find a directory: %s", r.body)
+	}
+	if r := h.get("/api/fs/read/pkg/util/strings.go"); r.status != 200 || string(r.body) != "package util\n" {
+		t.Fatalf("read: %d %q", r.status, r.body)
+	}
+	for _, bad := range []string{"/api/fs/read/escape/secret.txt", "/api/fs/read/..%2F..%2Fetc%2Fpasswd", "/api/fs/read/pkg",
+		"/api/fs/list?path=escape", "/api/fs/list?path=/etc", "/api/fs/list?path=../", "/api/fs/find", "/api/fs/find?query=x&type=link",
+		"/api/fs/find?query=x&limit=0", "/api/fs/read/"} {
+		r := h.get(bad)
+		if r.status != 400 || strings.Contains(string(r.body), "no\"") {
+			t.Fatalf("%s: %d %s", bad, r.status, r.body)
+		}
+	}
+	if r := h.get("/api/permission/request"); r.status != 200 || gjson.GetBytes(r.body, "data.#").Int() != 0 {
+		t.Fatalf("pending permissions: %s", r.body)
+	}
+	if r := h.get("/api/question/request"); r.status != 200 || !gjson.GetBytes(r.body, "data").IsArray() {
+		t.Fatalf("pending forms: %s", r.body)
+	}
+}

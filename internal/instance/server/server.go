@@ -134,6 +134,7 @@ func New(opts Options) *Server {
 	s.sessionRoutes(rt)
 	s.v1Routes(rt)
 	s.v1TUIRoutes(rt)
+	s.fsRoutes(rt)
 	s.pendingRoutes(rt)
 	if opts.Runner != nil {
 		opts.Runner.Attach(s.sessions)
@@ -213,6 +214,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			errs.Write(w, errs.Unauthorized("Authentication required"))
 			return
 		}
+	}
+	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, fsReadPrefix) {
+		s.fsRead(w, r)
+		return
 	}
 	s.router.ServeHTTP(w, r)
 }
