@@ -51,15 +51,11 @@ func browserReady(t *testing.T, ctx context.Context) string {
 			"(apt-get install -y chromium chromium-driver)", chromiumPath, err)
 	}
 	if _, err := exec.LookPath("node"); err != nil {
-		missing("node is not installed: the browser tests drive Chromium with npm playwright-core (.ci/run installs node and runs npm ci in examples/clients)")
+		missing("node is not installed: the browser tests drive Chromium with npm playwright-core (.ci/run installs node and the packages of examples/clients)")
 	}
 	dir := clientsDir(t)
 	if !installed(dir, "playwright-core") {
-		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-		}
+		npmInstall(t, ctx, dir)
 	}
 	return dir
 }

@@ -34,7 +34,7 @@ func clientsDir(t *testing.T) string {
 	return filepath.Join(filepath.Dir(file), "..", "examples", "clients")
 }
 
-// nodeReady makes sure node and the SDKs are installed (npm ci from the
+// nodeReady makes sure node and the SDKs are installed (from the
 // committed lockfile when node_modules is missing).
 func nodeReady(t *testing.T, ctx context.Context) string {
 	t.Helper()
@@ -47,13 +47,23 @@ func nodeReady(t *testing.T, ctx context.Context) string {
 		t.Skip(msg)
 	}
 	if !installed(dir, "openai", "@anthropic-ai/sdk", "@google/genai", "openid-client", "opencode-ai", "@opencode-ai/sdk") {
-		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-		}
+		npmInstall(t, ctx, dir)
 	}
 	return dir
+}
+
+// npmInstall installs dir's packages at the versions of its committed
+// lockfile. Not `npm ci`: the lockfile holds only the OpenCode platform
+// packages the registry serves (this machine's), and npm ci refuses a
+// lockfile that lacks the other platforms' optional packages; npm install
+// installs the locked versions and skips those it cannot fetch.
+func npmInstall(t *testing.T, ctx context.Context, dir string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm install in %s: %v\n%s", dir, err, out)
+	}
 }
 
 // installed reports whether every package is in dir's node_modules.
