@@ -741,3 +741,38 @@ func TestAgentQuestionSessionRoutes(t *testing.T) {
 		t.Fatalf("parts: %v", parts)
 	}
 }
+
+// The released SDK's session permission routes: the pending requests of
+// the session (and one by id) as PermissionV2Request records, answered
+// with 204.
+func TestAgentPermissionSessionRoutesV2(t *testing.T) {
+	sc := &script{steps: []fakeprovider.Step{
+		{Calls: []fakeprovider.Call{call("c1", "bash", map[string]any{"command": "echo one"})}},
+		{Text: "ok"},
+	}}
+	h := newAgentHarness(t, "chat", sc)
+	h.send("POST", "/api/session", map[string]any{"id": "ses_v2"})
+	h.send("POST", "/api/session", map[string]any{"id": "ses_v2other"})
+	h.prompt("ses_v2", "go", nil)
+	req := h.waitPending("/api/session/ses_v2/permission")
+	id := req.Get("id").String()
+	if req.Get("action").String() != "bash" || req.Get("resources.0").String() != "echo one" || req.Get("save.0").String() != "echo one *" ||
+		req.Get("source.type").String() != "tool" || req.Get("source.callID").String() != "c1" || req.Get("sessionID").String() != "ses_v2" {
+		t.Fatalf("request: %s", req.Raw)
+	}
+	if r := h.get("/api/session/ses_v2/permission/" + id); gjson.GetBytes(r.body, "data.id").String() != id || gjson.GetBytes(r.body, "data.action").String() != "bash" {
+		t.Fatalf("get: %d %s", r.status, r.body)
+	}
+	wantError(t, h.get("/api/session/ses_v2other/permission/"+id), 404, "PermissionNotFoundError", nil)
+	wantError(t, h.get("/api/session/ses_none/permission/"+id), 404, "SessionNotFoundError", nil)
+	if r := h.get("/api/permission/request"); gjson.GetBytes(r.body, "data.0.id").String() != id {
+		t.Fatalf("instance list: %s", r.body)
+	}
+	if r := h.send("POST", "/api/session/ses_v2/permission/"+id+"/reply", map[string]any{"reply": "once"}); r.status != 204 {
+		t.Fatalf("reply: %d %s", r.status, r.body)
+	}
+	msgs := h.waitIdle("ses_v2", 1)
+	if p := toolParts(msgs)[0]; p.Get("state.status").String() != "completed" {
+		t.Fatalf("part: %s", p.Raw)
+	}
+}

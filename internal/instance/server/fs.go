@@ -103,12 +103,7 @@ func (s *Server) pendingPermissions(w http.ResponseWriter, r *http.Request, _ ro
 	return s.inLocation(w, r, func(string, string) (any, error) {
 		out := []map[string]any{}
 		for _, req := range b.Permissions("") {
-			rec := map[string]any{"id": req.ID, "sessionID": req.SessionID, "action": req.Permission, "resources": req.Patterns,
-				"save": req.Always, "metadata": req.Metadata}
-			if req.Tool != nil {
-				rec["source"] = map[string]any{"type": "tool", "messageID": req.Tool.MessageID, "callID": req.Tool.CallID}
-			}
-			out = append(out, rec)
+			out = append(out, permissionV2(req))
 		}
 		return out, nil
 	})

@@ -23,6 +23,7 @@ func (s *Server) pendingRoutes(rt *router.Router) {
 	rt.Handle("POST", "/permission/{requestID}/reply", s.replyPermission)
 	rt.Handle("POST", "/session/{sessionID}/permissions/{requestID}", s.replySessionPermission)
 	rt.Handle("GET", "/api/session/{sessionID}/permission", s.listSessionPermissions)
+	rt.Handle("GET", "/api/session/{sessionID}/permission/{requestID}", s.getSessionPermission)
 	rt.Handle("POST", "/api/session/{sessionID}/permission/{requestID}/reply", s.replySessionPermissionV2)
 	rt.Handle("GET", "/question", s.listQuestions)
 	rt.Handle("POST", "/question/{requestID}/reply", s.replyQuestion)
@@ -59,8 +60,46 @@ func (s *Server) listSessionPermissions(w http.ResponseWriter, r *http.Request, 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": b.Permissions(sid)})
+	out := []map[string]any{}
+	for _, req := range b.Permissions(sid) {
+		out = append(out, permissionV2(req))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": out})
 	return nil
+}
+
+// getSessionPermission is one pending request of the session.
+func (s *Server) getSessionPermission(w http.ResponseWriter, r *http.Request, p router.Params) error {
+	sid, err := pathSession(p)
+	if err != nil {
+		return err
+	}
+	if _, err := s.sessions.Get(r.Context(), sid); err != nil {
+		return err
+	}
+	b, err := s.broker()
+	if err != nil {
+		return err
+	}
+	id := p["requestID"]
+	for _, req := range b.Permissions(sid) {
+		if req.ID == id {
+			return data(w, permissionV2(req))
+		}
+	}
+	return errs.New(http.StatusNotFound, "PermissionNotFoundError", "Permission request not found: "+id, "requestID", id)
+}
+
+// permissionV2 is a pending request in the released SDK's v2 form
+// (PermissionV2Request): the action, the resources it covers, the
+// patterns an "always" answer saves, and the tool call it comes from.
+func permissionV2(req permission.Request) map[string]any {
+	rec := map[string]any{"id": req.ID, "sessionID": req.SessionID, "action": req.Permission, "resources": req.Patterns,
+		"save": req.Always, "metadata": req.Metadata}
+	if req.Tool != nil {
+		rec["source"] = map[string]any{"type": "tool", "messageID": req.Tool.MessageID, "callID": req.Tool.CallID}
+	}
+	return rec
 }
 
 // permissionReply is the body of a reply: once, always or reject, and
