@@ -70,11 +70,8 @@ func (s *Server) listSessionPermissions(w http.ResponseWriter, r *http.Request, 
 
 // getSessionPermission is one pending request of the session.
 func (s *Server) getSessionPermission(w http.ResponseWriter, r *http.Request, p router.Params) error {
-	sid, err := pathSession(p)
+	sid, err := s.existingSession(r, p)
 	if err != nil {
-		return err
-	}
-	if _, err := s.sessions.Get(r.Context(), sid); err != nil {
 		return err
 	}
 	b, err := s.broker()
@@ -242,11 +239,8 @@ func (s *Server) rejectForm(r *http.Request, id, sid string) error {
 // The session's forms, as the released server's session routes serve
 // them.
 func (s *Server) listSessionQuestions(w http.ResponseWriter, r *http.Request, p router.Params) error {
-	sid, err := pathSession(p)
+	sid, err := s.existingSession(r, p)
 	if err != nil {
-		return err
-	}
-	if _, err := s.sessions.Get(r.Context(), sid); err != nil {
 		return err
 	}
 	b, err := s.broker()
@@ -258,22 +252,16 @@ func (s *Server) listSessionQuestions(w http.ResponseWriter, r *http.Request, p 
 }
 
 func (s *Server) replySessionQuestion(w http.ResponseWriter, r *http.Request, p router.Params) error {
-	sid, err := pathSession(p)
+	sid, err := s.existingSession(r, p)
 	if err != nil {
-		return err
-	}
-	if _, err := s.sessions.Get(r.Context(), sid); err != nil {
 		return err
 	}
 	return done(w, s.answerForm(w, r, p["requestID"], sid))
 }
 
 func (s *Server) rejectSessionQuestion(w http.ResponseWriter, r *http.Request, p router.Params) error {
-	sid, err := pathSession(p)
+	sid, err := s.existingSession(r, p)
 	if err != nil {
-		return err
-	}
-	if _, err := s.sessions.Get(r.Context(), sid); err != nil {
 		return err
 	}
 	return done(w, s.rejectForm(r, p["requestID"], sid))

@@ -40,6 +40,19 @@ func pathSession(p router.Params) (string, error) {
 	return id, nil
 }
 
+// existingSession is the {sessionID} path parameter of a session that
+// exists (SessionNotFoundError otherwise).
+func (s *Server) existingSession(r *http.Request, p router.Params) (string, error) {
+	sid, err := pathSession(p)
+	if err != nil {
+		return "", err
+	}
+	if _, err := s.sessions.Get(r.Context(), sid); err != nil {
+		return "", err
+	}
+	return sid, nil
+}
+
 // data answers a record as {"data": v}.
 func data(w http.ResponseWriter, v any) error {
 	writeJSON(w, http.StatusOK, map[string]any{"data": v})

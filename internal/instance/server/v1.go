@@ -9,11 +9,11 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/agents"
 	"github.com/agentgate/agentgate/internal/instance/errs"
 	"github.com/agentgate/agentgate/internal/instance/events"
+	"github.com/agentgate/agentgate/internal/instance/location"
 	"github.com/agentgate/agentgate/internal/instance/loop"
 	"github.com/agentgate/agentgate/internal/instance/session"
 	v1 "github.com/agentgate/agentgate/internal/instance/v1"
 	"github.com/agentgate/agentgate/internal/router"
-	"github.com/agentgate/agentgate/internal/store"
 )
 
 // v1Routes serve the released OpenCode server's first routes that its
@@ -40,6 +40,15 @@ func v1Directory(r *http.Request) (string, error) {
 		return d, nil
 	}
 	return locationQuery(r)
+}
+
+// v1Location is the location a v1 request names.
+func (s *Server) v1Location(r *http.Request) (*location.Location, error) {
+	dir, err := v1Directory(r)
+	if err != nil {
+		return nil, err
+	}
+	return s.locations.Get(dir)
 }
 
 // v1Root is the project root of a session's directory.
@@ -112,11 +121,7 @@ func (s *Server) v1ListSessions(w http.ResponseWriter, r *http.Request, _ router
 		}
 		limit = n
 	}
-	dir, err := v1Directory(r)
-	if err != nil {
-		return err
-	}
-	loc, err := s.locations.Get(dir)
+	loc, err := s.v1Location(r)
 	if err != nil {
 		return err
 	}
@@ -138,15 +143,7 @@ func (s *Server) v1ListSessions(w http.ResponseWriter, r *http.Request, _ router
 
 // v1MessageList is a session's v1 messages, the last limit of them.
 func (s *Server) v1MessageList(r *http.Request, sid string, limit int) ([]v1.WithParts, error) {
-	var info *session.Info
-	var msgs []session.Message
-	err := s.sessions.ReadTx(r.Context(), func(tx store.Tx) (err error) {
-		if info, err = s.sessions.Info(tx, sid); err != nil {
-			return err
-		}
-		msgs, err = s.sessions.Messages(tx, sid)
-		return err
-	})
+	info, msgs, err := s.sessions.Read(r.Context(), sid)
 	if err != nil {
 		return nil, err
 	}

@@ -55,11 +55,7 @@ func (s *Server) emptyInLocation(w http.ResponseWriter, r *http.Request, _ route
 }
 
 func (s *Server) v1Project(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	dir, err := v1Directory(r)
-	if err != nil {
-		return err
-	}
-	loc, err := s.locations.Get(dir)
+	loc, err := s.v1Location(r)
 	if err != nil {
 		return err
 	}
@@ -72,14 +68,10 @@ func (s *Server) v1Project(w http.ResponseWriter, r *http.Request, _ router.Para
 	return nil
 }
 
-// v1Path names the server's directories; home, state and config are the
-// server's own data directory, not a user's.
+// v1Path names the location's directories; home is the project's, and
+// state and config are empty: the server keeps no files of a user's.
 func (s *Server) v1Path(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	dir, err := v1Directory(r)
-	if err != nil {
-		return err
-	}
-	loc, err := s.locations.Get(dir)
+	loc, err := s.v1Location(r)
 	if err != nil {
 		return err
 	}
@@ -90,11 +82,7 @@ func (s *Server) v1Path(w http.ResponseWriter, r *http.Request, _ router.Params)
 
 // v1VCS is the project's git branch, from .git/HEAD.
 func (s *Server) v1VCS(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	dir, err := v1Directory(r)
-	if err != nil {
-		return err
-	}
-	loc, err := s.locations.Get(dir)
+	loc, err := s.v1Location(r)
 	if err != nil {
 		return err
 	}
@@ -157,11 +145,7 @@ func (s *Server) v1Providers(w http.ResponseWriter, _ *http.Request, _ router.Pa
 
 // v1Agents lists the location's agents as v1 Agent records.
 func (s *Server) v1Agents(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	dir, err := v1Directory(r)
-	if err != nil {
-		return err
-	}
-	loc, err := s.locations.Get(dir)
+	loc, err := s.v1Location(r)
 	if err != nil {
 		return err
 	}
@@ -198,11 +182,7 @@ func (s *Server) v1Agents(w http.ResponseWriter, r *http.Request, _ router.Param
 }
 
 func (s *Server) v1Commands(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	dir, err := v1Directory(r)
-	if err != nil {
-		return err
-	}
-	loc, err := s.locations.Get(dir)
+	loc, err := s.v1Location(r)
 	if err != nil {
 		return err
 	}
@@ -254,11 +234,7 @@ func (s *Server) v1GlobalEvents(w http.ResponseWriter, r *http.Request, _ router
 
 // v1Diff is a session's file changes; this server records none.
 func (s *Server) v1Diff(w http.ResponseWriter, r *http.Request, p router.Params) error {
-	sid, err := pathSession(p)
-	if err != nil {
-		return err
-	}
-	if _, err := s.sessions.Get(r.Context(), sid); err != nil {
+	if _, err := s.existingSession(r, p); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, []any{})

@@ -63,14 +63,7 @@ func (s *Service) ListMessages(ctx context.Context, sid, order, cursor string, l
 	if order == "" {
 		order = "desc"
 	}
-	var msgs []Message
-	err := s.ReadTx(ctx, func(tx store.Tx) (err error) {
-		if _, err = s.Info(tx, sid); err != nil {
-			return err
-		}
-		msgs, err = s.Messages(tx, sid)
-		return err
-	})
+	_, msgs, err := s.Read(ctx, sid)
 	if err != nil {
 		return nil, err
 	}
@@ -110,40 +103,38 @@ func (s *Service) ListMessages(ctx context.Context, sid, order, cursor string, l
 	return page, nil
 }
 
-// Message is one message of the session: SessionNotFoundError or
-// MessageNotFoundError when missing.
-func (s *Service) Message(ctx context.Context, sid, mid string) (json.RawMessage, error) {
-	var out json.RawMessage
-	err := s.ReadTx(ctx, func(tx store.Tx) error {
-		if _, err := s.Info(tx, sid); err != nil {
-			return err
-		}
-		msgs, err := s.Messages(tx, sid)
-		for _, m := range msgs {
-			if m.Header.ID == mid {
-				out = m.Raw
-				break
-			}
-		}
-		return err
-	})
-	if err == nil && out == nil {
-		err = errs.MessageNotFound(sid, mid)
-	}
-	return out, err
-}
-
-// Context is the messages the agent's next step starts from: those from
-// the last completed compaction on (all of them when there is none).
-func (s *Service) Context(ctx context.Context, sid string) ([]json.RawMessage, error) {
-	var msgs []Message
-	err := s.ReadTx(ctx, func(tx store.Tx) (err error) {
-		if _, err = s.Info(tx, sid); err != nil {
+// Read reads a session and its messages in one transaction:
+// SessionNotFoundError when it does not exist.
+func (s *Service) Read(ctx context.Context, sid string) (info *Info, msgs []Message, err error) {
+	err = s.ReadTx(ctx, func(tx store.Tx) error {
+		if info, err = s.Info(tx, sid); err != nil {
 			return err
 		}
 		msgs, err = s.Messages(tx, sid)
 		return err
 	})
+	return info, msgs, err
+}
+
+// Message is one message of the session: SessionNotFoundError or
+// MessageNotFoundError when missing.
+func (s *Service) Message(ctx context.Context, sid, mid string) (json.RawMessage, error) {
+	_, msgs, err := s.Read(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if m.Header.ID == mid {
+			return m.Raw, nil
+		}
+	}
+	return nil, errs.MessageNotFound(sid, mid)
+}
+
+// Context is the messages the agent's next step starts from: those from
+// the last completed compaction on (all of them when there is none).
+func (s *Service) Context(ctx context.Context, sid string) ([]json.RawMessage, error) {
+	_, msgs, err := s.Read(ctx, sid)
 	if err != nil {
 		return nil, err
 	}
