@@ -321,9 +321,6 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, o
 			session.Ev{Type: "session.next.tool.input.started", Data: map[string]any{"assistantMessageID": msgID, "callID": tc.ID, "name": tc.Name}},
 			session.Ev{Type: "session.next.tool.input.ended", Data: map[string]any{"assistantMessageID": msgID, "callID": tc.ID, "text": tc.Arguments}})
 	}
-	if len(ended) > 0 {
-		s.PublishEvents(info, ended...)
-	}
 	now := s.NowMS()
 	result := stepResult{outcome: "succeeded"}
 	msg := map[string]any{"id": msgID, "type": "assistant", "agent": agent.ID, "model": model}
@@ -426,13 +423,14 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, o
 		if tokens == nil {
 			tokens = &session.TokenUsage{}
 		}
-		s.PublishEvents(info, session.Ev{Type: "session.next.step.ended", Data: map[string]any{"assistantMessageID": msgID,
-			"finish": msg["finish"], "cost": cost, "tokens": tokens}},
-			session.Ev{Type: "session.updated", Data: map[string]any{"info": info}})
+		ended = append(ended, session.Ev{Type: "session.next.step.ended", Data: map[string]any{"assistantMessageID": msgID,
+			"finish": msg["finish"], "cost": cost, "tokens": tokens}})
 	} else {
-		s.PublishEvents(info, session.Ev{Type: "session.next.step.failed", Data: map[string]any{"assistantMessageID": msgID, "error": msg["error"]}},
-			session.Ev{Type: "session.updated", Data: map[string]any{"info": info}})
+		ended = append(ended, session.Ev{Type: "session.next.step.failed", Data: map[string]any{"assistantMessageID": msgID, "error": msg["error"]}})
 	}
+	// The step's closing events go out in one batch (one journal write)
+	// once its message is stored.
+	s.PublishEvents(info, append(ended, session.Ev{Type: "session.updated", Data: map[string]any{"info": info}})...)
 	if result.toolsMarker != "" {
 		if result.msg, err = decodeAssistant(stored); err != nil {
 			return stepResult{}, err
