@@ -446,3 +446,25 @@ func TestFileRoutes(t *testing.T) {
 		t.Fatalf("pending forms: %s", r.body)
 	}
 }
+
+// The released SDK's operations for features this server does not have
+// answer truthfully: no integrations, no terminals, no revert.
+func TestUnsupportedOperations(t *testing.T) {
+	h := newSessHarness(t, nil)
+	s := h.createSession(nil)
+	if r := h.get("/api/integration/openai"); r.status != 200 || gjson.GetBytes(r.body, "data").Type != gjson.Null ||
+		gjson.GetBytes(r.body, "location.directory").String() != h.dir {
+		t.Fatalf("integration: %d %s", r.status, r.body)
+	}
+	wantError(t, h.send("POST", "/api/integration/openai/connect/key", map[string]any{"key": "sk-x"}), 400, "InvalidRequestError", nil)
+	wantError(t, h.send("PATCH", "/api/credential/c1", map[string]any{"label": "x"}), 400, "InvalidRequestError", nil)
+	if r := h.send("DELETE", "/api/credential/c1", nil); r.status != 204 {
+		t.Fatalf("credential delete: %d", r.status)
+	}
+	if r := h.get("/api/pty"); r.status != 200 || gjson.GetBytes(r.body, "data.#").Int() != 0 {
+		t.Fatalf("pty list: %d %s", r.status, r.body)
+	}
+	wantError(t, h.send("POST", "/api/pty", map[string]any{}), 503, "ServiceUnavailableError", nil)
+	wantError(t, h.send("POST", "/api/session/"+s.ID+"/revert/stage", map[string]any{}), 503, "ServiceUnavailableError", nil)
+	wantError(t, h.send("POST", "/api/session/ses_none/revert/clear", nil), 404, "SessionNotFoundError", nil)
+}

@@ -135,6 +135,7 @@ func New(opts Options) *Server {
 	s.v1Routes(rt)
 	s.v1TUIRoutes(rt)
 	s.fsRoutes(rt)
+	s.unsupportedRoutes(rt)
 	s.pendingRoutes(rt)
 	if opts.Runner != nil {
 		opts.Runner.Attach(s.sessions)
