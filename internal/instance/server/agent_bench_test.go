@@ -28,7 +28,7 @@ import (
 //     provider's answer, the step's own durable write and the next
 //     request's encoding.
 func BenchmarkAgentReadCall(b *testing.B) {
-	t := &testing.T{}
+	t := testing.TB(b)
 	sc := &script{}
 	var arrivals []time.Time
 	sc.pick = func(body string, n int) fakeprovider.Step {

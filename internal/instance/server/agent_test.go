@@ -59,7 +59,7 @@ func call(id, name string, args any) fakeprovider.Call {
 
 // newAgentHarness is a drain harness whose fake provider follows a script
 // in a format.
-func newAgentHarness(t *testing.T, format string, sc *script) *drainHarness {
+func newAgentHarness(t testing.TB, format string, sc *script) *drainHarness {
 	t.Helper()
 	h := newDrainHarness(t)
 	p := h.runner.Provider()

@@ -31,7 +31,7 @@ type drainHarness struct {
 
 // newDrainHarness starts a fake provider and a server whose drains send
 // Chat Completions turns to it, priced at 2 USD / 8 USD per 1M tokens.
-func newDrainHarness(t *testing.T) *drainHarness {
+func newDrainHarness(t testing.TB) *drainHarness {
 	t.Helper()
 	fake, err := fakeprovider.Start(fakeKey)
 	if err != nil {

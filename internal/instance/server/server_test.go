@@ -33,7 +33,7 @@ const testPassword = "s3cret-pw"
 
 // srvHarness is an instance server over httptest with a fake clock.
 type srvHarness struct {
-	t    *testing.T
+	t    testing.TB
 	clk  *clock.Fake
 	opts Options
 	srv  *Server
@@ -41,7 +41,7 @@ type srvHarness struct {
 	dir  string // the default location (canonical)
 }
 
-func canonicalTempDir(t *testing.T) string {
+func canonicalTempDir(t testing.TB) string {
 	t.Helper()
 	d, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
@@ -52,7 +52,7 @@ func canonicalTempDir(t *testing.T) string {
 
 // newSrvHarness starts a server with password testPassword (mod may
 // change the options).
-func newSrvHarness(t *testing.T, mod func(o *Options)) *srvHarness {
+func newSrvHarness(t testing.TB, mod func(o *Options)) *srvHarness {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	plugins, err := plugins.New(plugins.Options{Dir: t.TempDir()})
@@ -88,7 +88,7 @@ type reply struct {
 	body   []byte
 }
 
-func (r reply) json(t *testing.T) map[string]any {
+func (r reply) json(t testing.TB) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(r.body, &m); err != nil {
@@ -757,7 +757,7 @@ type eventStream struct {
 	lastID     string
 }
 
-func (h *srvHarness) openStream(t *testing.T) *eventStream {
+func (h *srvHarness) openStream(t testing.TB) *eventStream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", h.ts.URL+"/api/event", nil)
@@ -804,7 +804,7 @@ func (s *eventStream) readRaw() (string, error) {
 }
 
 // subscribe opens a stream whose frames are read in the background.
-func (h *srvHarness) subscribe(t *testing.T) *eventStream {
+func (h *srvHarness) subscribe(t testing.TB) *eventStream {
 	s := h.openStream(t)
 	s.frames, s.errc = make(chan string, 64), make(chan error, 1)
 	go func() {
@@ -820,7 +820,7 @@ func (h *srvHarness) subscribe(t *testing.T) *eventStream {
 	return s
 }
 
-func (s *eventStream) next(t *testing.T) string {
+func (s *eventStream) next(t testing.TB) string {
 	t.Helper()
 	select {
 	case f := <-s.frames:

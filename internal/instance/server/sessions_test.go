@@ -32,7 +32,7 @@ func openTestStore(t testing.TB, dir string) store.Store {
 	return st
 }
 
-func newSessHarness(t *testing.T, mod func(o *Options)) *sessHarness {
+func newSessHarness(t testing.TB, mod func(o *Options)) *sessHarness {
 	t.Helper()
 	sh := &sessHarness{dataDir: t.TempDir(), loop: &fakeLoop{active: map[string]bool{}}}
 	sh.st = openTestStore(t, sh.dataDir)

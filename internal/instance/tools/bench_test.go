@@ -9,7 +9,7 @@ import (
 // BenchmarkReadTool is one small read call: argument check, path
 // confinement, the permission callback and the file read.
 func BenchmarkReadTool(b *testing.B) {
-	env, _ := project(&testing.T{}, map[string]string{"main.go": "package main\n\nfunc main() {}\n"})
+	env, _ := project(b, map[string]string{"main.go": "package main\n\nfunc main() {}\n"})
 	env.Permit = func(context.Context, Ask) error { return nil }
 	args := json.RawMessage(`{"filePath":"main.go"}`)
 	ctx := context.Background()

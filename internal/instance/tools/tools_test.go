@@ -18,7 +18,7 @@ import (
 
 // project makes a temporary project directory (symlinks resolved) inside
 // a root, with files, and an Env confined to the root.
-func project(t *testing.T, files map[string]string) (*Env, string) {
+func project(t testing.TB, files map[string]string) (*Env, string) {
 	t.Helper()
 	root, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
