@@ -282,8 +282,14 @@ func (s *Service) PutInfo(tx store.Tx, info *Info, create bool) error {
 func Gone(err error) bool { return errs.Is(err, 404, "SessionNotFoundError") }
 
 // PublishStatus announces that a session's drain runs or went idle.
+// It carries the session's location (none once the session is gone), so
+// that a directory's stream sees its own sessions' status only.
 func (s *Service) PublishStatus(sid, status string) {
-	s.Bus.Publish("session.status", nil, map[string]any{"sessionID": sid, "status": map[string]any{"type": status}})
+	var loc *events.LocationRef
+	if info, err := s.Get(context.Background(), sid); err == nil {
+		loc = &info.Location
+	}
+	s.Bus.Publish("session.status", loc, map[string]any{"sessionID": sid, "status": map[string]any{"type": status}})
 }
 
 func defaultTitle(prefix string, ms int64) string {
