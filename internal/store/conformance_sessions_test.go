@@ -294,10 +294,33 @@ func testSessionItems(t *testing.T, s Store) {
 		var first []string
 		tx.SessionItems("i", "ses_1", ItemMessage, func(raw []byte) (bool, error) { first = append(first, string(raw)); return len(first) < 3, nil })
 		equal(t, "stopped early", first, wantMsgs[:3])
+		// From an item, both ways; from nothing, from either end.
+		from := func(id string, reverse bool, n int) []string {
+			out := []string{}
+			err := tx.SessionItemsFrom("i", "ses_1", ItemMessage, id, reverse, func(raw []byte) (bool, error) {
+				out = append(out, string(raw))
+				return len(out) < n, nil
+			})
+			if err != nil {
+				t.Fatalf("SessionItemsFrom(%q, %v): %v", id, reverse, err)
+			}
+			return out
+		}
+		// wantMsgs[1] is the message appended at i=2, id msg_228.
+		equal(t, "after msg_228", from("msg_228", false, 2), wantMsgs[2:4])
+		equal(t, "before msg_228", from("msg_228", true, 5), []string{wantMsgs[0]})
+		equal(t, "from the start", from("", false, 2), wantMsgs[:2])
+		equal(t, "from the end", from("", true, 2), []string{wantMsgs[len(wantMsgs)-1], wantMsgs[len(wantMsgs)-2]})
+		last := "msg_001" // appended at i=229, the last message
+		equal(t, "after the last", from(last, false, 5), []string{})
+		err := tx.SessionItemsFrom("i", "ses_1", ItemMessage, fmt.Sprintf("msg_%03d", n), false, func([]byte) (bool, error) { return true, nil })
+		isNotFound(t, "from an inbox item", err)
+		err = tx.SessionItemsFrom("i", "ses_1", ItemMessage, "msg_999", false, func([]byte) (bool, error) { return true, nil })
+		isNotFound(t, "from a missing item", err)
 		if k, err := tx.SessionItemKind("i", "ses_1", fmt.Sprintf("msg_%03d", n)); err != nil || k != ItemInbox {
 			t.Fatalf("SessionItemKind: %c, %v", k, err)
 		}
-		_, err := tx.SessionItemKind("i", "ses_1", "msg_999")
+		_, err = tx.SessionItemKind("i", "ses_1", "msg_999")
 		isNotFound(t, "SessionItemKind missing", err)
 		return nil
 	})

@@ -293,6 +293,29 @@ func (t *btx) SessionItems(inst, sid string, kind byte, fn func(raw []byte) (boo
 	})
 }
 
+func (t *btx) SessionItemsFrom(inst, sid string, kind byte, from string, reverse bool, fn func(raw []byte) (bool, error)) error {
+	prefix := instKey(pInstItem, inst, sid, string(kind))
+	r := kvRange{Prefix: prefix, Reverse: reverse}
+	skip := ""
+	if from != "" {
+		pos, err := t.value(instKey(pInstItemID, inst, sid, from))
+		if err != nil {
+			return err
+		}
+		if len(pos) == 0 || pos[0] != kind {
+			return ErrNotFound
+		}
+		skip = instKey(pInstItem, inst, sid, string(pos))
+		r.Start = skip
+	}
+	return t.kv.Iterate(r, func(k, v []byte) (bool, error) {
+		if skip != "" && string(k) == skip {
+			return true, nil
+		}
+		return fn(append(make([]byte, 0, len(v)), v...))
+	})
+}
+
 func (t *btx) SessionItemKind(inst, sid, id string) (byte, error) {
 	v, err := t.value(instKey(pInstItemID, inst, sid, id))
 	if errors.Is(err, ErrNotFound) {

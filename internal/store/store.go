@@ -143,6 +143,11 @@ type Tx interface {
 	AppendSessionItem(instance, sessionID string, kind byte, id string, raw []byte) error
 	// SessionItems calls fn for a session's items of one kind in append order.
 	SessionItems(instance, sessionID string, kind byte, fn func(raw []byte) (bool, error)) error
+	// SessionItemsFrom calls fn for a session's items of one kind after the
+	// item from (from the first, or the last when reverse, when from is
+	// empty), in append order or, with reverse, newest first, until fn
+	// returns false; ErrNotFound when from is not an item of that kind.
+	SessionItemsFrom(instance, sessionID string, kind byte, from string, reverse bool, fn func(raw []byte) (bool, error)) error
 	// SessionItemKind reports the kind of the item with that id, or ErrNotFound.
 	SessionItemKind(instance, sessionID, id string) (byte, error)
 	// MoveSessionItem replaces an existing item (either kind) by a new

@@ -17,6 +17,7 @@ import (
 	"github.com/agentgate/agentgate/internal/fakeprovider"
 	"github.com/agentgate/agentgate/internal/instance/loop"
 	"github.com/agentgate/agentgate/internal/instance/session"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // streamAt opens an event stream at path with request headers (name,
@@ -467,4 +468,27 @@ func TestUnsupportedOperations(t *testing.T) {
 	wantError(t, h.send("POST", "/api/pty", map[string]any{}), 503, "ServiceUnavailableError", nil)
 	wantError(t, h.send("POST", "/api/session/"+s.ID+"/revert/stage", map[string]any{}), 503, "ServiceUnavailableError", nil)
 	wantError(t, h.send("POST", "/api/session/ses_none/revert/clear", nil), 404, "SessionNotFoundError", nil)
+}
+
+// A page reads only its own messages: an unreadable message early in a
+// session does not fail the newest page (it fails a page that holds it).
+func TestMessagePageReadsOnlyItsMessages(t *testing.T) {
+	h := newSessHarness(t, nil)
+	s := h.createSession(nil)
+	if err := h.store().Update(context.Background(), func(tx store.Tx) error {
+		return tx.AppendSessionItem("default", s.ID, store.ItemMessage, "msg_broken", []byte(`{"id":"msg_broken","type":"nonsense"}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, agent := range []string{"plan", "build", "plan"} {
+		h.send("POST", "/api/session/"+s.ID+"/agent", map[string]any{"agent": agent})
+	}
+	r := h.get("/api/session/" + s.ID + "/message?limit=3")
+	if r.status != 200 || gjson.GetBytes(r.body, "data.#").Int() != 3 {
+		t.Fatalf("newest page: %d %s", r.status, r.body)
+	}
+	next := gjson.GetBytes(r.body, "cursor.next").String()
+	if r := h.get("/api/session/" + s.ID + "/message?limit=3&cursor=" + url.QueryEscape(next)); r.status != 500 {
+		t.Fatalf("the page holding the unreadable message: %d %s", r.status, r.body)
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
 
 	"github.com/agentgate/agentgate/internal/instance/errs"
 	"github.com/agentgate/agentgate/internal/store"
@@ -63,33 +65,44 @@ func (s *Service) ListMessages(ctx context.Context, sid, order, cursor string, l
 	if order == "" {
 		order = "desc"
 	}
-	_, msgs, err := s.Read(ctx, sid)
+	// A page reads only its own messages: from the cursor's message (or
+	// the list's first end) in the page's direction; a previous page is
+	// read backwards and turned round.
+	from, reverse, back := "", order == "desc", false
+	if cur != nil {
+		from = cur.ID
+		if cur.Direction == "previous" {
+			reverse, back = !reverse, true
+		}
+	}
+	var msgs []Message
+	err := s.ReadTx(ctx, func(tx store.Tx) error {
+		msgs = msgs[:0]
+		if _, err := s.Info(tx, sid); err != nil {
+			return err
+		}
+		err := tx.SessionItemsFrom(s.InstanceName(), sid, store.ItemMessage, from, reverse, func(raw []byte) (bool, error) {
+			h, err := parseHeader(raw)
+			if err != nil {
+				return false, fmt.Errorf("%w: session %s: %v", errUndecodable, sid, err)
+			}
+			msgs = append(msgs, Message{h, raw})
+			return len(msgs) < limit, nil
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			return errs.InvalidCursor() // the cursor's message is gone
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	if order == "desc" {
+	if back {
 		for i, j := 0, len(msgs)-1; i < j; i, j = i+1, j-1 {
 			msgs[i], msgs[j] = msgs[j], msgs[i]
 		}
 	}
-	start, end := 0, min(limit, len(msgs))
-	if cur != nil {
-		at := -1
-		for i, m := range msgs {
-			if m.Header.ID == cur.ID {
-				at = i
-				break
-			}
-		}
-		if at < 0 {
-			return nil, errs.InvalidCursor()
-		}
-		if cur.Direction == "next" {
-			start, end = at+1, min(at+1+limit, len(msgs))
-		} else {
-			start, end = max(0, at-limit), at
-		}
-	}
+	start, end := 0, len(msgs)
 	page := &MessagePage{Data: make([]json.RawMessage, 0, end-start)}
 	for _, m := range msgs[start:end] {
 		page.Data = append(page.Data, m.Raw)
