@@ -29,16 +29,8 @@ func TestAgentMakesTheFailingTestPass(t *testing.T) {
 		t.Skip("no go toolchain for the project's tests")
 	}
 	ctx := testContext(t, 3*time.Minute)
-	bin := caddyBinary(t)
-	s := startServer(t, ctx, bin, config{})
-	tn := s.bootstrap(t, ctx, "Agent")
-
 	const secret = "sk-provider-agent-SECRET"
-	p, err := fakeprovider.Start(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	s, tn, p := fakeWorkspace(t, ctx, "Agent", secret)
 	args := func(v any) string { b, _ := json.Marshal(v); return string(b) }
 	steps := []fakeprovider.Step{
 		{Text: "Let me look at the code.", Calls: []fakeprovider.Call{{ID: "call_read", Name: "read", Args: args(map[string]any{"filePath": "add.go"})}}},

@@ -26,16 +26,8 @@ func TestInstanceDrainThroughGateway(t *testing.T) {
 		t.Skip("starts the real binary")
 	}
 	ctx := testContext(t, 2*time.Minute)
-	bin := caddyBinary(t)
-	s := startServer(t, ctx, bin, config{})
-	tn := s.bootstrap(t, ctx, "Drain")
-
 	const secret = "sk-provider-drain-SECRET"
-	p, err := fakeprovider.Start(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	s, tn, p := fakeWorkspace(t, ctx, "Drain", secret)
 	project := t.TempDir()
 	gi := s.gatewayInstance(t, ctx, tn, p, secret, project, "\t\t\tinput_price 2.5\n\t\t\toutput_price 10\n")
 	base, auth, sa, key := gi.base, gi.auth, gi.sa, gi.key
@@ -121,6 +113,20 @@ type gwInstance struct {
 	key  struct {
 		Key string `json:"key"`
 	}
+}
+
+// fakeWorkspace starts the binary with a workspace named name and a fake
+// provider that holds secret; the provider closes with the test.
+func fakeWorkspace(t *testing.T, ctx context.Context, name, secret string) (*server, tenant, *fakeprovider.Provider) {
+	t.Helper()
+	s := startServer(t, ctx, caddyBinary(t), config{})
+	tn := s.bootstrap(t, ctx, name)
+	p, err := fakeprovider.Start(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return s, tn, p
 }
 
 func (s *server) gatewayInstance(t *testing.T, ctx context.Context, tn tenant, p *fakeprovider.Provider, secret, directory, providerExtra string) *gwInstance {

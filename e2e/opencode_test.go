@@ -66,15 +66,8 @@ func TestOpenCodeRunAttach(t *testing.T) {
 	}
 	ctx := testContext(t, 3*time.Minute)
 	oc := opencodeBinary(t, ctx)
-	bin := caddyBinary(t)
-	s := startServer(t, ctx, bin, config{})
-	tn := s.bootstrap(t, ctx, "OpenCode")
 	const secret = "sk-provider-opencode-SECRET"
-	p, err := fakeprovider.Start(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	s, tn, p := fakeWorkspace(t, ctx, "OpenCode", secret)
 	args := func(v any) string { b, _ := json.Marshal(v); return string(b) }
 	var mu sync.Mutex
 	n := 0
@@ -173,15 +166,8 @@ func TestOpenCodeTUIJourney(t *testing.T) {
 	}
 	ctx := testContext(t, 3*time.Minute)
 	oc := opencodeBinary(t, ctx)
-	bin := caddyBinary(t)
-	s := startServer(t, ctx, bin, config{})
-	tn := s.bootstrap(t, ctx, "TUI")
 	const secret = "sk-provider-tui-SECRET"
-	p, err := fakeprovider.Start(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	s, tn, p := fakeWorkspace(t, ctx, "TUI", secret)
 	p.SetBehavior(fakeprovider.Behavior{Script: func(body []byte) fakeprovider.Step {
 		if strings.Contains(string(body), `"role":"tool"`) {
 			return fakeprovider.Step{Text: "The command printed hi-from-bash."}

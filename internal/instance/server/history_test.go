@@ -1,10 +1,8 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -24,34 +22,7 @@ import (
 // value pairs) and reads it in the background.
 func (h *srvHarness) streamAt(t *testing.T, path string, headers ...string) *eventStream {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", h.ts.URL+path, nil)
-	req.SetBasicAuth("opencode", testPassword)
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := h.ts.Client().Do(req)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); resp.Body.Close() })
-	if resp.StatusCode != 200 {
-		t.Fatalf("stream %s: %d", path, resp.StatusCode)
-	}
-	s := &eventStream{resp: resp, br: bufio.NewReader(resp.Body), cancel: cancel}
-	s.frames, s.errc = make(chan string, 256), make(chan error, 1)
-	go func() {
-		for {
-			f, err := s.readFrame()
-			if err != nil {
-				s.errc <- err
-				return
-			}
-			s.frames <- f
-		}
-	}()
-	return s
+	return h.openStreamAt(t, path, headers...).background()
 }
 
 // event is a decoded frame with its id line.

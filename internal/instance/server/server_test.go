@@ -757,11 +757,18 @@ type eventStream struct {
 	lastID     string
 }
 
-func (h *srvHarness) openStream(t testing.TB) *eventStream {
+func (h *srvHarness) openStream(t testing.TB) *eventStream { return h.openStreamAt(t, "/api/event") }
+
+// openStreamAt opens an event stream at path with request headers (name,
+// value pairs).
+func (h *srvHarness) openStreamAt(t testing.TB, path string, headers ...string) *eventStream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", h.ts.URL+"/api/event", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", h.ts.URL+path, nil)
 	req.SetBasicAuth("opencode", testPassword)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	resp, err := h.ts.Client().Do(req)
 	if err != nil {
 		cancel()
@@ -769,9 +776,25 @@ func (h *srvHarness) openStream(t testing.TB) *eventStream {
 	}
 	t.Cleanup(func() { cancel(); resp.Body.Close() })
 	if resp.StatusCode != 200 {
-		t.Fatalf("event stream: %d", resp.StatusCode)
+		t.Fatalf("event stream %s: %d", path, resp.StatusCode)
 	}
 	return &eventStream{resp: resp, br: bufio.NewReader(resp.Body), cancel: cancel}
+}
+
+// background reads the stream's frames into s.frames.
+func (s *eventStream) background() *eventStream {
+	s.frames, s.errc = make(chan string, 256), make(chan error, 1)
+	go func() {
+		for {
+			f, err := s.readFrame()
+			if err != nil {
+				s.errc <- err
+				return
+			}
+			s.frames <- f
+		}
+	}()
+	return s
 }
 
 // readFrame reads up to and including the blank line that ends a frame;
@@ -804,21 +827,7 @@ func (s *eventStream) readRaw() (string, error) {
 }
 
 // subscribe opens a stream whose frames are read in the background.
-func (h *srvHarness) subscribe(t testing.TB) *eventStream {
-	s := h.openStream(t)
-	s.frames, s.errc = make(chan string, 64), make(chan error, 1)
-	go func() {
-		for {
-			f, err := s.readFrame()
-			if err != nil {
-				s.errc <- err
-				return
-			}
-			s.frames <- f
-		}
-	}()
-	return s
-}
+func (h *srvHarness) subscribe(t testing.TB) *eventStream { return h.openStream(t).background() }
 
 func (s *eventStream) next(t testing.TB) string {
 	t.Helper()
