@@ -183,11 +183,7 @@ func (s *Server) sessionMessages(w http.ResponseWriter, r *http.Request, p route
 		return errs.New(400, "InvalidCursorError", "Cursor cannot be combined with order")
 	}
 	page, err := s.sessions.ListMessages(r.Context(), sid, order, cursor, limit)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, page)
-	return nil
+	return jsonOf(w, page, err)
 }
 
 func (s *Server) sessionMessage(w http.ResponseWriter, r *http.Request, p router.Params) error {

@@ -299,9 +299,5 @@ func (s *Server) todos(w http.ResponseWriter, r *http.Request, p router.Params) 
 		return nil
 	}
 	list, err := t.SessionTodos(r, sid)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, list)
-	return nil
+	return jsonOf(w, list, err)
 }

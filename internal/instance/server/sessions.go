@@ -68,6 +68,15 @@ func done(w http.ResponseWriter, err error) error {
 	return nil
 }
 
+// jsonOf answers v as it is when err is nil.
+func jsonOf[T any](w http.ResponseWriter, v T, err error) error {
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
 // dataOf answers v as {"data": v} when err is nil.
 func dataOf[T any](w http.ResponseWriter, v T, err error) error {
 	if err != nil {
@@ -206,11 +215,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request, _ router.P
 		}
 	}
 	page, err := s.sessions.List(r.Context(), q, cursor, limit)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, page)
-	return nil
+	return jsonOf(w, page, err)
 }
 
 func (s *Server) promptSession(w http.ResponseWriter, r *http.Request, p router.Params) error {

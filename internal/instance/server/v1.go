@@ -166,11 +166,7 @@ func (s *Server) v1Messages(w http.ResponseWriter, r *http.Request, p router.Par
 		}
 	}
 	out, err := s.v1MessageList(r, sid, limit)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return jsonOf(w, out, err)
 }
 
 // v1Prompt admits the message's text as a prompt, waits until the
