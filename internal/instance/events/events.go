@@ -112,14 +112,8 @@ func NewBus(queueSize int, clk clock.Clock) *Bus {
 	return &Bus{QueueSize: queueSize, Clock: clk, subs: map[*subscriber]struct{}{}}
 }
 
-// Encode is the SSE frame of an event: an `id:` line for a durable event,
-// then its data line.
-func Encode(ev *Event) ([]byte, error) {
-	f, _, err := encode(ev)
-	return f, err
-}
-
-// encode is Encode that also returns the record inside the frame.
+// encode is the SSE frame of an event (an `id:` line for a durable
+// event, then its data line) and the record inside it.
 func encode(ev *Event) (frame, body []byte, err error) {
 	body, err = json.Marshal(ev)
 	if err != nil {

@@ -3,6 +3,7 @@ package events
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -154,19 +155,26 @@ func TestSessionStreamAndTransform(t *testing.T) {
 	if f := next(); !strings.Contains(f, `"type":"mine"`) {
 		t.Fatalf("session stream got %q", f)
 	}
+	// The transform writes each record's type twice; it drops "skip".
 	tr := stream(t, b, Stream{Transform: func(rec []byte) [][]byte {
-		if strings.Contains(string(rec), `"skip"`) {
+		var e struct{ Type string }
+		json.Unmarshal(rec, &e)
+		if e.Type == "skip" {
 			return nil
 		}
-		return [][]byte{[]byte(`{"n":1}`), []byte(`{"n":2}`)}
+		out := []byte(`{"t":"` + e.Type + `"}`)
+		return [][]byte{out, out}
 	}})
-	if f := tr(); f != "data: {\"n\":1}\n\n" {
-		t.Fatalf("transformed connected %q", f)
+	for _, want := range []string{"server.connected", "server.connected"} {
+		if f := tr(); f != "data: {\"t\":\""+want+"\"}\n\n" {
+			t.Fatalf("transformed %q, want %s", f, want)
+		}
 	}
-	tr()
 	b.Publish("skip", nil, nil)
 	b.Publish("x", nil, nil)
-	if f := tr(); f != "data: {\"n\":1}\n\n" {
-		t.Fatalf("transformed %q", f)
+	for i := 0; i < 2; i++ {
+		if f := tr(); f != "data: {\"t\":\"x\"}\n\n" {
+			t.Fatalf("after a dropped record: %q", f)
+		}
 	}
 }

@@ -18,11 +18,8 @@ import (
 // one that missed more is told to resync.
 const MaxReplay = 10000
 
-// Limits of a history page.
-const (
-	DefaultHistoryLimit = 100
-	MaxHistoryLimit     = 100
-)
+// MaxHistoryLimit is the largest history page, and the default one.
+const MaxHistoryLimit = 100
 
 // Catalog is what the model and provider lists need of the agent loop.
 type Catalog interface {
@@ -146,7 +143,7 @@ func (s *Server) sessionHistory(w http.ResponseWriter, r *http.Request, p router
 	if err != nil {
 		return err
 	}
-	limit, err := limitParam(q["limit"], DefaultHistoryLimit, MaxHistoryLimit)
+	limit, err := limitParam(q["limit"], MaxHistoryLimit, MaxHistoryLimit)
 	if err != nil {
 		return err
 	}

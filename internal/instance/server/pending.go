@@ -52,8 +52,8 @@ func (s *Server) listPermissions(w http.ResponseWriter, r *http.Request, _ route
 }
 
 func (s *Server) listSessionPermissions(w http.ResponseWriter, r *http.Request, p router.Params) error {
-	sid := p["sessionID"]
-	if _, err := s.sessions.Get(r.Context(), sid); err != nil {
+	sid, err := s.existingSession(r, p)
+	if err != nil {
 		return err
 	}
 	b, err := s.broker()

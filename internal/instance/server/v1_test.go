@@ -43,6 +43,7 @@ func TestV1RunAttachRoutes(t *testing.T) {
 	}
 	// The stream carried the answer in v1 records, ending idle.
 	var types []string
+	closedText := false
 	for {
 		e := ev.event(t)
 		types = append(types, e.Get("type").String())
@@ -50,9 +51,15 @@ func TestV1RunAttachRoutes(t *testing.T) {
 			break
 		}
 		if e.Get("type").String() == "message.part.updated" && e.Get("properties.part.type").String() == "text" &&
-			e.Get("properties.part.time.end").Exists() && e.Get("properties.part.text").String() != fakeprovider.Text {
-			t.Fatalf("text part: %s", e.Raw)
+			e.Get("properties.part.time.end").Exists() {
+			if e.Get("properties.part.text").String() != fakeprovider.Text {
+				t.Fatalf("text part: %s", e.Raw)
+			}
+			closedText = true
 		}
+	}
+	if !closedText {
+		t.Fatalf("no closed text part on the stream: %v", types)
 	}
 	joined := strings.Join(types, " ")
 	for _, want := range []string{"message.updated", "message.part.updated", "message.part.delta", "session.status"} {

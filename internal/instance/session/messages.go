@@ -102,16 +102,15 @@ func (s *Service) ListMessages(ctx context.Context, sid, order, cursor string, l
 			msgs[i], msgs[j] = msgs[j], msgs[i]
 		}
 	}
-	start, end := 0, len(msgs)
-	page := &MessagePage{Data: make([]json.RawMessage, 0, end-start)}
-	for _, m := range msgs[start:end] {
+	page := &MessagePage{Data: make([]json.RawMessage, 0, len(msgs))}
+	for _, m := range msgs {
 		page.Data = append(page.Data, m.Raw)
 	}
 	// As the released server does, a page that holds messages gives both
 	// cursors; past either end they lead to an empty page.
-	if end > start {
-		page.Cursor.Previous = messageCursor{msgs[start].Header.ID, order, "previous"}.encode()
-		page.Cursor.Next = messageCursor{msgs[end-1].Header.ID, order, "next"}.encode()
+	if len(msgs) > 0 {
+		page.Cursor.Previous = messageCursor{msgs[0].Header.ID, order, "previous"}.encode()
+		page.Cursor.Next = messageCursor{msgs[len(msgs)-1].Header.ID, order, "next"}.encode()
 	}
 	return page, nil
 }
