@@ -25,6 +25,7 @@ func runConformance(t *testing.T, open func(t *testing.T) Store) {
 		{"ServiceAccounts", testServiceAccounts},
 		{"APIKeys", testAPIKeys},
 		{"Connections", testConnections},
+		{"WorkspaceModels", testWorkspaceModels},
 		{"TokenFamiliesAndTokens", testTokenFamiliesAndTokens},
 		{"DeviceGrants", testDeviceGrants},
 		{"Budgets", testBudgets},
@@ -417,6 +418,51 @@ func testConnection(id, ws string) *Connection {
 		Created:  t0,
 		Updated:  t0.Add(time.Minute),
 	}
+}
+
+func testWorkspaceModels(t *testing.T, s Store) {
+	mk := func(ws, id string) *WorkspaceModel {
+		return &WorkspaceModel{ID: id, Workspace: ws, Name: id, Created: t0, Updated: t0,
+			Targets: []ModelTarget{{Connection: "conn_1", Model: "m-" + id, Order: 1}, {Connection: "conn_2", Model: "x", Weight: 3}}}
+	}
+	update(t, s, func(tx Tx) error {
+		for _, m := range []*WorkspaceModel{mk("ws1", "zeta"), mk("ws1", "alpha"), mk("ws10", "alpha"), mk("ws2", "beta")} {
+			if err := tx.PutWorkspaceModel(m, true); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err := s.Update(ctx, func(tx Tx) error { return tx.PutWorkspaceModel(mk("ws1", "alpha"), true) }); !errors.Is(err, ErrExists) {
+		t.Fatalf("create twice: err = %v, want ErrExists", err)
+	}
+	id := func(m *WorkspaceModel) string { return m.ID }
+	view(t, s, func(tx Tx) error {
+		list, err := tx.WorkspaceModels("ws1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// ws10 shares a prefix with ws1 and stays out of its list.
+		equal(t, "WorkspaceModels(ws1)", ids(list, id), []string{"alpha", "zeta"})
+		equal(t, "alpha", list[0], mk("ws1", "alpha"))
+		if _, err := tx.WorkspaceModel("ws2", "alpha"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("another workspace's id: err = %v, want ErrNotFound", err)
+		}
+		return nil
+	})
+	changed := mk("ws1", "alpha")
+	changed.Targets = changed.Targets[:1]
+	update(t, s, func(tx Tx) error { return tx.PutWorkspaceModel(changed, false) })
+	update(t, s, func(tx Tx) error { return tx.DeleteWorkspaceModel("ws1", "zeta") })
+	if err := s.Update(ctx, func(tx Tx) error { return tx.DeleteWorkspaceModel("ws1", "zeta") }); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("delete twice: err = %v, want ErrNotFound", err)
+	}
+	view(t, s, func(tx Tx) error {
+		list, _ := tx.WorkspaceModels("ws1")
+		equal(t, "WorkspaceModels(ws1) after delete", ids(list, id), []string{"alpha"})
+		equal(t, "updated alpha", list[0], changed)
+		return nil
+	})
 }
 
 func testConnections(t *testing.T, s Store) {

@@ -7,8 +7,8 @@ import (
 
 // Tracked wraps a single-process store and counts the committed writes to
 // the records that decide who a request is and where it goes: workspaces,
-// people, members, service accounts, API keys, token families, tokens and
-// connections. Readers cache what they derive from those records together
+// people, members, service accounts, API keys, token families, tokens,
+// connections and workspace models. Readers cache what they derive from those records together
 // with the Generation they read it under, and trust the cached copy only
 // while Generation is unchanged.
 //
@@ -68,6 +68,12 @@ func (t trackingTx) PutConnection(c *Connection, create bool) error {
 	return t.mark(t.Tx.PutConnection(c, create))
 }
 func (t trackingTx) DeleteConnection(id string) error    { return t.mark(t.Tx.DeleteConnection(id)) }
+func (t trackingTx) PutWorkspaceModel(m *WorkspaceModel, create bool) error {
+	return t.mark(t.Tx.PutWorkspaceModel(m, create))
+}
+func (t trackingTx) DeleteWorkspaceModel(ws, id string) error {
+	return t.mark(t.Tx.DeleteWorkspaceModel(ws, id))
+}
 func (t trackingTx) PutTokenFamily(f *TokenFamily) error { return t.mark(t.Tx.PutTokenFamily(f)) }
 func (t trackingTx) PutToken(tok *Token, create bool) error {
 	return t.mark(t.Tx.PutToken(tok, create))

@@ -109,9 +109,89 @@ type Model struct {
 	UpstreamID string  `json:"upstream_id,omitempty"`
 	Enabled    bool    `json:"enabled"`
 	Pricing    Pricing `json:"pricing"`
-	// MaxOutputTokens bounds the output of a request that sets no limit of
-	// its own, for budget reservations. 0 means the gateway's default.
+	// MaxOutputTokens is the model's output limit: it bounds the output of
+	// a request that sets no limit of its own, for budget reservations, and
+	// is the limit.output clients are configured with. 0 means the
+	// defaults (the gateway's for reservations, DefaultOutputLimit for
+	// clients).
 	MaxOutputTokens int64 `json:"max_output_tokens,omitempty"`
+	// ContextWindow is the model's context window in tokens, for clients'
+	// configuration. 0 means DefaultContextWindow.
+	ContextWindow int64 `json:"context_window,omitempty"`
+	// Capabilities say what the model accepts, for clients' configuration.
+	// nil means DefaultCapabilities.
+	Capabilities *Capabilities `json:"capabilities,omitempty"`
+}
+
+// The limits a client is configured with for a model that states none.
+const (
+	DefaultContextWindow = 128_000
+	DefaultOutputLimit   = 8_192
+)
+
+// Capabilities are what a model accepts and produces.
+type Capabilities struct {
+	ToolCall    bool `json:"tool_call"`
+	Reasoning   bool `json:"reasoning"`
+	Attachment  bool `json:"attachment"`
+	Temperature bool `json:"temperature"`
+	// Input and Output are modalities: text, image, audio, video, pdf.
+	Input  []string `json:"input"`
+	Output []string `json:"output"`
+}
+
+// DefaultCapabilities are a text model's: tool calls and temperature, no
+// reasoning, no attachments, text in and out.
+func DefaultCapabilities() Capabilities {
+	return Capabilities{ToolCall: true, Temperature: true, Input: []string{"text"}, Output: []string{"text"}}
+}
+
+// Modalities are the input and output modalities a model may state.
+var Modalities = []string{"text", "image", "audio", "video", "pdf"}
+
+// Caps returns the model's capabilities, or the defaults.
+func (m *Model) Caps() Capabilities {
+	if m.Capabilities == nil {
+		return DefaultCapabilities()
+	}
+	return *m.Capabilities
+}
+
+// Limits returns the model's context window and output limit for clients,
+// defaults filled in.
+func (m *Model) Limits() (context, output int64) {
+	context, output = m.ContextWindow, m.MaxOutputTokens
+	if context == 0 {
+		context = DefaultContextWindow
+	}
+	if output == 0 {
+		output = min(DefaultOutputLimit, context)
+	}
+	return context, output
+}
+
+// WorkspaceModel is a model of the workspace's Inference API: the id a
+// client sends as its model, served by one or more targets (a model of a
+// connection of the same workspace). Ids are chosen by the workspace and
+// unique in it.
+type WorkspaceModel struct {
+	ID        string        `json:"id"`
+	Workspace string        `json:"workspace"`
+	Name      string        `json:"name"`
+	Targets   []ModelTarget `json:"targets"`
+	Created   time.Time     `json:"created"`
+	Updated   time.Time     `json:"updated"`
+}
+
+// ModelTarget is one connection's model serving a workspace model. Targets
+// are tried by Order (lowest first; ties keep list order), or, when every
+// target has a Weight, the first is drawn by weight and the others follow
+// by weight.
+type ModelTarget struct {
+	Connection string `json:"connection"`
+	Model      string `json:"model"`
+	Order      int    `json:"order"`
+	Weight     int    `json:"weight,omitempty"`
 }
 
 // Connection is a provider account connected to a workspace.
@@ -242,6 +322,19 @@ type UsageRecord struct {
 	// the gateway's sessionHeaders): printable ASCII, at most
 	// MaxSessionLen bytes, "" when the request named none.
 	Session string `json:"session,omitempty"`
+	// Attempts are the targets an Inference API request tried before the
+	// one that answered (Connection), in order; empty when the first
+	// answered. Only the answering attempt is metered and charged.
+	Attempts []Attempt `json:"attempts,omitempty"`
+}
+
+// Attempt is one failed try of an Inference API request: the connection
+// tried, the provider's status (0: none, the connection failed or timed
+// out) and why it moved on.
+type Attempt struct {
+	Connection string `json:"connection"`
+	Status     int    `json:"status,omitempty"`
+	Error      string `json:"error"`
 }
 
 // OpCountTokens is the Operation of a usage record of a token count

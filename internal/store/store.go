@@ -91,6 +91,16 @@ type Tx interface {
 	PutConnection(c *Connection, create bool) error
 	DeleteConnection(id string) error
 
+	WorkspaceModel(workspace, id string) (*WorkspaceModel, error)
+	// WorkspaceModels lists the workspace's models in id order.
+	WorkspaceModels(workspace string) ([]*WorkspaceModel, error)
+	// PutWorkspaceModel writes a workspace model; ErrExists when create is
+	// set and the id is taken in its workspace.
+	PutWorkspaceModel(m *WorkspaceModel, create bool) error
+	// DeleteWorkspaceModel removes a workspace model; ErrNotFound when
+	// there is none.
+	DeleteWorkspaceModel(workspace, id string) error
+
 	TokenFamily(id string) (*TokenFamily, error)
 	TokenFamilies(personID string) ([]*TokenFamily, error)
 	PutTokenFamily(*TokenFamily) error

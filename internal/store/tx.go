@@ -22,6 +22,7 @@ const (
 	pSAKey     = "ik/" // ik/<sa>/<key>
 	pConn      = "c/"
 	pWSConn    = "ic/" // ic/<ws>/<conn>
+	pWSModel   = "wm/" // wm/<ws>/<workspace model id>
 	pFamily    = "tf/"
 	pPersonTF  = "itf/" // itf/<person>/<family>
 	pToken     = "t/"
@@ -272,6 +273,32 @@ func (t *btx) DeleteConnection(id string) error {
 		return err
 	}
 	return t.del(pConn + id)
+}
+
+func (t *btx) WorkspaceModel(ws, id string) (*WorkspaceModel, error) {
+	return getAs[WorkspaceModel](t, pWSModel+ws+"/"+id)
+}
+
+func (t *btx) WorkspaceModels(ws string) ([]*WorkspaceModel, error) {
+	return scanAll[WorkspaceModel](t, pWSModel+ws+"/")
+}
+
+func (t *btx) PutWorkspaceModel(m *WorkspaceModel, create bool) error {
+	key := pWSModel + m.Workspace + "/" + m.ID
+	if create {
+		if ok, err := t.exists(key); err != nil || ok {
+			return errors.Join(err, fmt.Errorf("model %s %w", m.ID, ErrExists))
+		}
+	}
+	return t.put(key, m)
+}
+
+func (t *btx) DeleteWorkspaceModel(ws, id string) error {
+	key := pWSModel + ws + "/" + id
+	if ok, err := t.exists(key); err != nil || !ok {
+		return errors.Join(err, ErrNotFound)
+	}
+	return t.del(key)
 }
 
 func (t *btx) TokenFamily(id string) (*TokenFamily, error) { return getAs[TokenFamily](t, pFamily+id) }
