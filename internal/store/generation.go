@@ -67,7 +67,7 @@ func (t trackingTx) PutAPIKey(k *APIKey, create bool) error { return t.mark(t.Tx
 func (t trackingTx) PutConnection(c *Connection, create bool) error {
 	return t.mark(t.Tx.PutConnection(c, create))
 }
-func (t trackingTx) DeleteConnection(id string) error    { return t.mark(t.Tx.DeleteConnection(id)) }
+func (t trackingTx) DeleteConnection(id string) error { return t.mark(t.Tx.DeleteConnection(id)) }
 func (t trackingTx) PutWorkspaceModel(m *WorkspaceModel, create bool) error {
 	return t.mark(t.Tx.PutWorkspaceModel(m, create))
 }
