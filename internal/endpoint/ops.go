@@ -8,7 +8,8 @@ import (
 // The operations on a workspace that the API surfaces share. The Console
 // runs them as the authenticated principal, the operator's admin API as
 // service.Operator(workspace). Path parameters: {sa} service account,
-// {key} API key, {member} member id, {conn} connection, {model} model id.
+// {key} API key, {member} member id, {conn} connection, {model} a connection's model id, {wmodel} a
+// workspace model id.
 
 // NameInput is the body of operations that take only a name.
 type NameInput struct {
@@ -98,6 +99,28 @@ var (
 	SetPricing = Operation[store.Pricing, *service.ConnectionView]{service.OpManageConnections,
 		func(c *Call, in store.Pricing) (*service.ConnectionView, error) {
 			return c.Svc.SetPricing(c.Ctx(), c.P, c.Params["conn"], c.Params["model"], in)
+		}}
+)
+
+// Workspace models, the ids of the Inference API, and their targets.
+var (
+	WorkspaceModels = Operation[NoBody, []*service.WorkspaceModelView]{service.OpManageModels,
+		func(c *Call, _ NoBody) ([]*service.WorkspaceModelView, error) { return c.Svc.WorkspaceModels(c.Ctx(), c.P) }}
+	CreateWorkspaceModel = Operation[service.WorkspaceModelInput, *service.WorkspaceModelView]{service.OpManageModels,
+		func(c *Call, in service.WorkspaceModelInput) (*service.WorkspaceModelView, error) {
+			return c.Svc.CreateWorkspaceModel(c.Ctx(), c.P, in)
+		}}
+	WorkspaceModel = Operation[NoBody, *service.WorkspaceModelView]{service.OpManageModels,
+		func(c *Call, _ NoBody) (*service.WorkspaceModelView, error) {
+			return c.Svc.WorkspaceModel(c.Ctx(), c.P, c.Params["wmodel"])
+		}}
+	ReplaceWorkspaceModel = Operation[service.WorkspaceModelInput, *service.WorkspaceModelView]{service.OpManageModels,
+		func(c *Call, in service.WorkspaceModelInput) (*service.WorkspaceModelView, error) {
+			return c.Svc.ReplaceWorkspaceModel(c.Ctx(), c.P, c.Params["wmodel"], in)
+		}}
+	DeleteWorkspaceModel = Operation[NoBody, NoBody]{service.OpManageModels,
+		func(c *Call, _ NoBody) (NoBody, error) {
+			return NoBody{}, c.Svc.DeleteWorkspaceModel(c.Ctx(), c.P, c.Params["wmodel"])
 		}}
 )
 

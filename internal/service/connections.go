@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -19,14 +20,41 @@ import (
 )
 
 // ModelInput describes a model of a connection. Enabled defaults to true and
-// Name to the model id.
+// Name to the model id; absent fields keep their value on an update. The
+// limits and capabilities are what clients are configured with (the
+// config's limit, tool_call, reasoning, attachment, temperature and
+// modalities); limit.output is max_output_tokens under another name.
 type ModelInput struct {
 	Name            string         `json:"name,omitempty"`
 	UpstreamID      string         `json:"upstream_id,omitempty"`
 	Enabled         *bool          `json:"enabled,omitempty"`
 	Pricing         *store.Pricing `json:"pricing,omitempty"`
 	MaxOutputTokens *int64         `json:"max_output_tokens,omitempty"`
+	Limit           *LimitInput    `json:"limit,omitempty"`
+	ToolCall        *bool          `json:"tool_call,omitempty"`
+	Reasoning       *bool          `json:"reasoning,omitempty"`
+	Attachment      *bool          `json:"attachment,omitempty"`
+	Temperature     *bool          `json:"temperature,omitempty"`
+	Modalities      *Modalities    `json:"modalities,omitempty"`
 }
+
+// LimitInput sets a model's context window and output limit in tokens.
+type LimitInput struct {
+	Context *int64 `json:"context,omitempty"`
+	Output  *int64 `json:"output,omitempty"`
+}
+
+// Modalities are a model's input and output modalities.
+type Modalities struct {
+	Input  []string `json:"input"`
+	Output []string `json:"output"`
+}
+
+// The bounds of a model's limits.
+const (
+	maxContextWindow = 100_000_000
+	maxOutputLimit   = 10_000_000
+)
 
 // ConnectionInput creates a connection.
 type ConnectionInput struct {
@@ -184,13 +212,90 @@ func buildModel(kind, id string, in ModelInput, old *store.Model) (store.Model, 
 		}
 		m.Pricing = *in.Pricing
 	}
-	if in.MaxOutputTokens != nil {
-		if *in.MaxOutputTokens < 1 || *in.MaxOutputTokens > 10_000_000 {
-			return m, apierr.BadRequest("max_output_tokens must be from 1 to 10000000")
-		}
-		m.MaxOutputTokens = *in.MaxOutputTokens
+	if err := applyLimits(&m, in); err != nil {
+		return m, err
 	}
-	return m, nil
+	return m, applyCapabilities(&m, in)
+}
+
+// applyLimits sets the output limit (max_output_tokens or limit.output, the
+// same field) and the context window, each within its bounds, the output
+// no larger than the context.
+func applyLimits(m *store.Model, in ModelInput) error {
+	out := in.MaxOutputTokens
+	var ctx *int64
+	if in.Limit != nil {
+		if in.Limit.Output != nil {
+			if out != nil && *out != *in.Limit.Output {
+				return apierr.BadRequest("max_output_tokens and limit.output differ; send one")
+			}
+			out = in.Limit.Output
+		}
+		ctx = in.Limit.Context
+	}
+	if out != nil {
+		if *out < 1 || *out > maxOutputLimit {
+			return apierr.BadRequest("the output limit (limit.output, max_output_tokens) must be from 1 to %d", maxOutputLimit)
+		}
+		m.MaxOutputTokens = *out
+	}
+	if ctx != nil {
+		if *ctx < 1 || *ctx > maxContextWindow {
+			return apierr.BadRequest("limit.context must be from 1 to %d", maxContextWindow)
+		}
+		m.ContextWindow = *ctx
+	}
+	if m.ContextWindow > 0 && m.MaxOutputTokens > m.ContextWindow {
+		return apierr.BadRequest("the output limit (%d) cannot exceed the context window (%d)", m.MaxOutputTokens, m.ContextWindow)
+	}
+	return nil
+}
+
+// applyCapabilities sets the capabilities named in the input, starting
+// from the model's (or the defaults).
+func applyCapabilities(m *store.Model, in ModelInput) error {
+	if in.ToolCall == nil && in.Reasoning == nil && in.Attachment == nil && in.Temperature == nil && in.Modalities == nil {
+		return nil
+	}
+	c := m.Caps()
+	for _, f := range []struct {
+		in  *bool
+		out *bool
+	}{{in.ToolCall, &c.ToolCall}, {in.Reasoning, &c.Reasoning}, {in.Attachment, &c.Attachment}, {in.Temperature, &c.Temperature}} {
+		if f.in != nil {
+			*f.out = *f.in
+		}
+	}
+	if mo := in.Modalities; mo != nil {
+		var err error
+		if c.Input, err = checkModalities("modalities.input", mo.Input); err != nil {
+			return err
+		}
+		if c.Output, err = checkModalities("modalities.output", mo.Output); err != nil {
+			return err
+		}
+	}
+	m.Capabilities = &c
+	return nil
+}
+
+// checkModalities accepts a non-empty list of known modalities without
+// repeats.
+func checkModalities(field string, list []string) ([]string, error) {
+	if len(list) == 0 {
+		return nil, apierr.BadRequest("%s must name at least one of %s", field, strings.Join(store.Modalities, ", "))
+	}
+	seen := map[string]bool{}
+	for _, v := range list {
+		if !slices.Contains(store.Modalities, v) {
+			return nil, apierr.BadRequest("%s: unknown modality %q (one of %s)", field, v, strings.Join(store.Modalities, ", "))
+		}
+		if seen[v] {
+			return nil, apierr.BadRequest("%s: %q is listed twice", field, v)
+		}
+		seen[v] = true
+	}
+	return slices.Clone(list), nil
 }
 
 // BuildConnection validates input and makes the record, with the credential

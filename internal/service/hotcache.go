@@ -26,8 +26,14 @@ type generational interface{ Generation() uint64 }
 // A store without a generation (one shared by several nodes) gets no cache
 // at all: every request reads the store.
 type hotCache struct {
-	creds sync.Map // credential id (+ "\x00" + x-org-id for tokens) → *credEntry
-	conns sync.Map // connection id → *connEntry
+	creds  sync.Map // credential id (+ "\x00" + x-org-id for tokens) → *credEntry
+	conns  sync.Map // connection id → *connEntry
+	routes sync.Map // workspace + "\x00" + workspace model id → *routeEntry
+}
+
+type routeEntry struct {
+	gen   uint64
+	route *Route // shared, read-only
 }
 
 // credEntry is a verified credential: the MAC its secret must match, until
@@ -92,6 +98,37 @@ func (s *Service) cachedConn(ws, id string) *connEntry {
 		return nil
 	}
 	return e
+}
+
+// cachedRoute returns a cached route of a workspace model, or nil.
+func (s *Service) cachedRoute(ws, id string) *Route {
+	g, ok := s.gen()
+	if !ok {
+		return nil
+	}
+	v, ok := s.hot.routes.Load(ws + "\x00" + id)
+	if !ok {
+		return nil
+	}
+	e := v.(*routeEntry)
+	if e.gen != g {
+		return nil
+	}
+	return e.route
+}
+
+// shareConns makes a route's connections the cached ones, so that their
+// decrypted credentials are cached too (Credential), caching those not yet
+// cached.
+func (s *Service) shareConns(gen uint64, ws string, r *Route) {
+	for i := range r.Targets {
+		c := r.Targets[i].Conn
+		if e := s.cachedConn(ws, c.ID); e != nil {
+			r.Targets[i].Conn = e.conn
+			continue
+		}
+		s.hot.conns.Store(c.ID, &connEntry{gen: gen, ws: ws, conn: c})
+	}
 }
 
 // minTime returns the earlier of two optional instants (zero: none).

@@ -150,7 +150,7 @@ func DefaultCapabilities() Capabilities {
 var Modalities = []string{"text", "image", "audio", "video", "pdf"}
 
 // Caps returns the model's capabilities, or the defaults.
-func (m *Model) Caps() Capabilities {
+func (m Model) Caps() Capabilities {
 	if m.Capabilities == nil {
 		return DefaultCapabilities()
 	}
@@ -159,7 +159,7 @@ func (m *Model) Caps() Capabilities {
 
 // Limits returns the model's context window and output limit for clients,
 // defaults filled in.
-func (m *Model) Limits() (context, output int64) {
+func (m Model) Limits() (context, output int64) {
 	context, output = m.ContextWindow, m.MaxOutputTokens
 	if context == 0 {
 		context = DefaultContextWindow

@@ -137,6 +137,11 @@ func TestHTTPPermissionsEveryRoute(t *testing.T) {
 		return k.ID
 	}
 	fixed := func(s string) func(int) string { return func(int) string { return s } }
+	const wmodel = "routed"
+	if _, err := e.svc.CreateWorkspaceModel(ctx, service.Operator(f.ws), service.WorkspaceModelInput{ID: wmodel,
+		Targets: []store.ModelTarget{{Connection: withModel(), Model: "m"}}}); err != nil {
+		t.Fatal(err)
+	}
 
 	// Who may: inference key, all key, member, admin, owner.
 	var (
@@ -179,6 +184,24 @@ func TestHTTPPermissionsEveryRoute(t *testing.T) {
 		"DELETE /api/v1/connections/{conn}/models/{model}": {func(int) string { return "/api/v1/connections/" + withModel() + "/models/m" }, nil, 200, people},
 		"PUT /api/v1/connections/{conn}/models/{model}/pricing": {func(int) string { return "/api/v1/connections/" + withModel() + "/models/m/pricing" },
 			fixed(`{"input": 0.5, "output": 1.25}`), 200, allKey},
+		"GET /api/v1/models": {fixed("/api/v1/models"), nil, 200, people},
+		"POST /api/v1/models": {fixed("/api/v1/models"),
+			func(i int) string {
+				return fmt.Sprintf(`{"id": "new-%d", "targets": [{"connection": %q, "model": "m"}]}`, i, withModel())
+			}, 201, people},
+		"GET /api/v1/models/{wmodel}": {fixed("/api/v1/models/" + wmodel), nil, 200, people},
+		"PUT /api/v1/models/{wmodel}": {fixed("/api/v1/models/" + wmodel),
+			func(int) string {
+				return fmt.Sprintf(`{"name": "Renamed", "targets": [{"connection": %q, "model": "m"}]}`, withModel())
+			}, 200, people},
+		"DELETE /api/v1/models/{wmodel}": {func(i int) string {
+			id := fmt.Sprintf("gone-%d", i)
+			if _, err := e.svc.CreateWorkspaceModel(ctx, service.Operator(f.ws), service.WorkspaceModelInput{ID: id,
+				Targets: []store.ModelTarget{{Connection: withModel(), Model: "m"}}}); err != nil {
+				t.Fatal(err)
+			}
+			return "/api/v1/models/" + id
+		}, nil, 204, people},
 		"GET /api/v1/budgets/members": {fixed("/api/v1/budgets/members"), nil, 200, spend},
 		"PUT /api/v1/budgets/members/{member}": {fixed("/api/v1/budgets/members/" + f.member),
 			fixed(`{"limit_usd": 10, "period": "monthly"}`), 200, allKey},
