@@ -105,7 +105,9 @@ var (
 // Workspace models, the ids of the Inference API, and their targets.
 var (
 	WorkspaceModels = Operation[NoBody, []*service.WorkspaceModelView]{service.OpManageModels,
-		func(c *Call, _ NoBody) ([]*service.WorkspaceModelView, error) { return c.Svc.WorkspaceModels(c.Ctx(), c.P) }}
+		func(c *Call, _ NoBody) ([]*service.WorkspaceModelView, error) {
+			return c.Svc.WorkspaceModels(c.Ctx(), c.P)
+		}}
 	CreateWorkspaceModel = Operation[service.WorkspaceModelInput, *service.WorkspaceModelView]{service.OpManageModels,
 		func(c *Call, in service.WorkspaceModelInput) (*service.WorkspaceModelView, error) {
 			return c.Svc.CreateWorkspaceModel(c.Ctx(), c.P, in)

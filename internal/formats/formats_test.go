@@ -65,6 +65,52 @@ func TestParseRoute(t *testing.T) {
 	}
 }
 
+// The Inference API's paths are the Providers API's without the connection,
+// with the version prefix required.
+func TestParseInferenceRoute(t *testing.T) {
+	ok := map[string]Route{
+		"/v1/chat/completions":                 {Inference: true, Format: Chat},
+		"/v1/responses":                        {Inference: true, Format: Responses},
+		"/v1/messages":                         {Inference: true, Format: Anthropic},
+		"/v1/messages/count_tokens":            {Inference: true, Format: Anthropic, Op: CountTokens},
+		"/v1beta/models/g-1:generateContent":   {Inference: true, Format: Google, Model: "g-1", Method: "generateContent"},
+		"/v1/models/g-1:streamGenerateContent": {Inference: true, Format: Google, Model: "g-1", Method: "streamGenerateContent"},
+		"/v1beta/models/g-1:countTokens":       {Inference: true, Format: Google, Op: CountTokens, Model: "g-1", Method: "countTokens"},
+		"/v1/models":                           {Inference: true, Op: ListModels},
+		"/v1beta/models":                       {Inference: true, Format: Google, Op: ListModels},
+		"/v1/models/smart":                     {Inference: true, Op: GetModel, Model: "smart"},
+	}
+	for path, want := range ok {
+		if got, err := ParseRoute(path); err != nil || got != want {
+			t.Errorf("%s: %+v %+v, want %+v", path, got, err, want)
+		}
+		if !IsGatewayPath(path) {
+			t.Errorf("%s is not a gateway path", path)
+		}
+	}
+	bad := map[string]int{
+		"/v1":                            404,
+		"/v1/":                           400,
+		"/chat/completions":              404,
+		"/v2/chat/completions":           404,
+		"/v1/embeddings":                 404,
+		"/v1/../custom/x/messages":       400,
+		"/v1/chat%2fcompletions":         400,
+		"/v1beta/models/a/b:countTokens": 400,
+	}
+	for path, status := range bad {
+		rt, err := ParseRoute(path)
+		if err == nil || err.Status != status || rt.Connection != "" {
+			t.Errorf("%s: %+v %+v, want status %d", path, rt, err, status)
+		}
+	}
+	for _, p := range []string{"/v1betax/models", "/v10/chat/completions", "/api/v1/models", "/customer/x"} {
+		if IsGatewayPath(p) {
+			t.Errorf("%s taken as a gateway path", p)
+		}
+	}
+}
+
 // A path that is not a route still tells the connection and the format
 // it suggests, for an error answered after the credential is checked.
 func TestParseRouteErrorsKeepConnectionAndFormat(t *testing.T) {

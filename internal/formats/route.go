@@ -23,9 +23,12 @@ const (
 	GetModel
 )
 
-// Route is a parsed gateway request path: /custom/<connection>/<rest>.
+// Route is a parsed gateway request path: /custom/<connection>/<rest> on
+// the Providers API, or /v1/<rest> and /v1beta/<rest> on the Inference API
+// (Connection empty, Inference set), where the model picks the connection.
 type Route struct {
 	Connection string
+	Inference  bool
 	// Format is the route's format. For ListModels and GetModel, which
 	// every kind serves on the same paths, it is only what the path
 	// suggests (Google under /v1beta/, otherwise 0); the connection's kind
@@ -53,8 +56,23 @@ func (r Route) HTTPMethod() string {
 // UpstreamPath is the path appended to the connection's base URL.
 func (r Route) UpstreamPath(model string) string { return r.Format.w().upstreamPath(r, model) }
 
-// Prefix is the path prefix of gateway routes.
+// Prefix is the path prefix of the Providers API's routes.
 const Prefix = "/custom/"
+
+// IsGatewayPath reports whether an escaped path belongs to the gateway:
+// the Providers API (under Prefix) or the Inference API (under /v1/ or
+// /v1beta/).
+func IsGatewayPath(escapedPath string) bool {
+	if strings.HasPrefix(escapedPath, Prefix) {
+		return true
+	}
+	for _, v := range versionPrefixes {
+		if strings.HasPrefix(escapedPath, v) && (len(escapedPath) == len(v) || escapedPath[len(v)] == '/') {
+			return true
+		}
+	}
+	return false
+}
 
 // ParseError says why a path is not a gateway route.
 type ParseError struct {
@@ -76,17 +94,25 @@ func ParseRoute(escapedPath string) (Route, *ParseError) {
 	var rt Route
 	rest, ok := strings.CutPrefix(escapedPath, Prefix)
 	if !ok {
-		return rt, &ParseError{Status: http.StatusNotFound, Message: "not a gateway route"}
+		// The Inference API: the path after the host is the tail, and
+		// its version prefix is required.
+		rt.Inference = true
+		rest = "_" + escapedPath
+		if !IsGatewayPath(escapedPath) {
+			return rt, &ParseError{Status: http.StatusNotFound, Message: "not a gateway route"}
+		}
 	}
 	lower := strings.ToLower(rest)
 	if strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") || strings.Contains(rest, "\\") || strings.Contains(lower, "%2e") {
 		return rt, &ParseError{Status: http.StatusBadRequest, Message: "encoded slashes and dots are not allowed in gateway paths"}
 	}
 	conn, tail, ok := strings.Cut(rest, "/")
-	if !ok || !validID(conn) {
-		return rt, &ParseError{Status: http.StatusNotFound, Message: "unknown connection"}
+	if !rt.Inference {
+		if !ok || !validID(conn) {
+			return rt, &ParseError{Status: http.StatusNotFound, Message: "unknown connection"}
+		}
+		rt.Connection = conn
 	}
-	rt.Connection = conn
 	tail = "/" + tail
 	version := ""
 	for _, v := range versionPrefixes {
@@ -94,6 +120,9 @@ func ParseRoute(escapedPath string) (Route, *ParseError) {
 			tail, version = "/"+t, v
 			break
 		}
+	}
+	if rt.Inference && version == "" {
+		return rt, &ParseError{Status: http.StatusNotFound, Message: "unknown gateway route: the Inference API is under /v1/ (and /v1beta/ for Google)"}
 	}
 	rt.Format = pathFormat(tail, version)
 	perr := func(status int, msg string) (Route, *ParseError) {

@@ -44,8 +44,11 @@ type Pipeline struct {
 	// Annotate, when set, is given each usage record once it is complete,
 	// before it is stored (the access log's metering fields).
 	Annotate func(r *http.Request, rec *store.UsageRecord)
+	// Fallback bounds the Inference API's moves between a model's targets.
+	Fallback Fallback
 
 	upstreams sync.Map // base URL → *upstream
+	cool      cooldowns
 }
 
 // Forwarder sends a prepared request to a provider and streams the answer
@@ -119,6 +122,13 @@ type call struct {
 	model    store.Model
 	upstream string
 	secret   string
+
+	// Inference API: the workspace model asked for, its targets in the
+	// order to try them, and whether attempts must leave the body to the
+	// call (several attempts send bodies made from it).
+	requested string
+	targets   []service.Target
+	keepBody  bool
 }
 
 // serve answers the request. The credential is checked before anything
@@ -129,6 +139,9 @@ func (c *call) serve(perr *formats.ParseError) *apierr.Error {
 	p, e := c.authenticate()
 	if e != nil {
 		return e
+	}
+	if c.route.Inference {
+		return c.serveInference(p, perr)
 	}
 	if c.route.Connection == "" {
 		return pathError(perr)
@@ -209,8 +222,11 @@ func (c *call) authenticate() (*service.Principal, *apierr.Error) {
 
 func (c *call) newRecord(p *service.Principal) *store.UsageRecord {
 	rec := &store.UsageRecord{Workspace: p.Workspace, MemberID: p.MemberID(), MemberKind: store.MemberPerson,
-		KeyID: p.KeyID, FamilyID: p.FamilyID, Connection: c.conn.ID, Format: c.route.Format.String(), Model: c.route.Model,
+		KeyID: p.KeyID, FamilyID: p.FamilyID, Format: c.route.Format.String(), Model: c.route.Model,
 		Session: requestSession(c.r.Header)}
+	if c.conn != nil {
+		rec.Connection = c.conn.ID
+	}
 	if c.route.Op == formats.CountTokens {
 		rec.Operation = store.OpCountTokens
 	}
@@ -296,10 +312,7 @@ func (c *call) forward(res *ledger.Reservation) (fe *apierr.Error) {
 	counting := route.Op == formats.CountTokens
 	opts := formats.MeterOptions{Format: route.Format, StreamRequested: !counting && (route.Stream() || c.fields.Stream()),
 		RequestBytes: int64(len(c.body))}
-	if opts.StreamRequested {
-		c.body, opts.DropUsageChunk = route.PrepareStream(c.body, &c.fields)
-	}
-	mw := &meterWriter{ResponseWriter: c.w, opts: opts, start: time.Now(), unmetered: counting}
+	mw := &meterWriter{ResponseWriter: c.w, start: time.Now(), unmetered: counting}
 	// Account in a deferred call: a forwarder aborts a response cut by
 	// either side with a panic (http.ErrAbortHandler), and such a request
 	// must be recorded and charged too.
@@ -322,7 +335,20 @@ func (c *call) forward(res *ledger.Reservation) (fe *apierr.Error) {
 		c.rec.Cost = formats.Cost(result.Tokens, c.model.Pricing)
 		c.finish(res, status, result)
 	}()
+	if route.Inference {
+		return c.tryTargets(mw, &opts)
+	}
+	if opts.StreamRequested {
+		c.body, opts.DropUsageChunk = route.PrepareStream(c.body, &c.fields)
+	}
+	mw.opts = opts
+	return c.send(mw)
+}
 
+// send forwards the request once and maps a forwarder's failure before
+// any answer to the gateway's error.
+func (c *call) send(mw *meterWriter) *apierr.Error {
+	route := c.route
 	to, err := c.p.upstreamOf(c.conn.BaseURL)
 	if err != nil {
 		return apierr.New(http.StatusBadGateway, "UpstreamUnreachable", "the connection's base URL is invalid")

@@ -67,7 +67,7 @@ func (c *call) outgoing(to *upstream) *http.Request {
 	}
 	out.Header.Set("Content-Type", "application/json")
 	body := c.body
-	if p := c.pooled; p != nil && &body[0] == &p.b[0] {
+	if p := c.pooled; p != nil && !c.keepBody && len(body) > 0 && &body[0] == &p.b[0] {
 		out.Body = &releasingBody{Reader: bytes.NewReader(body), p: p}
 		c.pooled = nil
 	} else {

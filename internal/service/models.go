@@ -373,3 +373,33 @@ func buildRoute(m *store.WorkspaceModel, conns map[string]*store.Connection) *Ro
 	}
 	return r
 }
+
+// InferenceModels lists the routes of the workspace's models that have an
+// enabled target, in id order, for the Inference API's model list (any
+// principal allowed to use inference).
+func (s *Service) InferenceModels(ctx context.Context, p *Principal) ([]*Route, error) {
+	if err := Require(p, OpInference); err != nil {
+		return nil, err
+	}
+	var out []*Route
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		if _, err := workspace(tx, p.Workspace); err != nil {
+			return err
+		}
+		ms, err := tx.WorkspaceModels(p.Workspace)
+		if err != nil {
+			return err
+		}
+		conns, err := connectionsByID(tx, p.Workspace)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if r := buildRoute(m, conns); len(r.Targets) > 0 {
+				out = append(out, r)
+			}
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"strconv"
+
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -28,6 +30,10 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		dial_timeout <duration>
 //		response_header_timeout <duration>
 //		tls_trusted_ca_certs <pem_files...>
+//		max_attempts <n>
+//		try_timeout <duration>
+//		fallback_deadline <duration>
+//		cooldown <duration>
 //	}
 func (g *Gateway) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
@@ -46,7 +52,7 @@ func (g *Gateway) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("max_request_body: %v", err)
 			}
 			g.MaxRequestBody = int64(n)
-		case "dial_timeout", "response_header_timeout":
+		case "dial_timeout", "response_header_timeout", "try_timeout", "fallback_deadline", "cooldown":
 			name := d.Val()
 			var s string
 			if !d.AllArgs(&s) {
@@ -56,11 +62,18 @@ func (g *Gateway) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return d.Errf("%s: %v", name, err)
 			}
-			if name == "dial_timeout" {
-				g.DialTimeout = caddy.Duration(dur)
-			} else {
-				g.ResponseHeaderTimeout = caddy.Duration(dur)
+			*map[string]*caddy.Duration{"dial_timeout": &g.DialTimeout, "response_header_timeout": &g.ResponseHeaderTimeout,
+				"try_timeout": &g.TryTimeout, "fallback_deadline": &g.FallbackDeadline, "cooldown": &g.Cooldown}[name] = caddy.Duration(dur)
+		case "max_attempts":
+			var s string
+			if !d.AllArgs(&s) {
+				return d.ArgErr()
 			}
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				return d.Errf("max_attempts must be a positive integer")
+			}
+			g.MaxAttempts = n
 		case "tls_trusted_ca_certs":
 			g.TLSTrustedCACerts = d.RemainingArgs()
 			if len(g.TLSTrustedCACerts) == 0 {

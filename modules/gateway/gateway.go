@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -30,15 +29,18 @@ func init() {
 	caddy.RegisterModule(new(Gateway))
 }
 
-// Gateway serves `{inference_url}/custom/<connection_id>/…`: Chat
+// Gateway serves the Providers API, `{inference_url}/custom/<connection_id>/…`,
+// and the Inference API, `{inference_url}/v1/…` (and `/v1beta/…`), where
+// the model a request names is one of the workspace's models and picks
+// the connection, with fallbacks between its targets. Routes: Chat
 // Completions (`/chat/completions`), Responses (`/responses`), Anthropic
 // Messages (`/messages`, and `/messages/count_tokens`) and Google
 // (`/models/<model>:generateContent`, `:streamGenerateContent` and
 // `:countTokens`), also under the `/v1/` and `/v1beta/` prefixes that the
 // official SDKs add; and `GET /models` (`/models/<id>`), answered from the
-// store in the list shape of the connection's kind. Requests whose path
-// does not start with `/custom/` go to the next handler, so the gateway can
-// share a site with the Console.
+// store in the list shape of the connection's kind (on the Inference API:
+// the workspace's models). Requests under neither API go to the next
+// handler, so the gateway can share a site with the Console.
 //
 // The workspace credential is read from `Authorization: Bearer`,
 // `x-api-key`, `api-key`, `x-goog-api-key` or `?key=`, and checked before
@@ -62,6 +64,24 @@ type Gateway struct {
 	// TLSTrustedCACerts are PEM files of extra CAs to trust for HTTPS
 	// providers (private or test endpoints). Default: the system roots.
 	TLSTrustedCACerts []string `json:"tls_trusted_ca_certs,omitempty"`
+
+	// MaxAttempts is the most targets of a workspace model one Inference
+	// API request tries. Default: 3.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+
+	// TryTimeout bounds the wait for one target's response headers on the
+	// Inference API while another target could still be tried. Default: 30s.
+	TryTimeout caddy.Duration `json:"try_timeout,omitempty"`
+
+	// FallbackDeadline bounds the time from an Inference API request's
+	// first attempt to its answer's response headers, over all attempts,
+	// when its model has several targets. Default: 2m.
+	FallbackDeadline caddy.Duration `json:"fallback_deadline,omitempty"`
+
+	// Cooldown is how long a target that failed (unreachable, 429, 5xx, or
+	// no headers in time) is tried only after the model's other targets.
+	// Default: 30s.
+	Cooldown caddy.Duration `json:"cooldown,omitempty"`
 
 	pipeline       *gateway.Pipeline
 	plain          *reverseproxy.Handler // for http:// base URLs
@@ -102,7 +122,9 @@ func (g *Gateway) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("provisioning TLS proxy: %v", err)
 	}
 	g.pipeline = &gateway.Pipeline{Service: app.Service, Forwarder: g, MaxRequestBody: g.MaxRequestBody,
-		Metrics: gateway.NewMetrics(ctx.GetMetricsRegistry()), Logger: ctx.Logger(), RequestID: requestID, Annotate: logFields}
+		Metrics: gateway.NewMetrics(ctx.GetMetricsRegistry()), Logger: ctx.Logger(), RequestID: requestID, Annotate: logFields,
+		Fallback: gateway.Fallback{MaxAttempts: g.MaxAttempts, TryTimeout: time.Duration(g.TryTimeout),
+			Deadline: time.Duration(g.FallbackDeadline), Cooldown: time.Duration(g.Cooldown)}}
 	return nil
 }
 
@@ -161,6 +183,12 @@ func (g *Gateway) Validate() error {
 	if g.MaxRequestBody < 0 {
 		return errors.New("max_request_body must not be negative")
 	}
+	if g.MaxAttempts < 0 || g.MaxAttempts > 16 {
+		return errors.New("max_attempts must be from 1 to 16")
+	}
+	if g.TryTimeout < 0 || g.FallbackDeadline < 0 || g.Cooldown < 0 {
+		return errors.New("try_timeout, fallback_deadline and cooldown must not be negative")
+	}
 	return nil
 }
 
@@ -186,7 +214,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if taken, err := g.accessLog.Serve(w, r, g, next); taken {
 		return err // logged without the key (package accesslog)
 	}
-	if !strings.HasPrefix(r.URL.Path, formats.Prefix) {
+	if !formats.IsGatewayPath(r.URL.EscapedPath()) {
 		return next.ServeHTTP(w, r)
 	}
 	g.pipeline.Serve(w, r)
