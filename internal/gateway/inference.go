@@ -275,8 +275,7 @@ func (c *call) attempt(tw *tryWriter, wait time.Duration) (status int, reason st
 		timer.Stop()
 		return 0, "UpstreamUnreachable"
 	}
-	out := c.outgoing(to)
-	out = out.WithContext(ctx)
+	out := c.outgoing(ctx, to)
 	err = c.p.Forwarder.Forward(tw, out, to.Upstream)
 	timer.Stop()
 	switch tw.state.Load() {

@@ -353,7 +353,7 @@ func (c *call) send(mw *meterWriter) *apierr.Error {
 	if err != nil {
 		return apierr.New(http.StatusBadGateway, "UpstreamUnreachable", "the connection's base URL is invalid")
 	}
-	out := c.outgoing(to)
+	out := c.outgoing(c.r.Context(), to)
 	if ce := c.p.Logger.Check(zapcore.DebugLevel, "forwarding"); ce != nil {
 		ce.Write(zap.String("connection", c.conn.ID), zap.String("format", route.Format.String()), zap.String("model", c.upstream))
 	}

@@ -45,11 +45,11 @@ func (p *Pipeline) upstreamOf(baseURL string) (*upstream, error) {
 
 // outgoing is the request the forwarder sends: the route's upstream path
 // under the base URL, the connection's headers, the body as admitted, and
-// the provider credential in its context. The client's credentials are
+// the provider credential in ctx, its context. The client's credentials are
 // already gone from the request's headers, and nothing secret is ever set
 // on them (the forwarder's transport adds the credential to its own
 // copy), so the request is edited in place.
-func (c *call) outgoing(to *upstream) *http.Request {
+func (c *call) outgoing(ctx context.Context, to *upstream) *http.Request {
 	r := c.r
 	up := *r.URL
 	up.Scheme, up.Host = "", ""
@@ -57,7 +57,7 @@ func (c *call) outgoing(to *upstream) *http.Request {
 	up.RawPath = ""
 	up.RawQuery = c.query.Encode()
 
-	out := r.WithContext(WithCredential(r.Context(), c.conn.Kind, c.secret))
+	out := r.WithContext(WithCredential(ctx, c.conn.Kind, c.secret))
 	out.URL = &up
 	out.RequestURI = up.RequestURI()
 	out.Header = r.Header

@@ -102,7 +102,7 @@ func setup(t testing.TB) *env {
 				"logs": {},
 				"expected_underscore_headers": ["session_id"],
 				"routes": [{"handle": [
-					{"handler": "llm_gateway", "max_request_body": 12582912, "tls_trusted_ca_certs": [%q]},
+					{"handler": "llm_gateway", "max_request_body": 12582912, "tls_trusted_ca_certs": [%q], "try_timeout": "500ms"},
 					{"handler": "workspace_console"}
 				]}]
 			}}}
