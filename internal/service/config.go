@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/store"
 )
 
@@ -36,10 +37,62 @@ type ProviderSettings struct {
 	APIKey  string `json:"apiKey"`
 }
 
-// ProviderModel is a model of a provider entry.
+// ProviderModel is a model of a provider entry, with what a client needs
+// to run it: its limits (a client sends limit.output as its output bound),
+// its prices in USD per million tokens, its capabilities, and, in the
+// Inference entry, the client package of its format where it differs from
+// the entry's.
 type ProviderModel struct {
-	Name string `json:"name"`
+	Name        string     `json:"name"`
+	Package     string     `json:"package,omitempty"`
+	Limit       ModelLimit `json:"limit"`
+	Cost        ModelCost  `json:"cost"`
+	ToolCall    bool       `json:"tool_call"`
+	Reasoning   bool       `json:"reasoning"`
+	Attachment  bool       `json:"attachment"`
+	Temperature bool       `json:"temperature"`
+	Modalities  Modalities `json:"modalities"`
 }
+
+// ModelLimit is a model's context window and output limit in tokens.
+type ModelLimit struct {
+	Context int64 `json:"context"`
+	Output  int64 `json:"output"`
+}
+
+// ModelCost is what a model costs in USD per million tokens: the rates the
+// gateway charges (cache reads and writes at the input rate unless priced).
+type ModelCost struct {
+	Input      money.Micros `json:"input"`
+	Output     money.Micros `json:"output"`
+	CacheRead  money.Micros `json:"cache_read"`
+	CacheWrite money.Micros `json:"cache_write"`
+}
+
+// providerModel is a connection's model as the config shows it.
+func providerModel(m store.Model) ProviderModel {
+	ctx, out := m.Limits()
+	caps := m.Caps()
+	cost := ModelCost{Input: m.Pricing.Input, Output: m.Pricing.Output, CacheRead: m.Pricing.Input, CacheWrite: m.Pricing.Input}
+	if m.Pricing.CacheRead != nil {
+		cost.CacheRead = *m.Pricing.CacheRead
+	}
+	if m.Pricing.CacheWrite != nil {
+		cost.CacheWrite = *m.Pricing.CacheWrite
+	}
+	return ProviderModel{Name: m.Name, Limit: ModelLimit{Context: ctx, Output: out}, Cost: cost,
+		ToolCall: caps.ToolCall, Reasoning: caps.Reasoning, Attachment: caps.Attachment, Temperature: caps.Temperature,
+		Modalities: Modalities{Input: caps.Input, Output: caps.Output}}
+}
+
+// InferenceEntry is the key of the workspace's Inference API entry in the
+// config's providers; connection ids (conn_…) never take it.
+const InferenceEntry = "agentgate"
+
+// inferencePackage is the Inference entry's client package: every
+// workspace model whose targets speak Chat Completions runs with it; the
+// others name their own.
+const inferencePackage = "@ai-sdk/openai-compatible"
 
 // Websearch is the hosted web search setting.
 type Websearch struct {
@@ -59,9 +112,12 @@ var packages = map[string]string{
 	store.KindOpenAICompatible: "@ai-sdk/openai-compatible",
 }
 
-// Config builds the workspace config: one provider per connection of the
-// workspace that has enabled models, with only those models. inferenceURL is
-// the gateway's base URL. No secret ever appears in it.
+// Config builds the workspace config: the Inference API's entry (every
+// workspace model with an enabled target, at {inferenceURL}/v1, each with
+// its first target's limits, prices and capabilities and the client package
+// of that target's kind) and one provider per connection of the workspace
+// that has enabled models, with only those models. inferenceURL is the
+// gateway's base URL. No secret ever appears in it.
 func (s *Service) Config(ctx context.Context, p *Principal, inferenceURL string) (*Config, error) {
 	if err := Require(p, OpReadConfig); err != nil {
 		return nil, err
@@ -74,12 +130,48 @@ func (s *Service) Config(ctx context.Context, p *Principal, inferenceURL string)
 		Experimental: Experimental{Policies: []any{}},
 	}
 	err := s.Store.View(ctx, func(tx store.Tx) error {
-		if _, err := workspace(tx, p.Workspace); err != nil {
+		ws, err := workspace(tx, p.Workspace)
+		if err != nil {
 			return err
 		}
 		conns, err := tx.Connections(p.Workspace)
 		if err != nil {
 			return err
+		}
+		byID := make(map[string]*store.Connection, len(conns))
+		for _, c := range conns {
+			byID[c.ID] = c
+		}
+		wms, err := tx.WorkspaceModels(p.Workspace)
+		if err != nil {
+			return err
+		}
+		inference := map[string]ProviderModel{}
+		for _, wm := range wms {
+			r := buildRoute(wm, byID)
+			if len(r.Targets) == 0 {
+				continue
+			}
+			first := r.Targets[0]
+			pm := providerModel(first.Model)
+			pm.Name = wm.Name
+			if pkg := packages[first.Conn.Kind]; pkg != inferencePackage {
+				pm.Package = pkg
+			}
+			inference[wm.ID] = pm
+		}
+		if len(inference) > 0 {
+			cfg.Providers[InferenceEntry] = ProviderEntry{
+				Name:    ws.Name,
+				Env:     []string{KeyEnvVar},
+				Package: inferencePackage,
+				Settings: ProviderSettings{
+					BaseURL: inferenceURL + "/v1",
+					APIKey:  "{env:" + KeyEnvVar + "}",
+				},
+				Headers: map[string]string{"x-org-id": p.Workspace},
+				Models:  inference,
+			}
 		}
 		for _, c := range conns {
 			models := map[string]ProviderModel{}
@@ -90,7 +182,7 @@ func (s *Service) Config(ctx context.Context, p *Principal, inferenceURL string)
 			sort.Strings(ids)
 			for _, id := range ids {
 				if m := c.Models[id]; m.Enabled {
-					models[id] = ProviderModel{Name: m.Name}
+					models[id] = providerModel(m)
 				}
 			}
 			if len(models) == 0 {

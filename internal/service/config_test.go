@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/service"
 	"github.com/agentgate/agentgate/internal/store"
 )
@@ -41,12 +42,12 @@ func TestConfig(t *testing.T) {
 
 	want := map[string]struct {
 		name, pkg string
-		models    map[string]service.ProviderModel
+		models    map[string]string // id → name
 	}{
-		openai:    {"OpenAI", "@ai-sdk/openai", map[string]service.ProviderModel{"gpt-4o": {Name: "GPT-4o"}, "o3": {Name: "o3"}}},
-		google:    {"Gemini", "@ai-sdk/google", map[string]service.ProviderModel{"gemini-2.5-pro": {Name: "gemini-2.5-pro"}}},
-		compat:    {"Together", "@ai-sdk/openai-compatible", map[string]service.ProviderModel{"meta-llama/Llama-3": {Name: "meta-llama/Llama-3"}}},
-		anthropic: {"Claude", "@ai-sdk/anthropic", map[string]service.ProviderModel{"claude-sonnet-4": {Name: "claude-sonnet-4"}}},
+		openai:    {"OpenAI", "@ai-sdk/openai", map[string]string{"gpt-4o": "GPT-4o", "o3": "o3"}},
+		google:    {"Gemini", "@ai-sdk/google", map[string]string{"gemini-2.5-pro": "gemini-2.5-pro"}},
+		compat:    {"Together", "@ai-sdk/openai-compatible", map[string]string{"meta-llama/Llama-3": "meta-llama/Llama-3"}},
+		anthropic: {"Claude", "@ai-sdk/anthropic", map[string]string{"claude-sonnet-4": "claude-sonnet-4"}},
 	}
 	const inferenceURL = "https://gw.example.com/"
 
@@ -71,7 +72,11 @@ func TestConfig(t *testing.T) {
 				if pe.Name != w.name || pe.Package != w.pkg {
 					t.Fatalf("%s: name %q package %q, want %q %q", id, pe.Name, pe.Package, w.name, w.pkg)
 				}
-				if !reflect.DeepEqual(pe.Models, w.models) {
+				names := map[string]string{}
+				for id, m := range pe.Models {
+					names[id] = m.Name
+				}
+				if !reflect.DeepEqual(names, w.models) {
 					t.Fatalf("%s: models %v, want %v", id, pe.Models, w.models)
 				}
 				if pe.Settings.BaseURL != "https://gw.example.com/custom/"+id {
@@ -140,4 +145,68 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// The Inference entry lists every workspace model with an enabled target at
+// {inference_url}/v1, each with its first target's limits, prices and
+// capabilities and, where its format is not Chat Completions', the client
+// package of that format; connection entries carry the same model fields.
+func TestConfigInferenceEntry(t *testing.T) {
+	e := newEnv(t)
+	f := e.fixture("Acme")
+	admin := e.principal(f.adminTok, "")
+	cfg, err := e.svc.Config(ctx, admin, "https://gw.example.com")
+	noErr(t, "Config", err)
+	if _, ok := cfg.Providers[service.InferenceEntry]; ok {
+		t.Fatal("an Inference entry without models")
+	}
+	cache := money.Micros(300_000)
+	an, err := e.svc.CreateConnection(ctx, admin, connInput(store.KindAnthropic, map[string]service.ModelInput{"claude": {
+		Pricing: &store.Pricing{Input: 3 * money.Scale, Output: 15 * money.Scale, CacheRead: &cache},
+		Limit:   &service.LimitInput{Context: ip(200000), Output: ip(64000)}, Reasoning: bp(true), Attachment: bp(true),
+		Modalities: &service.Modalities{Input: []string{"text", "image", "pdf"}, Output: []string{"text"}}}}))
+	noErr(t, "anthropic", err)
+	oa, err := e.svc.CreateConnection(ctx, admin, connInput(store.KindOpenAI, map[string]service.ModelInput{"gpt": {}, "off": {Enabled: bp(false)}}))
+	noErr(t, "openai", err)
+	co, err := e.svc.CreateConnection(ctx, admin, connInput(store.KindOpenAICompatible, map[string]service.ModelInput{"llama": {}}))
+	noErr(t, "compat", err)
+	for id, target := range map[string]store.ModelTarget{"claude-x": {Connection: an.ID, Model: "claude"}, "gpt-x": {Connection: oa.ID, Model: "gpt"},
+		"llama-x": {Connection: co.ID, Model: "llama"}, "off-x": {Connection: oa.ID, Model: "off"}} {
+		_, err := e.svc.CreateWorkspaceModel(ctx, admin, service.WorkspaceModelInput{ID: id, Targets: []store.ModelTarget{target}})
+		noErr(t, "CreateWorkspaceModel "+id, err)
+	}
+	cfg, err = e.svc.Config(ctx, e.principal(f.inference.Key, ""), "https://gw.example.com/")
+	noErr(t, "Config", err)
+	entry, ok := cfg.Providers[service.InferenceEntry]
+	if !ok || entry.Settings.BaseURL != "https://gw.example.com/v1" || entry.Package != "@ai-sdk/openai-compatible" || entry.Name != "Acme" ||
+		entry.Headers["x-org-id"] != f.ws || entry.Settings.APIKey != "{env:AGENTGATE_API_KEY}" {
+		t.Fatalf("inference entry %+v", entry)
+	}
+	if len(entry.Models) != 3 || entry.Models["off-x"].Name != "" {
+		t.Fatalf("inference models %+v", entry.Models)
+	}
+	c := entry.Models["claude-x"]
+	want := service.ProviderModel{Name: "claude-x", Package: "@ai-sdk/anthropic", Limit: service.ModelLimit{Context: 200000, Output: 64000},
+		Cost:     service.ModelCost{Input: 3 * money.Scale, Output: 15 * money.Scale, CacheRead: cache, CacheWrite: 3 * money.Scale},
+		ToolCall: true, Reasoning: true, Attachment: true, Temperature: true,
+		Modalities: service.Modalities{Input: []string{"text", "image", "pdf"}, Output: []string{"text"}}}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("claude-x\n got %+v\nwant %+v", c, want)
+	}
+	if m := entry.Models["gpt-x"]; m.Package != "@ai-sdk/openai" || m.Limit.Output != store.DefaultOutputLimit || m.Limit.Context != store.DefaultContextWindow {
+		t.Fatalf("gpt-x %+v", m)
+	}
+	if m := entry.Models["llama-x"]; m.Package != "" {
+		t.Fatalf("llama-x names the entry's package again: %+v", m)
+	}
+	// The connection's own entry carries the same fields.
+	if m := cfg.Providers[an.ID].Models["claude"]; m.Limit.Output != 64000 || !m.Reasoning || m.Cost.CacheRead != cache {
+		t.Fatalf("connection entry model %+v", m)
+	}
+	b, _ := json.Marshal(cfg)
+	for _, field := range []string{`"limit":{"context":200000,"output":64000}`, `"cost":{"input":3,"output":15,"cache_read":0.3,"cache_write":3}`, `"tool_call":true`, `"modalities":{"input":["text","image","pdf"]`} {
+		if !strings.Contains(string(b), field) {
+			t.Fatalf("config JSON lacks %s: %s", field, b)
+		}
+	}
 }
