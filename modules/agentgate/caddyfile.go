@@ -44,6 +44,9 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 //				name <display name>
 //				upstream_id <provider model id>
 //				max_output_tokens <n>
+//				limit [context <tokens>] [output <tokens>]
+//				tool_call|reasoning|attachment|temperature [true|false]
+//				modalities input|output <text|image|audio|video|pdf...>
 //				disabled
 //				pricing [input <usd> output <usd> ...] [{
 //					input <usd>
@@ -57,6 +60,9 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 //	}
 //
 // Prices are USD per million tokens. A model is enabled unless `disabled`.
+// `limit output` is `max_output_tokens`; the limits, capabilities and
+// modalities are what clients are configured with (defaults: context
+// 128000, output 8192, tool calls and temperature, text in and out).
 //
 // `storage postgres` keeps the state in a PostgreSQL database that several
 // agentgate nodes share; give the DSN (which may carry a password) as a
@@ -212,6 +218,55 @@ func parseModel(d *caddyfile.Dispenser) (string, service.ModelInput, error) {
 			}
 			f := false
 			m.Enabled = &f
+		case "limit":
+			args := d.RemainingArgs()
+			if len(args) == 0 || len(args)%2 != 0 {
+				return "", m, d.Errf("limit takes pairs: limit context <tokens> output <tokens>")
+			}
+			if m.Limit == nil {
+				m.Limit = &service.LimitInput{}
+			}
+			for i := 0; i < len(args); i += 2 {
+				n, err := strconv.ParseInt(args[i+1], 10, 64)
+				if err != nil || n < 1 {
+					return "", m, d.Errf("limit %s must be a positive whole number, not '%s'", args[i], args[i+1])
+				}
+				switch args[i] {
+				case "context":
+					m.Limit.Context = &n
+				case "output":
+					m.Limit.Output = &n
+				default:
+					return "", m, d.Errf("unknown limit '%s' (context, output)", args[i])
+				}
+			}
+		case "tool_call", "reasoning", "attachment", "temperature":
+			name := d.Val()
+			v := true
+			if d.NextArg() {
+				b, err := strconv.ParseBool(d.Val())
+				if err != nil {
+					return "", m, d.Errf("%s takes true or false, not '%s'", name, d.Val())
+				}
+				v = b
+			}
+			if d.NextArg() {
+				return "", m, d.ArgErr()
+			}
+			*map[string]**bool{"tool_call": &m.ToolCall, "reasoning": &m.Reasoning, "attachment": &m.Attachment, "temperature": &m.Temperature}[name] = &v
+		case "modalities":
+			args := d.RemainingArgs()
+			if len(args) < 2 || (args[0] != "input" && args[0] != "output") {
+				return "", m, d.Errf("modalities input|output <modality...>")
+			}
+			if m.Modalities == nil {
+				m.Modalities = &service.Modalities{Input: []string{"text"}, Output: []string{"text"}}
+			}
+			if args[0] == "input" {
+				m.Modalities.Input = args[1:]
+			} else {
+				m.Modalities.Output = args[1:]
+			}
 		case "pricing":
 			p, err := parsePricing(d)
 			if err != nil {
