@@ -2,10 +2,16 @@ package e2e
 
 import (
 	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
 )
@@ -147,5 +153,131 @@ func TestOfficialSDKsInferenceAPI(t *testing.T) {
 	// for the others.
 	if fellBack < 1 {
 		t.Errorf("no usage record lists the dead target's attempt: %s", b)
+	}
+}
+
+// TestOpenCodeRunInferenceAPI runs the released OpenCode CLI on the
+// Inference API with an opencode.json derived field by field from the
+// config's Inference entry: one provider, a client package per model. It
+// answers `opencode run` for an Anthropic-format and an OpenAI-format
+// model, and the Anthropic request's max_tokens is the model's
+// limit.output.
+func TestOpenCodeRunInferenceAPI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the real binary and runs the OpenCode CLI")
+	}
+	ctx := testContext(t, 4*time.Minute)
+	oc := opencodeBinary(t, ctx)
+	s := startServer(t, ctx, caddyBinary(t), config{})
+	tn := s.bootstrap(t, ctx, "OpenCodeInference")
+	ws := "/agentgate/workspaces/" + tn.Workspace
+	var sa idName
+	must(t, "create service account", 201, &sa)(s.admin(ctx, "POST", ws+"/service-accounts", map[string]any{"name": "oc"}))
+	var key struct {
+		Key string `json:"key"`
+	}
+	must(t, "create key", 201, &key)(s.admin(ctx, "POST", ws+"/service-accounts/"+sa.ID+"/keys", map[string]any{"name": "oc", "permission": "inference"}))
+
+	const secret = "sk-provider-oc-inference-SECRET"
+	providers := map[string]*fakeprovider.Provider{}
+	conns := map[string]string{}
+	for kind, m := range map[string]map[string]any{
+		"anthropic": {"claude-sonnet": map[string]any{"upstream_id": "claude-sonnet-4-5", "limit": map[string]any{"context": 200000, "output": 3333},
+			"pricing": map[string]any{"input": 3, "output": 15}, "reasoning": true}},
+		"openai": {"gpt-4o": map[string]any{"limit": map[string]any{"context": 128000, "output": 2222}, "pricing": map[string]any{"input": 2.5, "output": 10}}},
+	} {
+		p, err := fakeprovider.Start(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		providers[kind] = p
+		var c idName
+		must(t, "create "+kind+" connection", 201, &c)(s.admin(ctx, "POST", ws+"/connections", map[string]any{
+			"name": kind, "kind": kind, "base_url": p.URL + "/v1", "credential": secret, "models": m}))
+		conns[kind] = c.ID
+	}
+	must(t, "create team-claude", 201, nil)(s.admin(ctx, "POST", ws+"/models", map[string]any{"id": "team-claude", "name": "Team Claude",
+		"targets": []any{map[string]any{"connection": conns["anthropic"], "model": "claude-sonnet"}}}))
+	must(t, "create team-gpt", 201, nil)(s.admin(ctx, "POST", ws+"/models", map[string]any{"id": "team-gpt",
+		"targets": []any{map[string]any{"connection": conns["openai"], "model": "gpt-4o"}}}))
+
+	// The config as the key reads it, and the opencode.json made from its
+	// Inference entry.
+	st, b, err := call(ctx, httpClient, "GET", "http://"+s.httpAddr+"/api/v2/config", http.Header{"Authorization": {"Bearer " + key.Key}}, nil)
+	if err != nil || st != 200 {
+		t.Fatalf("config: %d %v %s", st, err, b)
+	}
+	var cfg struct {
+		Providers map[string]struct {
+			Name     string            `json:"name"`
+			Package  string            `json:"package"`
+			Headers  map[string]string `json:"headers"`
+			Settings struct {
+				BaseURL string `json:"baseURL"`
+				APIKey  string `json:"apiKey"`
+			} `json:"settings"`
+			Models map[string]map[string]any `json:"models"`
+		} `json:"providers"`
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	entry, ok := cfg.Providers["agentgate"]
+	if !ok || entry.Settings.BaseURL != "http://"+s.httpAddr+"/v1" {
+		t.Fatalf("no Inference entry: %s", b)
+	}
+	models := map[string]any{}
+	for id, m := range entry.Models {
+		v1 := map[string]any{}
+		for _, f := range []string{"name", "limit", "cost", "tool_call", "reasoning", "attachment", "temperature", "modalities"} {
+			v1[f] = m[f]
+		}
+		if pkg, ok := m["package"].(string); ok {
+			v1["provider"] = map[string]any{"npm": pkg}
+		}
+		models[id] = v1
+	}
+	ocConfig, _ := json.Marshal(map[string]any{"provider": map[string]any{"agentgate": map[string]any{
+		"npm": entry.Package, "name": entry.Name,
+		"options": map[string]any{"baseURL": entry.Settings.BaseURL, "apiKey": entry.Settings.APIKey, "headers": entry.Headers},
+		"models":  models}}})
+	project := t.TempDir()
+	if err := os.WriteFile(filepath.Join(project, "opencode.json"), ocConfig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ model, kind, path string }{
+		{"team-claude", "anthropic", "/v1/messages"},
+		{"team-gpt", "openai", "/v1/responses"},
+	} {
+		cmd := exec.CommandContext(ctx, oc, "run", "--model", "agentgate/"+c.model, "Say hello")
+		cmd.Dir = project
+		cmd.Env = append(opencodeEnv(t), "AGENTGATE_API_KEY="+key.Key)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), fakeprovider.Text) {
+			t.Fatalf("opencode run --model agentgate/%s: %v\n%s\nserver log:\n%s", c.model, err, out, tail(s.stderr.String(), 30))
+		}
+		got := providers[c.kind].Received()
+		if len(got) == 0 {
+			t.Fatalf("%s: the provider got nothing", c.model)
+		}
+		for _, r := range got {
+			if r.Path != c.path {
+				t.Errorf("%s: the provider got %s, want %s", c.model, r.Path, c.path)
+			}
+		}
+		if c.kind == "anthropic" {
+			last := got[len(got)-1]
+			if mt := gjson.GetBytes(last.Body, "max_tokens").Int(); mt != 3333 {
+				t.Errorf("the Anthropic request's max_tokens is %d, want limit.output 3333: %s", mt, last.Body)
+			}
+			if m := gjson.GetBytes(last.Body, "model").String(); m != "claude-sonnet-4-5" {
+				t.Errorf("the provider got model %q", m)
+			}
+		}
+	}
+	s.stop()
+	if strings.Contains(s.stderr.String(), key.Key) || strings.Contains(s.stderr.String(), secret) {
+		t.Error("the server log holds a key")
 	}
 }

@@ -424,12 +424,22 @@ func streamEvents(f format, model string, n int, includeUsage bool) []string {
 		ev = append(ev, "data: [DONE]\n\n")
 	case responses:
 		event := func(typ, payload string) string { return "event: " + typ + "\ndata: " + payload + "\n\n" }
+		// The whole sequence of a message item, as the official clients
+		// (the AI SDK's among them) expect it.
+		seq := 0
+		next := func() int { seq++; return seq }
+		full, _ := json.Marshal(Text)
 		ev = append(ev, event("response.created", fmt.Sprintf(`{"type":"response.created","sequence_number":0,"response":%s}`, responseObject(model, "in_progress", false))))
-		for i, piece := range split(n) {
+		ev = append(ev, event("response.output_item.added", fmt.Sprintf(`{"type":"response.output_item.added","sequence_number":%d,"output_index":0,"item":{"id":"msg_fake","type":"message","status":"in_progress","role":"assistant","content":[]}}`, next())))
+		ev = append(ev, event("response.content_part.added", fmt.Sprintf(`{"type":"response.content_part.added","sequence_number":%d,"item_id":"msg_fake","output_index":0,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}}`, next())))
+		for _, piece := range split(n) {
 			t, _ := json.Marshal(piece)
-			ev = append(ev, event("response.output_text.delta", fmt.Sprintf(`{"type":"response.output_text.delta","sequence_number":%d,"item_id":"msg_fake","output_index":0,"content_index":0,"delta":%s}`, i+1, t)))
+			ev = append(ev, event("response.output_text.delta", fmt.Sprintf(`{"type":"response.output_text.delta","sequence_number":%d,"item_id":"msg_fake","output_index":0,"content_index":0,"delta":%s}`, next(), t)))
 		}
-		ev = append(ev, event("response.completed", fmt.Sprintf(`{"type":"response.completed","sequence_number":%d,"response":%s}`, n+1, responseObject(model, "completed", true))))
+		ev = append(ev, event("response.output_text.done", fmt.Sprintf(`{"type":"response.output_text.done","sequence_number":%d,"item_id":"msg_fake","output_index":0,"content_index":0,"text":%s}`, next(), full)))
+		ev = append(ev, event("response.content_part.done", fmt.Sprintf(`{"type":"response.content_part.done","sequence_number":%d,"item_id":"msg_fake","output_index":0,"content_index":0,"part":{"type":"output_text","text":%s,"annotations":[]}}`, next(), full)))
+		ev = append(ev, event("response.output_item.done", fmt.Sprintf(`{"type":"response.output_item.done","sequence_number":%d,"output_index":0,"item":{"id":"msg_fake","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":%s,"annotations":[]}]}}`, next(), full)))
+		ev = append(ev, event("response.completed", fmt.Sprintf(`{"type":"response.completed","sequence_number":%d,"response":%s}`, next(), responseObject(model, "completed", true))))
 	case anthropic:
 		event := func(typ, payload string) string { return "event: " + typ + "\ndata: " + payload + "\n\n" }
 		ev = append(ev, event("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_fake","type":"message","role":"assistant","model":%s,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"output_tokens":1}}}`,
