@@ -8,7 +8,7 @@ import (
 )
 
 // TestSmoke is the CI-sized run of the harness (a few seconds after the
-// build): lanes (b) and (c) interleaved three times at c=32, a short
+// build): lanes (b), (c) and (i) interleaved three times at c=32, a short
 // invalid-key flood and a few streams. It fails only on gross regressions
 // — agentgate below a tenth of plain reverse_proxy throughput (the issue's
 // 0.25 once settlement is batched: today's full run measures 0.16–0.5× on
@@ -41,7 +41,7 @@ func TestSmoke(t *testing.T) {
 	if c < 0.25*b {
 		t.Errorf("agentgate throughput %.0f req/s is below a quarter of plain reverse_proxy's %.0f req/s", c, b)
 	}
-	for _, id := range []string{"b", "c"} {
+	for _, id := range []string{"b", "c", "i"} {
 		if e := res.thrErrs[cond][id]; e > 0 {
 			t.Errorf("lane (%s): %d failed requests (%s)", id, e, res.thrFirst[cond][id])
 		}

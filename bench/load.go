@@ -70,6 +70,7 @@ type closedResult struct {
 // closed runs conc workers sending back to back for dur (or until each has
 // sent max requests, when max > 0).
 func closed(ctx context.Context, l *lane, slow int, body []byte, conc int, dur time.Duration, max int) closedResult {
+	body = l.body(slow, body)
 	var ok, errs atomic.Int64
 	var firstErr atomic.Value
 	deadline := time.Now().Add(dur)
@@ -111,6 +112,7 @@ func closed(ctx context.Context, l *lane, slow int, body []byte, conc int, dur t
 // its scheduled time whatever the others do) and returns latencies
 // measured from the scheduled start, so queueing is not hidden.
 func open(ctx context.Context, l *lane, slow int, body []byte, rate int, dur time.Duration) (lat []time.Duration, errs int) {
+	body = l.body(slow, body)
 	n := int(float64(rate) * dur.Seconds())
 	interval := time.Second / time.Duration(rate)
 	lat = make([]time.Duration, n)
@@ -253,7 +255,7 @@ func pct(ds []time.Duration, p float64) time.Duration {
 
 // ping checks that a lane answers a chat request; used before measuring.
 func ping(ctx context.Context, l *lane) error {
-	if err := do(ctx, l, 0, chatBody(1024, false)); err != nil {
+	if err := do(ctx, l, 0, l.body(0, chatBody(1024, false))); err != nil {
 		return fmt.Errorf("lane (%s) %s: %v", l.id, l.name, err)
 	}
 	return nil

@@ -135,7 +135,7 @@ func main() {
 	if *only != "" {
 		for _, c := range res.conds {
 			fmt.Printf("%-32s", c)
-			for _, l := range []string{"a", "b", "c", "d"} {
+			for _, l := range []string{"a", "b", "c", "i", "d"} {
 				if v := res.thr[c][l]; len(v) > 0 {
 					fmt.Printf("  (%s) %6.0f", l, median(v))
 					if u := res.thrCPU[c][l]; len(u) > 0 {
@@ -235,7 +235,7 @@ func run(ctx context.Context, o options) (*results, error) {
 		logf("streams: %d concurrent, %d events at %v", o.streamConc, streamEvents, pace)
 		for range o.reps {
 			for _, l := range r.lanes {
-				if l.id == "p" {
+				if l.id == "p" || l.id == "i" {
 					continue // lane (p) measures the store: throughput and latency only
 				}
 				res.addStreams(l.id, streams(ctx, l, o.streamConc))
@@ -247,7 +247,7 @@ func run(ctx context.Context, o options) (*results, error) {
 	if o.bigStreams > 0 {
 		logf("streams: %d concurrent", o.bigStreams)
 		for _, l := range r.lanes {
-			if l.id == "p" {
+			if l.id == "p" || l.id == "i" {
 				continue
 			}
 			stop := rssPeak(l.pid())
@@ -261,7 +261,7 @@ func run(ctx context.Context, o options) (*results, error) {
 		logf("request body %s", sizeName(size))
 		body := chatBody(size, false)
 		for _, l := range r.lanes {
-			if l.id == "p" {
+			if l.id == "p" || l.id == "i" {
 				continue
 			}
 			pid := l.pid()

@@ -196,6 +196,10 @@ func (res *results) targets() []target {
 	if c32 != "" {
 		b, c := median(res.thr[c32]["b"]), median(res.thr[c32]["c"])
 		ts = append(ts, target{"Throughput 1 KB c=32", "(c) ≥ 0.80 × (b)", fmt.Sprintf("%.0f vs %.0f req/s = %s", c, b, ratio(c, b)), yes(c >= 0.8*b)})
+		if res.has("i") {
+			i := median(res.thr[c32]["i"])
+			ts = append(ts, target{"Inference API 1 KB c=32", "(i) ≥ 0.95 × (c)", fmt.Sprintf("%.0f vs %.0f req/s = %s", i, c, ratio(i, c)), yes(i >= 0.95*c)})
+		}
 	}
 	if len(res.lat["c"]) > 0 {
 		a, b, c := medianLat(res.lat["a"], p99), medianLat(res.lat["b"], p99), medianLat(res.lat["c"], p99)
@@ -305,7 +309,8 @@ func (res *results) markdown(svgName string) string {
 	for _, id := range res.laneIDs {
 		w("- **(%s) %s**\n", id, res.names[id])
 	}
-	w("\nLane (c) runs with the workspace key checked on every request, a budget on the key's service account (so each request is reserved and settled in the ledger), the usage tee parsing every answer, and the gateway's Prometheus metrics. Lanes (b) and (c) are two processes of the same binary (so each lane's RSS is its own), pinned to the same core; no access logs. ")
+	w("\nLane (i) is lane (c)'s process and connections reached through the Inference API (`/v1/chat/completions`, routed by a workspace model with one target): the cost of routing by model. ")
+	w("Lane (c) runs with the workspace key checked on every request, a budget on the key's service account (so each request is reserved and settled in the ledger), the usage tee parsing every answer, and the gateway's Prometheus metrics. Lanes (b) and (c) are two processes of the same binary (so each lane's RSS is its own), pinned to the same core; no access logs. ")
 	if res.has("p") {
 		w("Lane (p) is the same `llm_gateway` site in a third process that stores in PostgreSQL (`storage postgres`), as every node of a fleet does: a throwaway cluster on loopback started by `internal/pgtest` (fsync off, on the load generator's core). On PostgreSQL nothing is cached, so each request reads its key, service account, workspace and connection from the database, and its reservation and settlement take the member's lock there: lane (p) measures that cost, in throughput and latency only. ")
 	}

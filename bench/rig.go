@@ -62,7 +62,22 @@ type lane struct {
 	client *http.Client
 	want   int        // the status expected (0: 200)
 	pid    func() int // the process to read RSS from (0: none)
+	// models, when set, replace the body's model per provider (the
+	// Inference API routes by model, not by path).
+	models [2]string
 }
+
+// body is the request body the lane sends to provider i.
+func (l *lane) body(i int, body []byte) []byte {
+	if l.models[i] == "" {
+		return body
+	}
+	return bytes.Replace(body, []byte(`"model":"`+model+`"`), []byte(`"model":"`+l.models[i]+`"`), 1)
+}
+
+// inferenceModels are the workspace models of the Inference API lane, one
+// per provider.
+var inferenceModels = [2]string{"bench-fast", "bench-slow"}
 
 func newClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{
@@ -222,7 +237,12 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 		gw.url[i] = "http://" + siteC + "/custom/" + r.gw.conns[i] + "/chat/completions"
 		gw.hdr[i] = http.Header{"Authorization": {"Bearer " + r.gw.key}}
 	}
-	r.lanes = []*lane{direct, plain, gw}
+	inf := &lane{id: "i", name: "agentgate Inference API", client: newClient(), pid: gw.pid, models: inferenceModels}
+	for i := range r.providers {
+		inf.url[i] = "http://" + siteC + "/v1/chat/completions"
+		inf.hdr[i] = gw.hdr[i]
+	}
+	r.lanes = []*lane{direct, plain, gw, inf}
 	if o.postgres {
 		if pl, err := r.startPostgresLane(ctx, logf); err != nil {
 			r.pgMsg = "lane (p) PostgreSQL skipped: " + err.Error()
@@ -425,6 +445,10 @@ func (n *gwNode) bootstrap(ctx context.Context, providers [2]*fakeprovider.Provi
 			return err
 		}
 		n.conns[i] = c.ID
+		if err := n.adminData(ctx, "create model", 201, "POST", base+"/models", map[string]any{"id": inferenceModels[i],
+			"targets": []any{map[string]any{"connection": c.ID, "model": model}}}, nil); err != nil {
+			return err
+		}
 	}
 	return n.adminData(ctx, "set budget", 200, "PUT", base+"/budgets/"+sa.ID,
 		// Not the maximum (1,000,000): a budget at exactly MaxSpend is
