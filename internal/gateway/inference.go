@@ -62,31 +62,56 @@ func (f Fallback) withDefaults() Fallback {
 	return f
 }
 
-// cooldowns remembers until when targets that failed are tried last.
-type cooldowns struct{ m sync.Map } // connection + "\x00" + model → time.Time
+// cooldowns remembers until when targets that failed are tried last. n
+// counts the entries, so that a gateway with none pays nothing.
+type cooldowns struct {
+	m sync.Map // connection + "\x00" + model → time.Time
+	n atomic.Int64
+}
 
 func targetKey(t service.Target) string { return t.Conn.ID + "\x00" + t.ModelID }
 
-func (c *cooldowns) fail(t service.Target, until time.Time) { c.m.Store(targetKey(t), until) }
+func (c *cooldowns) fail(t service.Target, until time.Time) {
+	if _, loaded := c.m.Swap(targetKey(t), until); !loaded {
+		c.n.Add(1)
+	}
+}
 
-func (c *cooldowns) ok(t service.Target) { c.m.Delete(targetKey(t)) }
+func (c *cooldowns) ok(t service.Target) {
+	if c.n.Load() == 0 {
+		return
+	}
+	if _, loaded := c.m.LoadAndDelete(targetKey(t)); loaded {
+		c.n.Add(-1)
+	}
+}
 
 // order moves the targets that are cooling down behind the others,
 // keeping the order within each group.
+// ts is not changed: the result is ts itself when nothing cools down.
 func (c *cooldowns) order(ts []service.Target, now time.Time) []service.Target {
-	var cooling []service.Target
-	out := ts[:0:0]
-	for _, t := range ts {
-		if v, ok := c.m.Load(targetKey(t)); ok && now.Before(v.(time.Time)) {
-			cooling = append(cooling, t)
-			continue
-		}
-		out = append(out, t)
-	}
-	if cooling == nil {
+	if c.n.Load() == 0 || len(ts) < 2 {
 		return ts
 	}
-	return append(out, cooling...)
+	cooling := make([]bool, len(ts))
+	found := false
+	for i, t := range ts {
+		if v, ok := c.m.Load(targetKey(t)); ok && now.Before(v.(time.Time)) {
+			cooling[i], found = true, true
+		}
+	}
+	if !found {
+		return ts
+	}
+	out := make([]service.Target, 0, len(ts))
+	for pass := range 2 {
+		for i, t := range ts {
+			if cooling[i] == (pass == 1) {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
 }
 
 // serveInference answers a request of the Inference API once its

@@ -260,6 +260,8 @@ type Route struct {
 	// Disabled is the number of targets that cannot serve (connection
 	// gone, model removed or disabled).
 	Disabled int
+
+	byFormat [][]Target // by format: the enabled targets that speak it, in order
 }
 
 // Target is one enabled target: the connection and its model.
@@ -271,28 +273,31 @@ type Target struct {
 }
 
 // Serves lists the targets that speak format f, in the order to try them:
-// by order, or with one drawn by weight first and the rest by weight.
+// by order, or with one drawn by weight first and the rest by weight. The
+// slice may be shared with other requests: callers must not change it.
 func (r *Route) Serves(f formats.Format) []Target {
-	out := make([]Target, 0, len(r.Targets))
+	if !f.Valid() || int(f) >= len(r.byFormat) {
+		return nil
+	}
+	ts := r.byFormat[f]
+	if !r.Weighted || len(ts) < 2 {
+		return ts
+	}
+	out := slices.Clone(ts)
 	total := 0
-	for _, t := range r.Targets {
-		if formats.Supports(t.Conn.Kind, f) {
-			out = append(out, t)
-			total += t.Weight
-		}
+	for _, t := range out {
+		total += t.Weight
 	}
-	if r.Weighted && len(out) > 1 {
-		n := rand.IntN(total)
-		for i, t := range out {
-			if n < t.Weight {
-				out[0], out[i] = out[i], out[0]
-				break
-			}
-			n -= t.Weight
+	n := rand.IntN(total)
+	for i, t := range out {
+		if n < t.Weight {
+			out[0], out[i] = out[i], out[0]
+			break
 		}
-		rest := out[1:]
-		sort.SliceStable(rest, func(i, j int) bool { return rest[i].Weight > rest[j].Weight })
+		n -= t.Weight
 	}
+	rest := out[1:]
+	sort.SliceStable(rest, func(i, j int) bool { return rest[i].Weight > rest[j].Weight })
 	return out
 }
 
@@ -370,6 +375,14 @@ func buildRoute(m *store.WorkspaceModel, conns map[string]*store.Connection) *Ro
 	}
 	for _, t := range ts {
 		r.Targets = append(r.Targets, t.Target)
+	}
+	r.byFormat = make([][]Target, formats.Count()+1)
+	for _, f := range formats.All() {
+		for _, t := range r.Targets {
+			if formats.Supports(t.Conn.Kind, f) {
+				r.byFormat[f] = append(r.byFormat[f], t)
+			}
+		}
 	}
 	return r
 }
