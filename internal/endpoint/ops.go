@@ -9,7 +9,7 @@ import (
 // runs them as the authenticated principal, the operator's admin API as
 // service.Operator(workspace). Path parameters: {sa} service account,
 // {key} API key, {member} member id, {conn} connection, {model} a connection's model id, {wmodel} a
-// workspace model id.
+// workspace model id, {policy} a policy id.
 
 // NameInput is the body of operations that take only a name.
 type NameInput struct {
@@ -123,6 +123,26 @@ var (
 	DeleteWorkspaceModel = Operation[NoBody, NoBody]{service.OpManageModels,
 		func(c *Call, _ NoBody) (NoBody, error) {
 			return NoBody{}, c.Svc.DeleteWorkspaceModel(c.Ctx(), c.P, c.Params["wmodel"])
+		}}
+)
+
+// Workspace policies: allow, deny and limit statements.
+var (
+	Policies = Operation[NoBody, []*store.Policy]{service.OpManageModels,
+		func(c *Call, _ NoBody) ([]*store.Policy, error) { return c.Svc.Policies(c.Ctx(), c.P) }}
+	CreatePolicy = Operation[service.PolicyInput, *store.Policy]{service.OpManageModels,
+		func(c *Call, in service.PolicyInput) (*store.Policy, error) {
+			return c.Svc.CreatePolicy(c.Ctx(), c.P, in)
+		}}
+	Policy = Operation[NoBody, *store.Policy]{service.OpManageModels,
+		func(c *Call, _ NoBody) (*store.Policy, error) { return c.Svc.Policy(c.Ctx(), c.P, c.Params["policy"]) }}
+	ReplacePolicy = Operation[service.PolicyInput, *store.Policy]{service.OpManageModels,
+		func(c *Call, in service.PolicyInput) (*store.Policy, error) {
+			return c.Svc.ReplacePolicy(c.Ctx(), c.P, c.Params["policy"], in)
+		}}
+	DeletePolicy = Operation[NoBody, NoBody]{service.OpManageModels,
+		func(c *Call, _ NoBody) (NoBody, error) {
+			return NoBody{}, c.Svc.DeletePolicy(c.Ctx(), c.P, c.Params["policy"])
 		}}
 )
 

@@ -53,6 +53,11 @@ func New(svc func(ctx context.Context) (*service.Service, error)) *API {
 		endpoint.Data("GET", ws+"/models/{wmodel}", endpoint.WorkspaceModel, http.StatusOK),
 		endpoint.Data("PUT", ws+"/models/{wmodel}", endpoint.ReplaceWorkspaceModel, http.StatusOK),
 		endpoint.Data("DELETE", ws+"/models/{wmodel}", endpoint.DeleteWorkspaceModel, http.StatusNoContent),
+		endpoint.Shaped("GET", ws+"/policies", endpoint.Policies, http.StatusOK, orEmpty[*store.Policy]),
+		endpoint.Data("POST", ws+"/policies", endpoint.CreatePolicy, http.StatusCreated),
+		endpoint.Data("GET", ws+"/policies/{policy}", endpoint.Policy, http.StatusOK),
+		endpoint.Data("PUT", ws+"/policies/{policy}", endpoint.ReplacePolicy, http.StatusOK),
+		endpoint.Data("DELETE", ws+"/policies/{policy}", endpoint.DeletePolicy, http.StatusNoContent),
 		endpoint.Data("GET", ws+"/budgets", endpoint.Budgets, http.StatusOK),
 		endpoint.Data("PUT", ws+"/budgets/{member}", endpoint.SetBudget, http.StatusOK),
 	}

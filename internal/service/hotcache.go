@@ -26,9 +26,15 @@ type generational interface{ Generation() uint64 }
 // A store without a generation (one shared by several nodes) gets no cache
 // at all: every request reads the store.
 type hotCache struct {
-	creds  sync.Map // credential id (+ "\x00" + x-org-id for tokens) → *credEntry
-	conns  sync.Map // connection id → *connEntry
-	routes sync.Map // workspace + "\x00" + workspace model id → *routeEntry
+	creds    sync.Map // credential id (+ "\x00" + x-org-id for tokens) → *credEntry
+	conns    sync.Map // connection id → *connEntry
+	routes   sync.Map // workspace + "\x00" + workspace model id → *routeEntry
+	policies sync.Map // workspace → *policyEntry
+}
+
+type policyEntry struct {
+	gen  uint64
+	list []*store.Policy // shared, read-only
 }
 
 type routeEntry struct {

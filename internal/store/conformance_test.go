@@ -26,6 +26,7 @@ func runConformance(t *testing.T, open func(t *testing.T) Store) {
 		{"APIKeys", testAPIKeys},
 		{"Connections", testConnections},
 		{"WorkspaceModels", testWorkspaceModels},
+		{"Policies", testPolicies},
 		{"TokenFamiliesAndTokens", testTokenFamiliesAndTokens},
 		{"DeviceGrants", testDeviceGrants},
 		{"Budgets", testBudgets},
@@ -461,6 +462,37 @@ func testWorkspaceModels(t *testing.T, s Store) {
 		list, _ := tx.WorkspaceModels("ws1")
 		equal(t, "WorkspaceModels(ws1) after delete", ids(list, id), []string{"alpha"})
 		equal(t, "updated alpha", list[0], changed)
+		return nil
+	})
+}
+
+func testPolicies(t *testing.T, s Store) {
+	mk := func(ws, id string) *Policy {
+		return &Policy{ID: id, Workspace: ws, Name: id, Effect: EffectLimit, Models: []string{"claude-*"}, Roles: []string{RoleMember},
+			Per: PerKey, RequestsPerMinute: 5, Created: t0, Updated: t0}
+	}
+	update(t, s, func(tx Tx) error {
+		for _, p := range []*Policy{mk("ws1", "pol_b"), mk("ws1", "pol_a"), mk("ws10", "pol_c")} {
+			if err := tx.PutPolicy(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	id := func(p *Policy) string { return p.ID }
+	view(t, s, func(tx Tx) error {
+		list, _ := tx.Policies("ws1")
+		equal(t, "Policies(ws1)", ids(list, id), []string{"pol_a", "pol_b"})
+		equal(t, "pol_a", list[0], mk("ws1", "pol_a"))
+		return nil
+	})
+	update(t, s, func(tx Tx) error { return tx.DeletePolicy("ws1", "pol_a") })
+	if err := s.Update(ctx, func(tx Tx) error { return tx.DeletePolicy("ws1", "pol_a") }); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("delete twice: %v", err)
+	}
+	view(t, s, func(tx Tx) error {
+		list, _ := tx.Policies("ws1")
+		equal(t, "Policies(ws1) after delete", ids(list, id), []string{"pol_b"})
 		return nil
 	})
 }

@@ -8,7 +8,7 @@ import (
 // Tracked wraps a single-process store and counts the committed writes to
 // the records that decide who a request is and where it goes: workspaces,
 // people, members, service accounts, API keys, token families, tokens,
-// connections and workspace models. Readers cache what they derive from those records together
+// connections, workspace models and policies. Readers cache what they derive from those records together
 // with the Generation they read it under, and trust the cached copy only
 // while Generation is unchanged.
 //
@@ -73,6 +73,10 @@ func (t trackingTx) PutWorkspaceModel(m *WorkspaceModel, create bool) error {
 }
 func (t trackingTx) DeleteWorkspaceModel(ws, id string) error {
 	return t.mark(t.Tx.DeleteWorkspaceModel(ws, id))
+}
+func (t trackingTx) PutPolicy(p *Policy) error { return t.mark(t.Tx.PutPolicy(p)) }
+func (t trackingTx) DeletePolicy(ws, id string) error {
+	return t.mark(t.Tx.DeletePolicy(ws, id))
 }
 func (t trackingTx) PutTokenFamily(f *TokenFamily) error { return t.mark(t.Tx.PutTokenFamily(f)) }
 func (t trackingTx) PutToken(tok *Token, create bool) error {

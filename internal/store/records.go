@@ -183,6 +183,39 @@ type WorkspaceModel struct {
 	Updated   time.Time     `json:"updated"`
 }
 
+// Policy is a workspace policy statement. Effect "allow" and "deny" decide
+// which models (globs over the model a request names) its subjects may
+// use; "limit" bounds their requests and tokens per minute, counted per
+// key, per member or per workspace. Subjects are roles (people),
+// service accounts and keys; a statement naming none applies to every
+// caller.
+type Policy struct {
+	ID                string    `json:"id"`
+	Workspace         string    `json:"workspace"`
+	Name              string    `json:"name"`
+	Effect            string    `json:"effect"`
+	Models            []string  `json:"models"`
+	Roles             []string  `json:"roles,omitempty"`
+	ServiceAccounts   []string  `json:"service_accounts,omitempty"`
+	Keys              []string  `json:"keys,omitempty"`
+	Per               string    `json:"per,omitempty"`
+	RequestsPerMinute int64     `json:"requests_per_minute,omitempty"`
+	TokensPerMinute   int64     `json:"tokens_per_minute,omitempty"`
+	Created           time.Time `json:"created"`
+	Updated           time.Time `json:"updated"`
+}
+
+// Policy effects and limit scopes.
+const (
+	EffectAllow = "allow"
+	EffectDeny  = "deny"
+	EffectLimit = "limit"
+
+	PerKey       = "key"
+	PerMember    = "member"
+	PerWorkspace = "workspace"
+)
+
 // ModelTarget is one connection's model serving a workspace model. Targets
 // are tried by Order (lowest first; ties keep list order), or, when every
 // target has a Weight, the first is drawn by weight and the others follow

@@ -101,6 +101,12 @@ type Tx interface {
 	// there is none.
 	DeleteWorkspaceModel(workspace, id string) error
 
+	// Policies lists the workspace's policy statements in id order.
+	Policies(workspace string) ([]*Policy, error)
+	PutPolicy(*Policy) error
+	// DeletePolicy removes a policy; ErrNotFound when there is none.
+	DeletePolicy(workspace, id string) error
+
 	TokenFamily(id string) (*TokenFamily, error)
 	TokenFamilies(personID string) ([]*TokenFamily, error)
 	PutTokenFamily(*TokenFamily) error

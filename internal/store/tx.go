@@ -21,8 +21,9 @@ const (
 	pKey       = "k/"
 	pSAKey     = "ik/" // ik/<sa>/<key>
 	pConn      = "c/"
-	pWSConn    = "ic/" // ic/<ws>/<conn>
-	pWSModel   = "wm/" // wm/<ws>/<workspace model id>
+	pWSConn    = "ic/"  // ic/<ws>/<conn>
+	pWSModel   = "wm/"  // wm/<ws>/<workspace model id>
+	pPolicy    = "pol/" // pol/<ws>/<policy id>
 	pFamily    = "tf/"
 	pPersonTF  = "itf/" // itf/<person>/<family>
 	pToken     = "t/"
@@ -295,6 +296,18 @@ func (t *btx) PutWorkspaceModel(m *WorkspaceModel, create bool) error {
 
 func (t *btx) DeleteWorkspaceModel(ws, id string) error {
 	key := pWSModel + ws + "/" + id
+	if ok, err := t.exists(key); err != nil || !ok {
+		return errors.Join(err, ErrNotFound)
+	}
+	return t.del(key)
+}
+
+func (t *btx) Policies(ws string) ([]*Policy, error) { return scanAll[Policy](t, pPolicy+ws+"/") }
+
+func (t *btx) PutPolicy(p *Policy) error { return t.put(pPolicy+p.Workspace+"/"+p.ID, p) }
+
+func (t *btx) DeletePolicy(ws, id string) error {
+	key := pPolicy + ws + "/" + id
 	if ok, err := t.exists(key); err != nil || !ok {
 		return errors.Join(err, ErrNotFound)
 	}

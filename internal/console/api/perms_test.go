@@ -138,6 +138,10 @@ func TestHTTPPermissionsEveryRoute(t *testing.T) {
 	}
 	fixed := func(s string) func(int) string { return func(int) string { return s } }
 	const wmodel = "routed"
+	pol, err := e.svc.CreatePolicy(ctx, service.Operator(f.ws), service.PolicyInput{Name: "kept", Effect: "deny", Models: []string{"nothing-*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.svc.CreateWorkspaceModel(ctx, service.Operator(f.ws), service.WorkspaceModelInput{ID: wmodel,
 		Targets: []store.ModelTarget{{Connection: withModel(), Model: "m"}}}); err != nil {
 		t.Fatal(err)
@@ -201,6 +205,17 @@ func TestHTTPPermissionsEveryRoute(t *testing.T) {
 				t.Fatal(err)
 			}
 			return "/api/v1/models/" + id
+		}, nil, 204, people},
+		"GET /api/v1/policies":          {fixed("/api/v1/policies"), nil, 200, people},
+		"POST /api/v1/policies":         {fixed("/api/v1/policies"), fixed(`{"name": "p", "effect": "deny", "models": ["x-*"]}`), 201, people},
+		"GET /api/v1/policies/{policy}": {fixed("/api/v1/policies/" + pol.ID), nil, 200, people},
+		"PUT /api/v1/policies/{policy}": {fixed("/api/v1/policies/" + pol.ID), fixed(`{"name": "p2", "effect": "deny", "models": ["y-*"]}`), 200, people},
+		"DELETE /api/v1/policies/{policy}": {func(i int) string {
+			p, err := e.svc.CreatePolicy(ctx, service.Operator(f.ws), service.PolicyInput{Name: "gone", Effect: "deny", Models: []string{"z"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return "/api/v1/policies/" + p.ID
 		}, nil, 204, people},
 		"GET /api/v1/budgets/members": {fixed("/api/v1/budgets/members"), nil, 200, spend},
 		"PUT /api/v1/budgets/members/{member}": {fixed("/api/v1/budgets/members/" + f.member),

@@ -1,0 +1,337 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/quota"
+	"github.com/agentgate/agentgate/internal/secrets"
+	"github.com/agentgate/agentgate/internal/store"
+)
+
+// Workspace policies are statements over the models a request names
+// (globs: '*' any run of characters, '/' included; '?' one character),
+// for subjects (roles, service accounts, keys; none means everyone):
+//
+//   - deny: a request by a subject for a matching model is refused (403
+//     PolicyDenied, naming the policy);
+//   - allow: once any allow statement applies to a caller, the caller may
+//     use only the models some allow statement of theirs matches;
+//   - limit: requests and tokens per minute, counted per key (a person's
+//     sign-in counts as their key), per member or per workspace, on both
+//     gateway APIs (429 RateLimited).
+//
+// On the Providers API the model is the connection's model id; on the
+// Inference API, the workspace model's id.
+
+// PolicyInput creates or replaces a policy.
+type PolicyInput struct {
+	Name              string   `json:"name"`
+	Effect            string   `json:"effect"`
+	Models            []string `json:"models"`
+	Roles             []string `json:"roles,omitempty"`
+	ServiceAccounts   []string `json:"service_accounts,omitempty"`
+	Keys              []string `json:"keys,omitempty"`
+	Per               string   `json:"per,omitempty"`
+	RequestsPerMinute int64    `json:"requests_per_minute,omitempty"`
+	TokensPerMinute   int64    `json:"tokens_per_minute,omitempty"`
+}
+
+// Bounds of policies.
+const (
+	maxPolicies     = 100
+	maxPolicyModels = 64
+	maxPerMinute    = 1_000_000_000
+)
+
+// checkPolicy validates a policy against the workspace.
+func checkPolicy(tx store.Tx, ws string, in PolicyInput) error {
+	if err := checkName("name", in.Name); err != nil {
+		return err
+	}
+	switch in.Effect {
+	case store.EffectAllow, store.EffectDeny:
+		if in.Per != "" || in.RequestsPerMinute != 0 || in.TokensPerMinute != 0 {
+			return apierr.BadRequest("per, requests_per_minute and tokens_per_minute belong to limit policies")
+		}
+	case store.EffectLimit:
+		if !slices.Contains([]string{store.PerKey, store.PerMember, store.PerWorkspace}, in.Per) {
+			return apierr.BadRequest("a limit policy needs per: key, member or workspace")
+		}
+		if in.RequestsPerMinute < 0 || in.TokensPerMinute < 0 || in.RequestsPerMinute > maxPerMinute || in.TokensPerMinute > maxPerMinute {
+			return apierr.BadRequest("requests_per_minute and tokens_per_minute must be from 0 to %d", maxPerMinute)
+		}
+		if in.RequestsPerMinute == 0 && in.TokensPerMinute == 0 {
+			return apierr.BadRequest("a limit policy needs requests_per_minute or tokens_per_minute")
+		}
+	default:
+		return apierr.BadRequest("effect must be allow, deny or limit")
+	}
+	if len(in.Models) == 0 || len(in.Models) > maxPolicyModels {
+		return apierr.BadRequest("models needs 1 to %d globs (\"*\" for every model)", maxPolicyModels)
+	}
+	for _, g := range in.Models {
+		if g == "" || len(g) > 256 || strings.ContainsAny(g, "\x00\r\n") {
+			return apierr.BadRequest("model glob %q is not allowed", g)
+		}
+	}
+	for _, r := range in.Roles {
+		if !slices.Contains([]string{store.RoleOwner, store.RoleAdmin, store.RoleMember}, r) {
+			return apierr.BadRequest("unknown role %q (owner, admin, member)", r)
+		}
+	}
+	for _, id := range in.ServiceAccounts {
+		sa, err := tx.ServiceAccount(id)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && sa.Workspace != ws) {
+			return apierr.BadRequest("service account %q is not one of this workspace", id)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, id := range in.Keys {
+		k, err := tx.APIKey(id)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && k.Workspace != ws) {
+			return apierr.BadRequest("key %q is not one of this workspace", id)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Policies lists the workspace's policies.
+func (s *Service) Policies(ctx context.Context, p *Principal) ([]*store.Policy, error) {
+	if err := Require(p, OpManageModels); err != nil {
+		return nil, err
+	}
+	var out []*store.Policy
+	err := s.Store.View(ctx, func(tx store.Tx) (err error) {
+		if _, err := workspace(tx, p.Workspace); err != nil {
+			return err
+		}
+		out, err = tx.Policies(p.Workspace)
+		return err
+	})
+	return out, err
+}
+
+// Policy returns one policy.
+func (s *Service) Policy(ctx context.Context, p *Principal, id string) (*store.Policy, error) {
+	list, err := s.Policies(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	for _, pol := range list {
+		if pol.ID == id {
+			return pol, nil
+		}
+	}
+	return nil, apierr.NotFound("PolicyNotFound", "policy %s not found", id)
+}
+
+// CreatePolicy adds a policy.
+func (s *Service) CreatePolicy(ctx context.Context, p *Principal, in PolicyInput) (*store.Policy, error) {
+	return s.writePolicy(ctx, p, "", in)
+}
+
+// ReplacePolicy replaces a policy.
+func (s *Service) ReplacePolicy(ctx context.Context, p *Principal, id string, in PolicyInput) (*store.Policy, error) {
+	return s.writePolicy(ctx, p, id, in)
+}
+
+func (s *Service) writePolicy(ctx context.Context, p *Principal, id string, in PolicyInput) (*store.Policy, error) {
+	if err := Require(p, OpManageModels); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	pol := &store.Policy{ID: id, Workspace: p.Workspace, Name: strings.TrimSpace(in.Name), Effect: in.Effect,
+		Models: slices.Clone(in.Models), Roles: slices.Clone(in.Roles), ServiceAccounts: slices.Clone(in.ServiceAccounts),
+		Keys: slices.Clone(in.Keys), Per: in.Per, RequestsPerMinute: in.RequestsPerMinute, TokensPerMinute: in.TokensPerMinute,
+		Created: now, Updated: now}
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		if _, err := workspace(tx, p.Workspace); err != nil {
+			return err
+		}
+		list, err := tx.Policies(p.Workspace)
+		if err != nil {
+			return err
+		}
+		if id == "" {
+			if len(list) >= maxPolicies {
+				return apierr.Conflict("a workspace has at most %d policies", maxPolicies)
+			}
+			pol.ID = secrets.NewID("pol_")
+		} else {
+			i := slices.IndexFunc(list, func(x *store.Policy) bool { return x.ID == id })
+			if i < 0 {
+				return apierr.NotFound("PolicyNotFound", "policy %s not found", id)
+			}
+			pol.Created = list[i].Created
+		}
+		if err := checkPolicy(tx, p.Workspace, in); err != nil {
+			return err
+		}
+		return tx.PutPolicy(pol)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return pol, nil
+}
+
+// DeletePolicy removes a policy.
+func (s *Service) DeletePolicy(ctx context.Context, p *Principal, id string) error {
+	if err := Require(p, OpManageModels); err != nil {
+		return err
+	}
+	return s.Store.Update(ctx, func(tx store.Tx) error {
+		if _, err := workspace(tx, p.Workspace); err != nil {
+			return err
+		}
+		return storeErr(tx.DeletePolicy(p.Workspace, id), "PolicyNotFound", "policy "+id)
+	})
+}
+
+// Glob reports whether s matches pattern: '*' matches any run of
+// characters (slashes too), '?' any one character.
+func Glob(pattern, s string) bool {
+	px, sx := 0, 0
+	star, mark := -1, 0
+	for sx < len(s) {
+		switch {
+		case px < len(pattern) && (pattern[px] == '?' || pattern[px] == s[sx]):
+			px++
+			sx++
+		case px < len(pattern) && pattern[px] == '*':
+			star, mark = px, sx
+			px++
+		case star >= 0:
+			px, mark = star+1, mark+1
+			sx = mark
+		default:
+			return false
+		}
+	}
+	for px < len(pattern) && pattern[px] == '*' {
+		px++
+	}
+	return px == len(pattern)
+}
+
+// appliesTo reports whether a policy's subjects include the principal.
+func appliesTo(pol *store.Policy, p *Principal) bool {
+	if len(pol.Roles) == 0 && len(pol.ServiceAccounts) == 0 && len(pol.Keys) == 0 {
+		return true
+	}
+	switch p.Kind {
+	case KindPerson:
+		return slices.Contains(pol.Roles, p.Role)
+	case KindServiceKey:
+		return slices.Contains(pol.ServiceAccounts, p.ServiceAccount) || slices.Contains(pol.Keys, p.KeyID)
+	}
+	return false
+}
+
+func matchesModel(pol *store.Policy, model string) bool {
+	for _, g := range pol.Models {
+		if Glob(g, model) {
+			return true
+		}
+	}
+	return false
+}
+
+// Quota is one limit a request counts against: the counter's key and its
+// bounds, and the policy that sets them.
+type Quota struct {
+	Key    string
+	Limit  quota.Limit
+	Policy *store.Policy
+}
+
+// CheckPolicies decides a gateway request of the principal for a model:
+// 403 PolicyDenied naming the policy when a deny statement, or the lack of
+// an allow statement, refuses it; otherwise the limits it counts against.
+func (s *Service) CheckPolicies(ctx context.Context, p *Principal, model string) ([]Quota, error) {
+	pols, err := s.workspacePolicies(ctx, p.Workspace)
+	if err != nil || len(pols) == 0 {
+		return nil, err
+	}
+	var allows []*store.Policy
+	allowed := false
+	var quotas []Quota
+	for _, pol := range pols {
+		if !appliesTo(pol, p) {
+			continue
+		}
+		switch pol.Effect {
+		case store.EffectDeny:
+			if matchesModel(pol, model) {
+				return nil, policyDenied(pol, "policy %q (%s) denies model %q", pol.Name, pol.ID, model)
+			}
+		case store.EffectAllow:
+			allows = append(allows, pol)
+			allowed = allowed || matchesModel(pol, model)
+		case store.EffectLimit:
+			if !matchesModel(pol, model) {
+				continue
+			}
+			var scope string
+			switch pol.Per {
+			case store.PerKey:
+				scope = p.KeyID
+				if p.Kind == KindPerson {
+					scope = p.FamilyID
+				}
+			case store.PerMember:
+				scope = p.MemberID()
+			default:
+				scope = p.Workspace
+			}
+			quotas = append(quotas, Quota{Key: pol.ID + "\x00" + scope,
+				Limit: quota.Limit{Requests: pol.RequestsPerMinute, Tokens: pol.TokensPerMinute}, Policy: pol})
+		}
+	}
+	if len(allows) > 0 && !allowed {
+		names := make([]string, len(allows))
+		for i, a := range allows {
+			names[i] = fmt.Sprintf("%q (%s: %s)", a.Name, a.ID, strings.Join(a.Models, ", "))
+		}
+		return nil, policyDenied(allows[0], "model %q is not among the models your allow policies permit: %s", model, strings.Join(names, "; "))
+	}
+	return quotas, nil
+}
+
+func policyDenied(pol *store.Policy, format string, args ...any) error {
+	e := apierr.New(403, "PolicyDenied", format, args...)
+	e.Fields = map[string]any{"policy": pol.ID}
+	return e
+}
+
+// workspacePolicies reads the workspace's policies, cached while the store
+// is unchanged (hotCache).
+func (s *Service) workspacePolicies(ctx context.Context, ws string) ([]*store.Policy, error) {
+	gen, cacheable := s.gen()
+	if cacheable {
+		if v, ok := s.hot.policies.Load(ws); ok {
+			if e := v.(*policyEntry); e.gen == gen {
+				return e.list, nil
+			}
+		}
+	}
+	var list []*store.Policy
+	err := s.Store.View(ctx, func(tx store.Tx) (err error) {
+		list, err = tx.Policies(ws)
+		return err
+	})
+	if err == nil && cacheable {
+		s.hot.policies.Store(ws, &policyEntry{gen: gen, list: list})
+	}
+	return list, err
+}
