@@ -137,6 +137,14 @@ func (c *call) serveInference(p *service.Principal, perr *formats.ParseError) *a
 		c.finish(nil, e.Status, formats.MeterResult{})
 		return e
 	}
+	var maxOut int64
+	for _, t := range c.targets {
+		maxOut = max(maxOut, outputBound(t.Model, &c.fields))
+	}
+	if e := c.checkPolicies(p, c.requested, maxOut); e != nil {
+		c.finish(nil, e.Status, formats.MeterResult{})
+		return e
+	}
 	var res *ledger.Reservation
 	if c.route.Op != formats.CountTokens {
 		var worst money.Pico

@@ -35,6 +35,12 @@ func reservation(m store.Model, fl *formats.Fields, bodyLen int) money.Pico {
 	if p.Reasoning != nil && *p.Reasoning > out {
 		out = *p.Reasoning
 	}
+	return formats.Cost(formats.Tokens{Input: int64(bodyLen), Output: outputBound(m, fl)}, store.Pricing{Input: in, Output: out})
+}
+
+// outputBound is the most output a request may produce: its own limit,
+// else the model's, else DefaultMaxOutputTokens, plus any thinking budget.
+func outputBound(m store.Model, fl *formats.Fields) int64 {
 	maxOut := fl.OutputLimit()
 	if maxOut == 0 {
 		maxOut = m.MaxOutputTokens
@@ -42,8 +48,7 @@ func reservation(m store.Model, fl *formats.Fields, bodyLen int) money.Pico {
 	if maxOut == 0 {
 		maxOut = DefaultMaxOutputTokens
 	}
-	maxOut += fl.ExtraOutput()
-	return formats.Cost(formats.Tokens{Input: int64(bodyLen), Output: maxOut}, store.Pricing{Input: in, Output: out})
+	return maxOut + fl.ExtraOutput()
 }
 
 // meterWriter sits between the forwarder and the client: it notes the

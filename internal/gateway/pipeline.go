@@ -23,6 +23,7 @@ import (
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/formats"
 	"github.com/agentgate/agentgate/internal/ledger"
+	"github.com/agentgate/agentgate/internal/quota"
 	"github.com/agentgate/agentgate/internal/service"
 	"github.com/agentgate/agentgate/internal/store"
 )
@@ -49,6 +50,7 @@ type Pipeline struct {
 
 	upstreams sync.Map // base URL → *upstream
 	cool      cooldowns
+	quotas    quota.Limiter // the workspace policies' per-minute counters
 }
 
 // Forwarder sends a prepared request to a provider and streams the answer
@@ -129,6 +131,10 @@ type call struct {
 	requested string
 	targets   []service.Target
 	keepBody  bool
+
+	// ticket holds the request's counts against policy limits, settled
+	// with its tokens when it finishes.
+	ticket *quota.Ticket
 }
 
 // serve answers the request. The credential is checked before anything
@@ -171,6 +177,10 @@ func (c *call) serve(perr *formats.ParseError) *apierr.Error {
 		}
 	}()
 	if e := c.admit(); e != nil {
+		c.finish(nil, e.Status, formats.MeterResult{})
+		return e
+	}
+	if e := c.checkPolicies(p, c.rec.Model, outputBound(c.model, &c.fields)); e != nil {
 		c.finish(nil, e.Status, formats.MeterResult{})
 		return e
 	}
@@ -384,6 +394,7 @@ func (c *call) finish(res *ledger.Reservation, status int, result formats.MeterR
 	}
 	rec.Tokens = result.Tokens
 	rec.Estimated = result.Estimated
+	c.p.quotas.Settle(c.ticket, rec.Tokens.Total())
 	if c.p.Annotate != nil {
 		c.p.Annotate(c.r, rec)
 	}

@@ -2,14 +2,12 @@
 // counter is a fixed one-minute window (aligned to the clock's minutes).
 // A request is admitted with an upper bound of its tokens reserved, and
 // settled with what it used, so limits hold exactly under concurrency in
-// one process. Time is injected.
+// one process. Time is the caller's (injected).
 package quota
 
 import (
 	"sync"
 	"time"
-
-	"github.com/agentgate/agentgate/internal/clock"
 )
 
 // Limit is one counter's bounds; 0 means no bound.
@@ -19,10 +17,9 @@ type Limit struct {
 }
 
 // Limiter holds the counters, keyed by whatever the caller scopes them to
-// (a policy and a key, member or workspace).
+// (a policy and a key, member or workspace). The caller passes the time
+// (its clock's). The zero Limiter is ready to use.
 type Limiter struct {
-	Clock clock.Clock
-
 	mu sync.Mutex
 	m  map[string]*window
 }
@@ -60,8 +57,7 @@ type Refusal struct {
 
 // Admit counts a request against every key's limit at once: all or none.
 // reserve is the upper bound of the request's tokens.
-func (l *Limiter) Admit(keys []string, limits []Limit, reserve int64) (*Ticket, *Refusal) {
-	now := l.Clock.Now()
+func (l *Limiter) Admit(now time.Time, keys []string, limits []Limit, reserve int64) (*Ticket, *Refusal) {
 	start := now.Truncate(time.Minute)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -122,8 +118,7 @@ func (l *Limiter) Settle(t *Ticket, used int64) {
 }
 
 // Remaining returns what a key has left in the current window.
-func (l *Limiter) Remaining(key string, lim Limit) (requests, tokens int64, reset time.Time) {
-	now := l.Clock.Now()
+func (l *Limiter) Remaining(now time.Time, key string, lim Limit) (requests, tokens int64, reset time.Time) {
 	start := now.Truncate(time.Minute)
 	l.mu.Lock()
 	defer l.mu.Unlock()

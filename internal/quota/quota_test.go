@@ -12,7 +12,8 @@ import (
 var t0 = time.Date(2026, 11, 25, 10, 0, 5, 0, time.UTC)
 
 func TestRequestsPerMinuteExactUnderConcurrency(t *testing.T) {
-	l := &Limiter{Clock: clock.NewFake(t0)}
+	l := new(Limiter)
+	clk := clock.NewFake(t0)
 	const room = 17
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -20,7 +21,7 @@ func TestRequestsPerMinuteExactUnderConcurrency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if tk, r := l.Admit([]string{"k"}, []Limit{{Requests: room}}, 0); r == nil && tk != nil {
+			if tk, r := l.Admit(clk.Now(), []string{"k"}, []Limit{{Requests: room}}, 0); r == nil && tk != nil {
 				admitted.Add(1)
 			}
 		}()
@@ -33,48 +34,49 @@ func TestRequestsPerMinuteExactUnderConcurrency(t *testing.T) {
 
 func TestTokensReserveThenSettle(t *testing.T) {
 	clk := clock.NewFake(t0)
-	l := &Limiter{Clock: clk}
+	l := new(Limiter)
 	lim := []Limit{{Tokens: 1000}}
-	a, r := l.Admit([]string{"k"}, lim, 600)
+	a, r := l.Admit(clk.Now(), []string{"k"}, lim, 600)
 	if r != nil {
 		t.Fatal(r)
 	}
 	// 600 reserved: a second request of 600 does not fit...
-	if _, r := l.Admit([]string{"k"}, lim, 600); r == nil || !r.ByTokens || !r.RetryAt.Equal(t0.Truncate(time.Minute).Add(time.Minute)) {
+	if _, r := l.Admit(clk.Now(), []string{"k"}, lim, 600); r == nil || !r.ByTokens || !r.RetryAt.Equal(t0.Truncate(time.Minute).Add(time.Minute)) {
 		t.Fatalf("second reservation: %+v", r)
 	}
 	// ...until the first settles at what it used.
 	l.Settle(a, 100)
 	l.Settle(a, 100) // twice is a no-op
-	b, r := l.Admit([]string{"k"}, lim, 600)
+	b, r := l.Admit(clk.Now(), []string{"k"}, lim, 600)
 	if r != nil {
 		t.Fatalf("after settling: %+v", r)
 	}
-	if _, tok, _ := l.Remaining("k", lim[0]); tok != 300 {
+	if _, tok, _ := l.Remaining(clk.Now(), "k", lim[0]); tok != 300 {
 		t.Fatalf("remaining tokens %d, want 300", tok)
 	}
 	// A new minute starts empty; settling into the ended window changes
 	// nothing in the new one.
 	clk.Advance(time.Minute)
 	l.Settle(b, 999)
-	if _, tok, _ := l.Remaining("k", lim[0]); tok != 1000 {
+	if _, tok, _ := l.Remaining(clk.Now(), "k", lim[0]); tok != 1000 {
 		t.Fatalf("new window: remaining tokens %d", tok)
 	}
 }
 
 func TestAdmitIsAllOrNone(t *testing.T) {
-	l := &Limiter{Clock: clock.NewFake(t0)}
+	l := new(Limiter)
+	clk := clock.NewFake(t0)
 	keys := []string{"key", "member", "workspace"}
 	lims := []Limit{{Requests: 10}, {Requests: 10}, {Requests: 1}}
-	if _, r := l.Admit(keys, lims, 0); r != nil {
+	if _, r := l.Admit(clk.Now(), keys, lims, 0); r != nil {
 		t.Fatal(r)
 	}
-	r2, r := l.Admit(keys, lims, 0)
+	r2, r := l.Admit(clk.Now(), keys, lims, 0)
 	if r2 != nil || r == nil || r.Key != "workspace" {
 		t.Fatalf("workspace limit: %+v", r)
 	}
 	// The refused request left no count on the others.
-	if req, _, _ := l.Remaining("key", lims[0]); req != 9 {
+	if req, _, _ := l.Remaining(clk.Now(), "key", lims[0]); req != 9 {
 		t.Fatalf("key requests left %d, want 9", req)
 	}
 }
