@@ -101,7 +101,21 @@ type Websearch struct {
 
 // Experimental holds workspace policy statements.
 type Experimental struct {
-	Policies []any `json:"policies"`
+	Policies []PolicyStatement `json:"policies"`
+}
+
+// PolicyStatement is a workspace policy as the config shows it.
+type PolicyStatement struct {
+	ID                string   `json:"id"`
+	Name              string   `json:"name"`
+	Effect            string   `json:"effect"`
+	Models            []string `json:"models"`
+	Roles             []string `json:"roles,omitempty"`
+	ServiceAccounts   []string `json:"service_accounts,omitempty"`
+	Keys              []string `json:"keys,omitempty"`
+	Per               string   `json:"per,omitempty"`
+	RequestsPerMinute int64    `json:"requests_per_minute,omitempty"`
+	TokensPerMinute   int64    `json:"tokens_per_minute,omitempty"`
 }
 
 // packages maps connection kinds to the client package that speaks their format.
@@ -127,7 +141,7 @@ func (s *Service) Config(ctx context.Context, p *Principal, inferenceURL string)
 		Providers:    map[string]ProviderEntry{},
 		Websearch:    &Websearch{Enabled: false},
 		MCP:          map[string]any{},
-		Experimental: Experimental{Policies: []any{}},
+		Experimental: Experimental{Policies: []PolicyStatement{}},
 	}
 	err := s.Store.View(ctx, func(tx store.Tx) error {
 		ws, err := workspace(tx, p.Workspace)
@@ -145,6 +159,15 @@ func (s *Service) Config(ctx context.Context, p *Principal, inferenceURL string)
 		wms, err := tx.WorkspaceModels(p.Workspace)
 		if err != nil {
 			return err
+		}
+		pols, err := tx.Policies(p.Workspace)
+		if err != nil {
+			return err
+		}
+		for _, pol := range pols {
+			cfg.Experimental.Policies = append(cfg.Experimental.Policies, PolicyStatement{ID: pol.ID, Name: pol.Name, Effect: pol.Effect,
+				Models: pol.Models, Roles: pol.Roles, ServiceAccounts: pol.ServiceAccounts, Keys: pol.Keys, Per: pol.Per,
+				RequestsPerMinute: pol.RequestsPerMinute, TokensPerMinute: pol.TokensPerMinute})
 		}
 		inference := map[string]ProviderModel{}
 		for _, wm := range wms {

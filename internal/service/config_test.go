@@ -203,6 +203,14 @@ func TestConfigInferenceEntry(t *testing.T) {
 	if m := cfg.Providers[an.ID].Models["claude"]; m.Limit.Output != 64000 || !m.Reasoning || m.Cost.CacheRead != cache {
 		t.Fatalf("connection entry model %+v", m)
 	}
+	pol, err := e.svc.CreatePolicy(ctx, admin, service.PolicyInput{Name: "rpm", Effect: "limit", Models: []string{"claude-*"}, Roles: []string{"member"},
+		Per: "member", RequestsPerMinute: 30})
+	noErr(t, "CreatePolicy", err)
+	cfg, err = e.svc.Config(ctx, e.principal(f.inference.Key, ""), "https://gw.example.com/")
+	noErr(t, "Config", err)
+	if ps := cfg.Experimental.Policies; len(ps) != 1 || ps[0].ID != pol.ID || ps[0].RequestsPerMinute != 30 || ps[0].Per != "member" || ps[0].Models[0] != "claude-*" {
+		t.Fatalf("experimental.policies %+v", ps)
+	}
 	b, _ := json.Marshal(cfg)
 	for _, field := range []string{`"limit":{"context":200000,"output":64000}`, `"cost":{"input":3,"output":15,"cache_read":0.3,"cache_write":3}`, `"tool_call":true`, `"modalities":{"input":["text","image","pdf"]`} {
 		if !strings.Contains(string(b), field) {
