@@ -2,8 +2,10 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -172,6 +174,9 @@ func (s *Service) writePolicy(ctx context.Context, p *Principal, id string, in P
 			if i < 0 {
 				return apierr.NotFound("PolicyNotFound", "policy %s not found", id)
 			}
+			if list[i].Declared {
+				return declaredPolicy(id)
+			}
 			pol.Created = list[i].Created
 		}
 		if err := checkPolicy(tx, p.Workspace, in); err != nil {
@@ -194,8 +199,64 @@ func (s *Service) DeletePolicy(ctx context.Context, p *Principal, id string) err
 		if _, err := workspace(tx, p.Workspace); err != nil {
 			return err
 		}
+		list, err := tx.Policies(p.Workspace)
+		if err != nil {
+			return err
+		}
+		if i := slices.IndexFunc(list, func(x *store.Policy) bool { return x.ID == id }); i >= 0 && list[i].Declared {
+			return declaredPolicy(id)
+		}
 		return storeErr(tx.DeletePolicy(p.Workspace, id), "PolicyNotFound", "policy "+id)
 	})
+}
+
+func declaredPolicy(id string) error {
+	return apierr.Conflict("policy %s is declared in the Caddyfile; change it there", id)
+}
+
+var declaredPolicyIDRe = regexp.MustCompile(`^pol_[A-Za-z0-9_-]{1,48}$`)
+
+// ValidPolicyID reports whether id may name a declared policy.
+func ValidPolicyID(id string) bool { return declaredPolicyIDRe.MatchString(id) }
+
+// ReconcilePolicy writes a policy declared in the Caddyfile into its
+// workspace (an id, which must exist, or a name, created when missing),
+// leaving an unchanged one alone. Its service accounts and keys must exist.
+func (s *Service) ReconcilePolicy(ctx context.Context, workspaceRef, id string, in PolicyInput) (changed bool, err error) {
+	if !ValidPolicyID(id) {
+		return false, apierr.BadRequest("policy id must match pol_[A-Za-z0-9_-]{1,48}")
+	}
+	now := s.now()
+	err = s.Store.Update(ctx, func(tx store.Tx) error {
+		changed = false
+		ws, err := s.resolveWorkspaceRef(tx, workspaceRef, now)
+		if err != nil {
+			return err
+		}
+		if err := checkPolicy(tx, ws, in); err != nil {
+			return err
+		}
+		pol := &store.Policy{ID: id, Workspace: ws, Name: strings.TrimSpace(in.Name), Effect: in.Effect, Models: in.Models,
+			Roles: in.Roles, ServiceAccounts: in.ServiceAccounts, Keys: in.Keys, Per: in.Per,
+			RequestsPerMinute: in.RequestsPerMinute, TokensPerMinute: in.TokensPerMinute, Declared: true, Created: now, Updated: now}
+		list, err := tx.Policies(ws)
+		if err != nil {
+			return err
+		}
+		if i := slices.IndexFunc(list, func(x *store.Policy) bool { return x.ID == id }); i >= 0 {
+			old := list[i]
+			pol.Created, pol.Updated = old.Created, old.Updated
+			a, _ := json.Marshal(old)
+			b, _ := json.Marshal(pol)
+			if string(a) == string(b) {
+				return nil
+			}
+			pol.Updated = now
+		}
+		changed = true
+		return tx.PutPolicy(pol)
+	})
+	return changed, err
 }
 
 // Glob reports whether s matches pattern: '*' matches any run of

@@ -201,6 +201,7 @@ type Policy struct {
 	Per               string    `json:"per,omitempty"`
 	RequestsPerMinute int64     `json:"requests_per_minute,omitempty"`
 	TokensPerMinute   int64     `json:"tokens_per_minute,omitempty"`
+	Declared          bool      `json:"declared,omitempty"` // declared in the Caddyfile: read-only in the Console
 	Created           time.Time `json:"created"`
 	Updated           time.Time `json:"updated"`
 }

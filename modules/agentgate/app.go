@@ -60,6 +60,11 @@ type App struct {
 	// read-only in the Console.
 	Connections []*DeclaredConnection `json:"connections,omitempty"`
 
+	// Policies are workspace policies declared in the config, written
+	// into the store when the app starts like connections (after them),
+	// and read-only in the Console.
+	Policies []*DeclaredPolicy `json:"policies,omitempty"`
+
 	// StartTimeout is how long a request that arrives before the store is
 	// open waits for it before it is answered 503. Default: 10s.
 	StartTimeout caddy.Duration `json:"start_timeout,omitempty"`
@@ -119,6 +124,18 @@ type DeclaredConnection struct {
 	Models map[string]service.ModelInput `json:"models,omitempty"`
 
 	credential string
+}
+
+// DeclaredPolicy is a workspace policy declared in the config: an allow,
+// deny or limit statement over model globs for roles, service accounts
+// (which must exist) and keys (likewise).
+type DeclaredPolicy struct {
+	// ID is the policy's id, `pol_…`.
+	ID string `json:"id"`
+	// Workspace is a workspace id (`wrk_…`, which must exist) or a name
+	// (created at start when missing).
+	Workspace string `json:"workspace"`
+	service.PolicyInput
 }
 
 // CaddyModule returns the Caddy module information.
@@ -192,6 +209,21 @@ func (a *App) Provision(ctx caddy.Context) error {
 		}
 		if _, err := service.PrepareConnection("", dc.input(), time.Time{}); err != nil {
 			return fmt.Errorf("connection %s: %s", dc.ID, apierr.As(err).Message)
+		}
+	}
+	for i, dp := range a.Policies {
+		if dp == nil {
+			return fmt.Errorf("policy %d is empty", i)
+		}
+		if !service.ValidPolicyID(dp.ID) {
+			return fmt.Errorf("policy %q: the id must match pol_[A-Za-z0-9_-]{1,48}", dp.ID)
+		}
+		if seen[dp.ID] {
+			return fmt.Errorf("policy %s is declared twice", dp.ID)
+		}
+		seen[dp.ID] = true
+		if strings.TrimSpace(dp.Workspace) == "" {
+			return fmt.Errorf("policy %s: workspace is required", dp.ID)
 		}
 	}
 	return nil
@@ -300,6 +332,15 @@ func (a *App) start() error {
 		}
 		if changed {
 			a.logger.Info("declared connection written", zap.String("connection", dc.ID))
+		}
+	}
+	for _, dp := range a.Policies {
+		changed, err := svc.ReconcilePolicy(context.Background(), dp.Workspace, dp.ID, dp.PolicyInput)
+		if err != nil {
+			return fmt.Errorf("agentgate: declaring policy %s: %v", dp.ID, apierr.As(err).Message)
+		}
+		if changed {
+			a.logger.Info("declared policy written", zap.String("policy", dp.ID))
 		}
 	}
 	a.svc = svc

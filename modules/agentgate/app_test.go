@@ -248,3 +248,48 @@ func TestDeclaredConnectionErrorsAtProvision(t *testing.T) {
 		t.Errorf("duplicate declared connection: %v", err)
 	}
 }
+
+func TestDeclaredPoliciesReconciled(t *testing.T) {
+	dir := t.TempDir()
+	conf := func(rpm int64) *App {
+		return &App{Storage: &StorageConfig{Path: dir}, Policies: []*DeclaredPolicy{{ID: "pol_members", Workspace: "Acme",
+			PolicyInput: service.PolicyInput{Name: "members", Effect: "limit", Models: []string{"*"}, Roles: []string{"member"}, Per: "member", RequestsPerMinute: rpm}}}}
+	}
+	ctx := context.Background()
+	a := conf(30)
+	svc := startApp(t, a)
+	ws, _ := svc.Workspaces(ctx)
+	if len(ws) != 1 {
+		t.Fatalf("workspaces %v", ws)
+	}
+	op := service.Operator(ws[0].ID)
+	pol, err := svc.Policy(ctx, op, "pol_members")
+	if err != nil || !pol.Declared || pol.RequestsPerMinute != 30 {
+		t.Fatalf("declared policy %+v %v", pol, err)
+	}
+	// Read-only through the APIs.
+	if _, err := svc.ReplacePolicy(ctx, op, "pol_members", service.PolicyInput{Name: "x", Effect: "deny", Models: []string{"*"}}); apierr.As(err).Status != 409 {
+		t.Fatalf("replacing a declared policy: %v", err)
+	}
+	if err := svc.DeletePolicy(ctx, op, "pol_members"); apierr.As(err).Status != 409 {
+		t.Fatalf("deleting a declared policy: %v", err)
+	}
+	a.Stop()
+	// A changed declaration updates it in place.
+	b := conf(60)
+	svc = startApp(t, b)
+	defer b.Stop()
+	if pol, _ := svc.Policy(ctx, op, "pol_members"); pol.RequestsPerMinute != 60 || !pol.Declared {
+		t.Fatalf("after the change: %+v", pol)
+	}
+
+	pctx, _ := caddy.ProvisionContext(&caddy.Config{Admin: &caddy.AdminConfig{Disabled: true}})
+	for name, dp := range map[string]*DeclaredPolicy{
+		"bad id":       {ID: "members", Workspace: "A"},
+		"no workspace": {ID: "pol_a"},
+	} {
+		if err := (&App{Policies: []*DeclaredPolicy{dp}}).Provision(pctx); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -57,6 +57,18 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 //				}]
 //			}]
 //		}
+//		policy <pol_id> {
+//			workspace <wrk_id or name>
+//			name <display name>
+//			effect allow|deny|limit
+//			models <glob...>
+//			roles owner|admin|member...
+//			service_accounts <sa_id...>
+//			keys <key_id...>
+//			per key|member|workspace
+//			requests_per_minute <n>
+//			tokens_per_minute <n>
+//		}
 //	}
 //
 // Prices are USD per million tokens. A model is enabled unless `disabled`.
@@ -117,11 +129,62 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			a.Connections = append(a.Connections, dc)
+		case "policy":
+			dp, err := parsePolicy(d)
+			if err != nil {
+				return err
+			}
+			a.Policies = append(a.Policies, dp)
 		default:
 			return d.Errf("unrecognized subdirective '%s'", d.Val())
 		}
 	}
 	return nil
+}
+
+// parsePolicy reads a `policy <pol_id> { … }` block.
+func parsePolicy(d *caddyfile.Dispenser) (*DeclaredPolicy, error) {
+	dp := new(DeclaredPolicy)
+	if !d.AllArgs(&dp.ID) {
+		return nil, d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		key := d.Val()
+		switch key {
+		case "workspace", "name", "effect", "per":
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			*map[string]*string{"workspace": &dp.Workspace, "name": &dp.Name, "effect": &dp.Effect, "per": &dp.Per}[key] = v
+		case "models", "roles", "service_accounts", "keys":
+			vs := d.RemainingArgs()
+			if len(vs) == 0 {
+				return nil, d.ArgErr()
+			}
+			dst := map[string]*[]string{"models": &dp.Models, "roles": &dp.Roles, "service_accounts": &dp.ServiceAccounts, "keys": &dp.Keys}[key]
+			*dst = append(*dst, vs...)
+		case "requests_per_minute", "tokens_per_minute":
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1 {
+				return nil, d.Errf("%s must be a positive whole number, not '%s'", key, v)
+			}
+			*map[string]*int64{"requests_per_minute": &dp.RequestsPerMinute, "tokens_per_minute": &dp.TokensPerMinute}[key] = n
+		default:
+			return nil, d.Errf("unrecognized policy subdirective '%s'", key)
+		}
+	}
+	if dp.Workspace == "" || dp.Effect == "" {
+		return nil, d.Errf("policy %s needs workspace and effect", dp.ID)
+	}
+	if dp.Name == "" {
+		dp.Name = dp.ID
+	}
+	return dp, nil
 }
 
 func parseConnection(d *caddyfile.Dispenser) (*DeclaredConnection, error) {
