@@ -32,12 +32,13 @@ func parsePages() map[string]*template.Template {
 }
 
 var funcs = template.FuncMap{
-	"usd":    usd,
-	"usdPtr": func(p *money.Pico) string { return usdOr(p, "—") },
-	"price":  func(m money.Micros) string { return "$" + m.String() },
-	"when":   when,
-	"day":    func(t time.Time) string { return t.UTC().Format("Mon Jan 2") },
-	"date":   func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
+	"usd":       usd,
+	"usdPtr":    func(p *money.Pico) string { return usdOr(p, "—") },
+	"price":     func(m money.Micros) string { return "$" + m.String() },
+	"modelForm": modelForm,
+	"when":      when,
+	"day":       func(t time.Time) string { return t.UTC().Format("Mon Jan 2") },
+	"date":      func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
 	"resets": func(t *time.Time) string {
 		if t == nil {
 			return "—"

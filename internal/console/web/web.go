@@ -139,7 +139,12 @@ func New(opts Options) *Web {
 	m.HandleFunc("POST /w/{wrk}/service-accounts/{sa}/keys", h.workspaceForm(h.createKey))
 	m.HandleFunc("POST /w/{wrk}/service-accounts/{sa}/keys/{key}/revoke", h.workspaceForm(h.revokeKey))
 	m.HandleFunc("GET /w/{wrk}/connections", h.workspace(h.connectionsPage))
+	m.HandleFunc("POST /w/{wrk}/connections", h.workspaceForm(h.createConnection))
 	m.HandleFunc("POST /w/{wrk}/connections/{conn}/models", h.workspaceForm(h.setModel))
+	m.HandleFunc("POST /w/{wrk}/connections/{conn}/models/save", h.workspaceForm(h.saveModel))
+	m.HandleFunc("GET /w/{wrk}/policies", h.workspace(h.policiesPage))
+	m.HandleFunc("POST /w/{wrk}/policies", h.workspaceForm(h.createPolicy))
+	m.HandleFunc("POST /w/{wrk}/policies/{policy}/delete", h.workspaceForm(h.deletePolicy))
 	m.HandleFunc("GET /w/{wrk}/members", h.workspace(h.membersPage))
 	m.HandleFunc("POST /w/{wrk}/members", h.workspaceForm(h.addMember))
 	m.HandleFunc("POST /w/{wrk}/members/{member}/role", h.workspaceForm(h.setRole))
@@ -420,16 +425,20 @@ func redirectDone(w http.ResponseWriter, r *http.Request, to, key string) {
 
 // flashes are the messages a page shows after a redirect.
 var flashes = map[string]string{
-	"sa-created":     "Service account created.",
-	"sa-deleted":     "Service account deleted; its keys are revoked.",
-	"key-revoked":    "Key revoked. It stops working at once.",
-	"model-enabled":  "Model enabled.",
-	"model-disabled": "Model disabled.",
-	"member-added":   "Member added.",
-	"role-changed":   "Role changed.",
-	"member-removed": "Member removed.",
-	"budget-set":     "Budget saved.",
-	"budget-removed": "Budget removed.",
+	"sa-created":         "Service account created.",
+	"sa-deleted":         "Service account deleted; its keys are revoked.",
+	"key-revoked":        "Key revoked. It stops working at once.",
+	"model-enabled":      "Model enabled.",
+	"model-disabled":     "Model disabled.",
+	"model-saved":        "Model saved.",
+	"connection-created": "Connection added.",
+	"policy-created":     "Policy added. It applies from the next request.",
+	"policy-deleted":     "Policy deleted.",
+	"member-added":       "Member added.",
+	"role-changed":       "Role changed.",
+	"member-removed":     "Member removed.",
+	"budget-set":         "Budget saved.",
+	"budget-removed":     "Budget removed.",
 }
 
 func flash(r *http.Request) string { return flashes[r.URL.Query().Get("done")] }

@@ -200,7 +200,8 @@ func postRoutes(ws, sa, key, conn, member string) []string {
 	w := "/w/" + ws
 	return []string{"/signout", "/device", w + "/service-accounts", w + "/service-accounts/" + sa + "/delete",
 		w + "/service-accounts/" + sa + "/keys", w + "/service-accounts/" + sa + "/keys/" + key + "/revoke",
-		w + "/connections/" + conn + "/models", w + "/members", w + "/members/" + member + "/role",
+		w + "/connections/" + conn + "/models", w + "/connections", w + "/connections/" + conn + "/models/save", w + "/policies",
+		w + "/policies/pol_x/delete", w + "/members", w + "/members/" + member + "/role",
 		w + "/members/" + member + "/remove", w + "/budgets/" + member}
 }
 
@@ -687,4 +688,107 @@ func TestBudgetsPageSessionsTopN(t *testing.T) {
 	if i, j := strings.Index(p.body, "?session=ses_26"), strings.Index(p.body, "?session=ses_25"); i < 0 || j < i {
 		t.Fatal("sessions are not dearest first")
 	}
+}
+
+// The Connections page adds a connection and adds and edits its models:
+// prices, limits, capabilities; bad values are refused with the reason.
+func TestConnectionsPageCreatesAndEdits(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleAdmin)
+	b, tok := e.signedIn(email)
+	w := "/w/" + ws + "/connections"
+	p := b.post(w, form(tok, "name", "Claude", "kind", "anthropic", "base_url", "https://api.anthropic.com/v1", "credential", "sk-ant-SECRET-web"))
+	wantStatus(t, "create connection", p, http.StatusSeeOther)
+	cs, _ := e.svc.Connections(ctx, service.Operator(ws))
+	if len(cs) != 1 || cs[0].Kind != "anthropic" || cs[0].Name != "Claude" {
+		t.Fatalf("connections %+v", cs)
+	}
+	conn := cs[0].ID
+	p = b.get(p.location())
+	wantContains(t, "after create", p, "Connection added.", conn, "Add a model to Claude")
+	wantNotContains(t, "after create", p, "sk-ant-SECRET")
+
+	save := w + "/" + conn + "/models/save"
+	p = b.post(save, form(tok, "model", "claude-sonnet", "name", "Sonnet", "upstream_id", "claude-sonnet-4-5", "price_input", "3", "price_output", "15",
+		"price_cache_read", "0.3", "limit_context", "200,000", "limit_output", "64000", "capabilities", "1", "tool_call", "true", "reasoning", "true",
+		"temperature", "true", "input", "text", "input", "image"))
+	wantStatus(t, "add model", p, http.StatusSeeOther)
+	cv, _ := e.svc.Connection(ctx, service.Operator(ws), conn)
+	m := cv.Models["claude-sonnet"]
+	if c, o := m.Limits(); c != 200000 || o != 64000 || m.Pricing.Input != 3*money.Scale || m.Pricing.CacheRead == nil || *m.Pricing.CacheRead != 300_000 ||
+		!m.Caps().Reasoning || m.Caps().Attachment || len(m.Caps().Input) != 2 || m.UpstreamID != "claude-sonnet-4-5" || !m.Enabled {
+		t.Fatalf("model %+v caps %+v", m, m.Caps())
+	}
+	p = b.get(w)
+	wantContains(t, "listed", p, "claude-sonnet", "200000", "64000", "tools · reasoning · temperature · in: text, image", "Edit <code>claude-sonnet</code>")
+	// Editing one field keeps the others.
+	wantStatus(t, "edit", b.post(save, form(tok, "model", "claude-sonnet", "price_output", "16")), http.StatusSeeOther)
+	cv, _ = e.svc.Connection(ctx, service.Operator(ws), conn)
+	if m := cv.Models["claude-sonnet"]; m.Pricing.Output != 16*money.Scale || m.Pricing.Input != 3*money.Scale || !m.Caps().Reasoning || m.MaxOutputTokens != 64000 {
+		t.Fatalf("after editing the output price: %+v", m)
+	}
+	for _, bad := range [][]string{
+		{"limit_output", "-5"}, {"limit_context", "lots"}, {"limit_context", "1000", "limit_output", "2000"},
+		{"price_input", "-1"}, {"price_input", "free"}, {"capabilities", "1", "input", "smell"},
+	} {
+		p := b.post(save, form(tok, append([]string{"model", "claude-sonnet"}, bad...)...))
+		wantStatus(t, "bad "+bad[0], p, http.StatusBadRequest)
+	}
+	wantStatus(t, "bad kind", b.post(w, form(tok, "name", "x", "kind", "nope", "base_url", "https://x", "credential", "k")), http.StatusBadRequest)
+	// A member can do neither.
+	_, memberEmail := e.person(ws, store.RoleMember)
+	mb, mtok := e.signedIn(memberEmail)
+	wantStatus(t, "member adds a model", mb.post(save, form(mtok, "model", "x")), http.StatusForbidden)
+	wantStatus(t, "member adds a connection", mb.post(w, form(mtok, "name", "x", "kind", "openai", "base_url", "https://x", "credential", "k")), http.StatusForbidden)
+}
+
+func TestPoliciesPage(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleOwner)
+	sa, _ := e.svc.CreateServiceAccount(ctx, service.Operator(ws), "robot")
+	b, tok := e.signedIn(email)
+	w := "/w/" + ws + "/policies"
+	wantContains(t, "empty", b.get(w), "No policies", "Add a policy")
+	p := b.post(w, form(tok, "name", "CI limits", "effect", "limit", "models", "gpt-* claude-*", "service_accounts", sa.ID, "per", "key",
+		"requests_per_minute", "60", "tokens_per_minute", "100,000"))
+	wantStatus(t, "create limit", p, http.StatusSeeOther)
+	p = b.post(w, form(tok, "name", "No opus", "effect", "deny", "models", "claude-opus-*", "roles", "member"))
+	wantStatus(t, "create deny", p, http.StatusSeeOther)
+	list, _ := e.svc.Policies(ctx, service.Operator(ws))
+	if len(list) != 2 {
+		t.Fatalf("policies %+v", list)
+	}
+	var lim *store.Policy
+	for _, p := range list {
+		if p.Effect == "limit" {
+			lim = p
+		}
+	}
+	if lim == nil || lim.TokensPerMinute != 100000 || lim.RequestsPerMinute != 60 || len(lim.Models) != 2 || lim.ServiceAccounts[0] != sa.ID {
+		t.Fatalf("limit policy %+v", lim)
+	}
+	page := b.get(p.location())
+	wantContains(t, "listed", page, "Policy added.", "CI limits", "60 requests, 100000 tokens a minute per key", "No opus", "members", "<code>claude-opus-*</code>")
+	for _, bad := range [][]string{
+		{"name", "x", "effect", "limit", "models", "*", "requests_per_minute", "5"},
+		{"name", "x", "effect", "limit", "models", "*", "per", "key", "requests_per_minute", "many"},
+		{"name", "x", "effect", "deny", "models", ""},
+		{"name", "x", "effect", "deny", "models", "*", "service_accounts", "sa_nope"},
+		{"name", "<script>alert(1)</script>", "effect", "sometimes", "models", "*"},
+	} {
+		p := b.post(w, form(tok, bad...))
+		wantStatus(t, "bad policy "+strings.Join(bad, " "), p, http.StatusBadRequest)
+		wantNotContains(t, "bad policy echo", p, "<script>alert(1)</script>")
+	}
+	wantStatus(t, "delete", b.post(w+"/"+lim.ID+"/delete", form(tok)), http.StatusSeeOther)
+	if list, _ := e.svc.Policies(ctx, service.Operator(ws)); len(list) != 1 {
+		t.Fatalf("after delete: %d policies", len(list))
+	}
+	wantStatus(t, "delete unknown", b.post(w+"/pol_nope/delete", form(tok)), http.StatusNotFound)
+	_, memberEmail := e.person(ws, store.RoleMember)
+	mb, mtok := e.signedIn(memberEmail)
+	wantStatus(t, "member adds a policy", mb.post(w, form(mtok, "name", "x", "effect", "deny", "models", "*")), http.StatusForbidden)
+	wantNotContains(t, "member's nav", mb.get("/w/"+ws+"/budgets"), `/policies"`)
 }

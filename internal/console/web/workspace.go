@@ -2,7 +2,9 @@ package web
 
 import (
 	"net/http"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -197,10 +199,63 @@ type connRow struct {
 type modelRow struct {
 	ID string
 	store.Model
+	Context, Output int64  // the limits clients are configured with, defaults filled in
+	CapsText        string // the capabilities, in words
+}
+
+func newModelRow(id string, m store.Model) modelRow {
+	ctx, out := m.Limits()
+	c := m.Caps()
+	var words []string
+	for _, f := range []struct {
+		on   bool
+		word string
+	}{{c.ToolCall, "tools"}, {c.Reasoning, "reasoning"}, {c.Attachment, "attachments"}, {c.Temperature, "temperature"}} {
+		if f.on {
+			words = append(words, f.word)
+		}
+	}
+	words = append(words, "in: "+strings.Join(c.Input, ", "))
+	return modelRow{ID: id, Model: m, Context: ctx, Output: out, CapsText: strings.Join(words, " · ")}
 }
 
 type connData struct {
 	Connections []connRow
+	Kinds       []string
+	Form        service.ConnectionInput // the add form's fields, after an error (never the credential)
+}
+
+// modelFormData fills the form that adds or edits a model.
+type modelFormData struct {
+	Page   *pageData
+	Conn   string
+	Row    modelRow
+	Caps   []checkBox
+	Inputs []checkBox
+}
+
+type checkBox struct {
+	Name, Label string
+	On          bool
+}
+
+// modelForm is the template function behind the model forms: row is a
+// modelRow to edit, or nil for a new model (with the defaults).
+func modelForm(page *pageData, conn string, row any) modelFormData {
+	d := modelFormData{Page: page, Conn: conn}
+	if r, ok := row.(modelRow); ok {
+		d.Row = r
+	} else {
+		d.Row = newModelRow("", store.Model{})
+		d.Row.ID = ""
+	}
+	c := d.Row.Caps()
+	d.Caps = []checkBox{{"tool_call", "Tool calls", c.ToolCall}, {"reasoning", "Reasoning", c.Reasoning},
+		{"attachment", "Attachments", c.Attachment}, {"temperature", "Temperature", c.Temperature}}
+	for _, m := range store.Modalities {
+		d.Inputs = append(d.Inputs, checkBox{Name: m, On: slices.Contains(c.Input, m)})
+	}
+	return d
 }
 
 func (h *Web) inferenceBase(r *http.Request) string {
@@ -221,7 +276,10 @@ func (h *Web) connectionsPage(w http.ResponseWriter, r *http.Request, q *req) {
 func (h *Web) renderConnections(w http.ResponseWriter, r *http.Request, q *req, status int, msg, fl string) {
 	d := q.data("Connections and models")
 	d.Nav, d.Flash = "connections", fl
-	var cd connData
+	cd := connData{Kinds: []string{store.KindOpenAI, store.KindAnthropic, store.KindGoogle, store.KindOpenAICompatible}}
+	if r.Method == http.MethodPost && r.URL.Path == wsPath(q.ws.ID, "connections") {
+		cd.Form = service.ConnectionInput{Name: r.PostForm.Get("name"), Kind: r.PostForm.Get("kind"), BaseURL: r.PostForm.Get("base_url")}
+	}
 	cs, err := q.svc.Connections(r.Context(), q.p)
 	if err != nil {
 		if !h.shown(w, q, err, d, &msg, &status) {
@@ -233,7 +291,7 @@ func (h *Web) renderConnections(w http.ResponseWriter, r *http.Request, q *req, 
 	for _, c := range cs {
 		row := connRow{ConnectionView: c, Gateway: base + "/custom/" + urlPathEscape(c.ID)}
 		for id, m := range c.Models {
-			row.Models = append(row.Models, modelRow{ID: id, Model: m})
+			row.Models = append(row.Models, newModelRow(id, m))
 		}
 		sort.Slice(row.Models, func(i, j int) bool { return row.Models[i].ID < row.Models[j].ID })
 		cd.Connections = append(cd.Connections, row)
@@ -280,6 +338,189 @@ func (h *Web) setModel(w http.ResponseWriter, r *http.Request, q *req) {
 		done = "model-enabled"
 	}
 	redirectDone(w, r, wsPath(q.ws.ID, "connections"), done)
+}
+
+// createConnection adds a connection: fields name, kind, base_url and
+// credential.
+func (h *Web) createConnection(w http.ResponseWriter, r *http.Request, q *req) {
+	in := service.ConnectionInput{Name: r.PostForm.Get("name"), Kind: r.PostForm.Get("kind"),
+		BaseURL: r.PostForm.Get("base_url"), Credential: r.PostForm.Get("credential")}
+	if _, err := q.svc.CreateConnection(r.Context(), q.p, in); err != nil {
+		h.formFailed(w, r, q, err, h.renderConnections)
+		return
+	}
+	redirectDone(w, r, wsPath(q.ws.ID, "connections"), "connection-created")
+}
+
+// saveModel adds or changes a model of a connection from the model form:
+// model, name, upstream_id, the prices (USD per million tokens), the
+// limits, the capability check boxes and the input modalities. Empty
+// fields keep their value (the defaults for a new model).
+func (h *Web) saveModel(w http.ResponseWriter, r *http.Request, q *req) {
+	var old *store.Pricing
+	err := service.Require(q.p, service.OpManageModels)
+	if err == nil {
+		var cv *service.ConnectionView
+		if cv, err = q.svc.Connection(r.Context(), q.p, r.PathValue("conn")); err == nil {
+			if m, ok := cv.Models[r.PostForm.Get("model")]; ok {
+				old = &m.Pricing
+			}
+		}
+	}
+	var in service.ModelInput
+	if err == nil {
+		in, err = modelInput(r, old)
+	}
+	if err == nil {
+		_, err = q.svc.PutModel(r.Context(), q.p, r.PathValue("conn"), r.PostForm.Get("model"), in)
+	}
+	if err != nil {
+		h.formFailed(w, r, q, err, h.renderConnections)
+		return
+	}
+	redirectDone(w, r, wsPath(q.ws.ID, "connections"), "model-saved")
+}
+
+// modelInput reads the model form; prices not given keep old's.
+func modelInput(r *http.Request, old *store.Pricing) (service.ModelInput, error) {
+	f := r.PostForm
+	in := service.ModelInput{Name: strings.TrimSpace(f.Get("name")), UpstreamID: strings.TrimSpace(f.Get("upstream_id"))}
+	usd := func(name string) (*money.Micros, error) {
+		v := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(f.Get(name)), "$"))
+		if v == "" {
+			return nil, nil
+		}
+		m, err := money.Parse(v)
+		if err != nil {
+			return nil, apierr.BadRequest("%s must be an amount of dollars such as 2.5", strings.ReplaceAll(strings.TrimPrefix(name, "price_"), "_", " "))
+		}
+		return &m, nil
+	}
+	var pr store.Pricing
+	if old != nil {
+		pr = *old
+	}
+	priced := false
+	for _, p := range []struct {
+		name string
+		set  func(*money.Micros)
+	}{
+		{"price_input", func(m *money.Micros) { pr.Input = *m }},
+		{"price_output", func(m *money.Micros) { pr.Output = *m }},
+		{"price_cache_read", func(m *money.Micros) { pr.CacheRead = m }},
+		{"price_cache_write", func(m *money.Micros) { pr.CacheWrite = m }},
+	} {
+		m, err := usd(p.name)
+		if err != nil {
+			return in, err
+		}
+		if m != nil {
+			p.set(m)
+			priced = true
+		}
+	}
+	if priced {
+		in.Pricing = &pr
+	}
+	tokens := func(name string) (*int64, error) {
+		v := strings.ReplaceAll(strings.TrimSpace(f.Get(name)), ",", "")
+		if v == "" {
+			return nil, nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, apierr.BadRequest("%s must be a whole number of tokens", strings.ReplaceAll(name, "_", " "))
+		}
+		return &n, nil
+	}
+	ctx, err := tokens("limit_context")
+	if err != nil {
+		return in, err
+	}
+	out, err := tokens("limit_output")
+	if err != nil {
+		return in, err
+	}
+	if ctx != nil || out != nil {
+		in.Limit = &service.LimitInput{Context: ctx, Output: out}
+	}
+	if f.Get("capabilities") != "" {
+		on := func(name string) *bool { b := f.Get(name) == "true"; return &b }
+		in.ToolCall, in.Reasoning, in.Attachment, in.Temperature = on("tool_call"), on("reasoning"), on("attachment"), on("temperature")
+		in.Modalities = &service.Modalities{Input: f["input"], Output: []string{"text"}}
+	}
+	return in, nil
+}
+
+// ---- Policies ----
+
+type policiesData struct {
+	Policies             []*store.Policy
+	Effects, Roles, Pers []string
+	Form                 service.PolicyInput // after an error
+	Models, SAs, Keys    string
+}
+
+func (h *Web) policiesPage(w http.ResponseWriter, r *http.Request, q *req) {
+	h.renderPolicies(w, r, q, http.StatusOK, "", flash(r))
+}
+
+func (h *Web) renderPolicies(w http.ResponseWriter, r *http.Request, q *req, status int, msg, fl string) {
+	d := q.data("Policies")
+	d.Nav, d.Flash = "policies", fl
+	pd := policiesData{Effects: []string{store.EffectDeny, store.EffectAllow, store.EffectLimit},
+		Roles: []string{store.RoleMember, store.RoleAdmin, store.RoleOwner}, Pers: []string{store.PerKey, store.PerMember, store.PerWorkspace}}
+	if r.Method == http.MethodPost {
+		pd.Form = policyInput(r)
+		pd.Models, pd.SAs, pd.Keys = r.PostForm.Get("models"), r.PostForm.Get("service_accounts"), r.PostForm.Get("keys")
+	}
+	list, err := q.svc.Policies(r.Context(), q.p)
+	if err != nil && !h.shown(w, q, err, d, &msg, &status) {
+		return
+	}
+	pd.Policies = list
+	d.Error = msg
+	d.Data = pd
+	h.render(w, status, "policies", d)
+}
+
+// policyInput reads the policy form; lists are separated by spaces or
+// commas, numbers that do not parse are left for the service to refuse.
+func policyInput(r *http.Request) service.PolicyInput {
+	f := r.PostForm
+	words := func(name string) []string {
+		return strings.FieldsFunc(f.Get(name), func(c rune) bool { return c == ' ' || c == ',' || c == '\n' || c == '\t' })
+	}
+	num := func(name string) int64 {
+		v := strings.ReplaceAll(strings.TrimSpace(f.Get(name)), ",", "")
+		if v == "" {
+			return 0
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return -1
+		}
+		return n
+	}
+	return service.PolicyInput{Name: f.Get("name"), Effect: f.Get("effect"), Models: words("models"), Roles: f["roles"],
+		ServiceAccounts: words("service_accounts"), Keys: words("keys"), Per: f.Get("per"),
+		RequestsPerMinute: num("requests_per_minute"), TokensPerMinute: num("tokens_per_minute")}
+}
+
+func (h *Web) createPolicy(w http.ResponseWriter, r *http.Request, q *req) {
+	if _, err := q.svc.CreatePolicy(r.Context(), q.p, policyInput(r)); err != nil {
+		h.formFailed(w, r, q, err, h.renderPolicies)
+		return
+	}
+	redirectDone(w, r, wsPath(q.ws.ID, "policies"), "policy-created")
+}
+
+func (h *Web) deletePolicy(w http.ResponseWriter, r *http.Request, q *req) {
+	if err := q.svc.DeletePolicy(r.Context(), q.p, r.PathValue("policy")); err != nil {
+		h.formFailed(w, r, q, err, h.renderPolicies)
+		return
+	}
+	redirectDone(w, r, wsPath(q.ws.ID, "policies"), "policy-deleted")
 }
 
 // ---- Members and roles ----
