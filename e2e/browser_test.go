@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/agentgate/agentgate/internal/fakeprovider"
 )
 
@@ -267,7 +269,7 @@ func TestBrowserKeyOnGateway(t *testing.T) {
 
 	out = runBrowser(t, ctx, dir, "pages", env)
 	pages, _ := out["pages"].(map[string]any)
-	for name, nav := range map[string]string{"service-accounts": "Service accounts", "connections": "Connections", "members": "Members", "budgets": "Budgets & usage"} {
+	for name, nav := range map[string]string{"service-accounts": "Service accounts", "connections": "Connections", "policies": "Policies", "members": "Members", "budgets": "Budgets & usage"} {
 		pg, _ := pages[name].(map[string]any)
 		if pg == nil || pg["nav"] != nav {
 			t.Errorf("page %s: %v", name, pg)
@@ -276,5 +278,21 @@ func TestBrowserKeyOnGateway(t *testing.T) {
 	if b, _ := pages["budgets"].(map[string]any); b == nil || b["bars"] != float64(30) || b["flash"] != "Budget saved." {
 		t.Errorf("budgets page: %v", pages["budgets"])
 	}
-	wantScreenshots(t, shots, "key-created", "service-accounts", "connections", "members", "budgets")
+	if c, _ := pages["connections"].(map[string]any); c == nil || c["flash"] != "Model saved." {
+		t.Errorf("connections page: %v", pages["connections"])
+	}
+	if c, _ := pages["policies"].(map[string]any); c == nil || !strings.HasPrefix(toString(c["flash"]), "Policy added.") {
+		t.Errorf("policies page: %v", pages["policies"])
+	}
+	// What the forms saved, as the API reads it.
+	st, b, err := s.console(ctx, "GET", "/api/v1/connections/"+conn.ID, tn.Token, nil)
+	if err != nil || st != 200 || gjson.GetBytes(b, "data.models.browser-model.max_output_tokens").Int() != 4096 ||
+		gjson.GetBytes(b, "data.models.browser-model.pricing.input").Float() != 1.5 {
+		t.Errorf("the model added in the browser: %d %v %s", st, err, b)
+	}
+	st, b, err = s.console(ctx, "GET", "/api/v1/policies", tn.Token, nil)
+	if err != nil || st != 200 || gjson.GetBytes(b, "data.0.name").String() != "No browser models" || gjson.GetBytes(b, "data.0.effect").String() != "deny" {
+		t.Errorf("the policy added in the browser: %d %v %s", st, err, b)
+	}
+	wantScreenshots(t, shots, "key-created", "service-accounts", "connections", "policies", "members", "budgets")
 }

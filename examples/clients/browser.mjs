@@ -14,7 +14,9 @@
 //           ("Inference only") on WORKSPACE's page, and read the key value
 //           shown once.
 //   pages   Sign in and visit WORKSPACE's pages (service accounts,
-//           connections, members, budgets); set a budget on the budgets page.
+//           connections, policies, members, budgets); add a model on the
+//           connections page, a policy on the policies page, and set a
+//           budget on the budgets page.
 //
 // With SCREENSHOT_DIR set, each page is saved as <name>-desktop.png
 // (1280×800) and <name>-phone.png (390×844), full page. CHROMIUM overrides
@@ -142,7 +144,7 @@ const scenarios = {
     const ws = `/w/${encodeURIComponent(need("WORKSPACE", workspace))}`;
     await signInTo(page, `${ws}/service-accounts`);
     const seen = {};
-    for (const name of ["service-accounts", "connections", "members", "budgets"]) {
+    for (const name of ["service-accounts", "connections", "policies", "members", "budgets"]) {
       await page.goto(`${base}${ws}/${name}`);
       const current = await page.locator('nav.wsnav a[aria-current="page"]').textContent();
       seen[name] = { title: await page.title(), nav: current.trim(), h1: (await page.locator("h1").first().textContent()).trim() };
@@ -155,6 +157,33 @@ const scenarios = {
           first.getByRole("button", { name: /^Save/ }).click(),
         ]);
         seen[name].bars = await page.locator("svg.chart rect.bar").count();
+        seen[name].flash = (await page.locator(".flash").textContent()).trim();
+      }
+      if (name === "connections") {
+        // Add a model with its price and output limit through the form.
+        const det = page.locator("details").filter({ hasText: "Add a model to" }).first();
+        await det.locator("summary").click();
+        const f = det.locator("form");
+        await f.locator('input[name="model"]').fill("browser-model");
+        await f.locator('input[name="price_input"]').fill("1.5");
+        await f.locator('input[name="limit_output"]').fill("4096");
+        await Promise.all([
+          page.waitForURL((u) => u.searchParams.get("done") === "model-saved"),
+          f.getByRole("button", { name: "Save model" }).click(),
+        ]);
+        seen[name].flash = (await page.locator(".flash").textContent()).trim();
+      }
+      if (name === "policies") {
+        const det = page.locator("details").filter({ hasText: "Add a policy" }).first();
+        await det.locator("summary").click();
+        const f = det.locator("form");
+        await f.locator('input[name="name"]').fill("No browser models");
+        await f.locator('select[name="effect"]').selectOption("deny");
+        await f.locator('input[name="models"]').fill("browser-*");
+        await Promise.all([
+          page.waitForURL((u) => u.searchParams.get("done") === "policy-created"),
+          f.getByRole("button", { name: "Add policy" }).click(),
+        ]);
         seen[name].flash = (await page.locator(".flash").textContent()).trim();
       }
       await screenshot(page, name);
