@@ -140,6 +140,41 @@ func TestRoutes(t *testing.T) {
 	}
 	want(do(t, srv, "GET", wp+"/connections", ""), "list connections", 200, "[]"+shape(c))
 
+	// Workspace models and policies.
+	for _, path := range []string{wp + "/models", wp + "/policies"} {
+		if a := do(t, srv, "GET", path, ""); a.status != 200 || strings.TrimSpace(a.raw) != `{"data":[]}` {
+			t.Fatalf("GET %s: %d %s", path, a.status, a.raw)
+		}
+	}
+	conn := c["id"].(string)
+	want(do(t, srv, "POST", wp+"/connections", `{"name": "m", "kind": "openai", "base_url": "https://api.openai.com/v1", "credential": "sk-x", "models": {"gpt-4o": {}}}`),
+		"create connection with a model", 201, "")
+	if a := do(t, srv, "POST", wp+"/models", `{"id": "smart", "targets": [{"connection": "`+conn+`", "model": "gpt-4o"}]}`); a.status != 400 {
+		t.Fatalf("a target model the connection lacks: %d %s", a.status, a.raw)
+	}
+	cs := do(t, srv, "GET", wp+"/connections", "").body["data"].([]any)
+	var withModel string
+	for _, x := range cs {
+		if x.(map[string]any)["name"] == "m" {
+			withModel = x.(map[string]any)["id"].(string)
+		}
+	}
+	wm := want(do(t, srv, "POST", wp+"/models", `{"id": "smart", "targets": [{"connection": "`+withModel+`", "model": "gpt-4o"}]}`), "create model", 201,
+		"created,formats,id,name,targets,updated")
+	if wm["id"] != "smart" {
+		t.Fatalf("create model answer %v", wm)
+	}
+	if a := do(t, srv, "POST", wp+"/models", `{"id": "smart", "targets": [{"connection": "`+withModel+`", "model": "gpt-4o"}]}`); a.status != 409 {
+		t.Fatalf("duplicate model id: %d %s", a.status, a.raw)
+	}
+	want(do(t, srv, "GET", wp+"/models/smart", ""), "get model", 200, "created,formats,id,name,targets,updated")
+	want(do(t, srv, "PUT", wp+"/models/smart", `{"name": "Smart", "targets": [{"connection": "`+withModel+`", "model": "gpt-4o", "weight": 2}]}`), "replace model", 200, "")
+	want(do(t, srv, "DELETE", wp+"/models/smart", ""), "delete model", 204, "")
+	pol := want(do(t, srv, "POST", wp+"/policies", `{"name": "rpm", "effect": "limit", "models": ["*"], "per": "workspace", "requests_per_minute": 100}`), "create policy", 201, "")
+	want(do(t, srv, "GET", wp+"/policies/"+pol["id"].(string), ""), "get policy", 200, "")
+	want(do(t, srv, "PUT", wp+"/policies/"+pol["id"].(string), `{"name": "deny", "effect": "deny", "models": ["x"]}`), "replace policy", 200, "")
+	want(do(t, srv, "DELETE", wp+"/policies/"+pol["id"].(string), ""), "delete policy", 204, "")
+
 	b := want(do(t, srv, "PUT", wp+"/budgets/"+other, `{"limit_usd": 10, "period": "monthly"}`), "set budget", 200, "")
 	if b["member_id"] != other {
 		t.Fatalf("set budget answer %v", b)
