@@ -29,6 +29,9 @@ import (
 // with a key for each permission.
 type env struct {
 	base      string // http://127.0.0.1:port
+	// tight is a second site whose gateway gives a request's attempts
+	// 300 ms in all (fallback_deadline) and no cool-down to speak of.
+	tight     string
 	svc       *service.Service
 	ws        string
 	otherWS   string
@@ -80,7 +83,7 @@ func setup(t testing.TB) *env {
 		return theEnv
 	}
 	dir := harnessDir
-	port := freePort(t)
+	port, tightPort := freePort(t), freePort(t)
 	logPath := dir + "/caddy.log"
 	tlsProvider, certPEM, err := fakeprovider.StartTLS(providerSecret)
 	if err != nil {
@@ -105,9 +108,12 @@ func setup(t testing.TB) *env {
 					{"handler": "llm_gateway", "max_request_body": 12582912, "tls_trusted_ca_certs": [%q], "try_timeout": "500ms"},
 					{"handler": "workspace_console"}
 				]}]
+			}, "tight": {
+				"listen": ["127.0.0.1:%d"],
+				"routes": [{"handle": [{"handler": "llm_gateway", "try_timeout": "10s", "fallback_deadline": "300ms", "cooldown": "1ms"}]}]
 			}}}
 		}
-	}`, dir+"/caddy-storage", logPath, dir+"/data", port, caFile)
+	}`, dir+"/caddy-storage", logPath, dir+"/data", port, caFile, tightPort)
 	if err := caddy.Load([]byte(cfg), true); err != nil {
 		t.Fatalf("loading config: %v", err)
 	}
@@ -119,7 +125,7 @@ func setup(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{base: fmt.Sprintf("http://127.0.0.1:%d", port), svc: svc, providers: map[string]*fakeprovider.Provider{},
+	e := &env{base: fmt.Sprintf("http://127.0.0.1:%d", port), tight: fmt.Sprintf("http://127.0.0.1:%d", tightPort), svc: svc, providers: map[string]*fakeprovider.Provider{},
 		conns: map[string]string{}, logPath: logPath}
 	ctx := context.Background()
 	w, _ := svc.CreateWorkspace(ctx, "Acme")

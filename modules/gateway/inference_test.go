@@ -234,6 +234,31 @@ func TestInferenceFallbackFromHangingTarget(t *testing.T) {
 	}
 }
 
+// fallback_deadline bounds all attempts together: a first target that
+// hangs past it leaves no time for the second, and the request ends with
+// 502 listing the one attempt, long before try_timeout (10 s there).
+func TestInferenceFallbackDeadline(t *testing.T) {
+	e := setup(t)
+	a, ca := e.ownProvider(t, nil)
+	b, cb := e.ownProvider(t, nil)
+	a.SetBehavior(fakeprovider.Behavior{Delay: 20 * time.Second})
+	e.workspaceModel(t, "fb-deadline", store.ModelTarget{Connection: ca, Model: "m", Order: 1}, store.ModelTarget{Connection: cb, Model: "m", Order: 2})
+	req, _ := http.NewRequest("POST", e.tight+"/v1/chat/completions", strings.NewReader(`{"model":"fb-deadline","messages":[]}`))
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	resp, err := (&http.Client{Timeout: 8 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("the deadline did not end the request: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 502 || errorTag(t, string(body)) != "AllTargetsFailed" || len(b.Received()) != 0 {
+		t.Fatalf("past the deadline: %d %s; the second target got %d requests", resp.StatusCode, body, len(b.Received()))
+	}
+	if at, _ := jsonField(t, string(body), "attempts").([]any); len(at) != 1 || !strings.Contains(string(body), "UpstreamTimeout") {
+		t.Fatalf("attempts: %s", body)
+	}
+}
+
 // Once the first byte of an answer reached the client, a failing stream is
 // the client's: no other target is tried.
 func TestInferenceNoFallbackAfterFirstByte(t *testing.T) {
