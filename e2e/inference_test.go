@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -15,6 +16,19 @@ import (
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
 )
+
+// inferenceKey makes a service account of the workspace at ws (its
+// operator path) and returns a new Inference only key of it.
+func inferenceKey(t *testing.T, ctx context.Context, s *server, ws string) string {
+	t.Helper()
+	var sa idName
+	must(t, "create service account", 201, &sa)(s.admin(ctx, "POST", ws+"/service-accounts", map[string]any{"name": "clients"}))
+	var key struct {
+		Key string `json:"key"`
+	}
+	must(t, "create key", 201, &key)(s.admin(ctx, "POST", ws+"/service-accounts/"+sa.ID+"/keys", map[string]any{"name": "clients", "permission": "inference"}))
+	return key.Key
+}
 
 // TestOfficialSDKsInferenceAPI points the official OpenAI, Anthropic and
 // Google SDKs at the Inference API, configured only with its base URL and a
@@ -32,12 +46,7 @@ func TestOfficialSDKsInferenceAPI(t *testing.T) {
 	tn := s.bootstrap(t, ctx, "Inference")
 	ws := "/agentgate/workspaces/" + tn.Workspace
 
-	var sa idName
-	must(t, "create service account", 201, &sa)(s.admin(ctx, "POST", ws+"/service-accounts", map[string]any{"name": "sdk"}))
-	var key struct {
-		Key string `json:"key"`
-	}
-	must(t, "create key", 201, &key)(s.admin(ctx, "POST", ws+"/service-accounts/"+sa.ID+"/keys", map[string]any{"name": "sdk", "permission": "inference"}))
+	key := inferenceKey(t, ctx, s, ws)
 
 	const secret = "sk-provider-inference-SECRET-7"
 	connection := func(kind, baseURL, model, upstream string) string {
@@ -87,7 +96,7 @@ func TestOfficialSDKsInferenceAPI(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.kind, func(t *testing.T) {
-			out := runClient(t, ctx, dir, c.script, c.baseURL, key.Key, c.model, "team-off")
+			out := runClient(t, ctx, dir, c.script, c.baseURL, key, c.model, "team-off")
 			for _, a := range c.answers {
 				if got := field(out, a+".text"); got != fakeprovider.Text {
 					t.Errorf("%s: the SDK got %q, want %q", a, got, fakeprovider.Text)
@@ -98,7 +107,7 @@ func TestOfficialSDKsInferenceAPI(t *testing.T) {
 				t.Fatal("the provider got nothing")
 			}
 			for _, r := range got {
-				if !strings.Contains(string(r.Body)+r.Path, c.upstream) || strings.Contains(strings.Join(flatten(r.Header), " "), key.Key) {
+				if !strings.Contains(string(r.Body)+r.Path, c.upstream) || strings.Contains(strings.Join(flatten(r.Header), " "), key) {
 					t.Errorf("the provider got %s %s %v", r.Path, r.Body, r.Header)
 				}
 			}
@@ -171,12 +180,7 @@ func TestOpenCodeRunInferenceAPI(t *testing.T) {
 	s := startServer(t, ctx, caddyBinary(t), config{})
 	tn := s.bootstrap(t, ctx, "OpenCodeInference")
 	ws := "/agentgate/workspaces/" + tn.Workspace
-	var sa idName
-	must(t, "create service account", 201, &sa)(s.admin(ctx, "POST", ws+"/service-accounts", map[string]any{"name": "oc"}))
-	var key struct {
-		Key string `json:"key"`
-	}
-	must(t, "create key", 201, &key)(s.admin(ctx, "POST", ws+"/service-accounts/"+sa.ID+"/keys", map[string]any{"name": "oc", "permission": "inference"}))
+	key := inferenceKey(t, ctx, s, ws)
 
 	const secret = "sk-provider-oc-inference-SECRET"
 	providers := map[string]*fakeprovider.Provider{}
@@ -204,7 +208,7 @@ func TestOpenCodeRunInferenceAPI(t *testing.T) {
 
 	// The config as the key reads it, and the opencode.json made from its
 	// Inference entry.
-	st, b, err := call(ctx, httpClient, "GET", "http://"+s.httpAddr+"/api/v2/config", http.Header{"Authorization": {"Bearer " + key.Key}}, nil)
+	st, b, err := call(ctx, httpClient, "GET", "http://"+s.httpAddr+"/api/v2/config", http.Header{"Authorization": {"Bearer " + key}}, nil)
 	if err != nil || st != 200 {
 		t.Fatalf("config: %d %v %s", st, err, b)
 	}
@@ -252,7 +256,7 @@ func TestOpenCodeRunInferenceAPI(t *testing.T) {
 	} {
 		cmd := exec.CommandContext(ctx, oc, "run", "--model", "agentgate/"+c.model, "Say hello")
 		cmd.Dir = project
-		cmd.Env = append(opencodeEnv(t), "AGENTGATE_API_KEY="+key.Key)
+		cmd.Env = append(opencodeEnv(t), "AGENTGATE_API_KEY="+key)
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), fakeprovider.Text) {
 			t.Fatalf("opencode run --model agentgate/%s: %v\n%s\nserver log:\n%s", c.model, err, out, tail(s.stderr.String(), 30))
@@ -277,7 +281,7 @@ func TestOpenCodeRunInferenceAPI(t *testing.T) {
 		}
 	}
 	s.stop()
-	if strings.Contains(s.stderr.String(), key.Key) || strings.Contains(s.stderr.String(), secret) {
+	if strings.Contains(s.stderr.String(), key) || strings.Contains(s.stderr.String(), secret) {
 		t.Error("the server log holds a key")
 	}
 }

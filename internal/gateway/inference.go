@@ -168,27 +168,8 @@ func (c *call) serveInference(p *service.Principal, perr *formats.ParseError) *a
 // the targets that speak the request's format, in the order to try them.
 func (c *call) admitInference(p *service.Principal) *apierr.Error {
 	route := c.route
-	if enc := c.r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
-		return apierr.New(http.StatusUnsupportedMediaType, "UnsupportedMediaType", "compressed request bodies (%s) are not accepted; send plain JSON", enc)
-	}
-	body, pooled, e := readBody(c.w, c.r, c.p.MaxRequestBody)
+	requested, e := c.readRequest()
 	if e != nil {
-		return e
-	}
-	c.body, c.pooled = body, pooled
-	c.fields = formats.ScanFields(body, route.Format)
-	if e := c.fields.Refusal(); e != nil {
-		return e
-	}
-	if !route.Format.ModelInPath() {
-		c.rec.Model = c.fields.BodyModel()
-	}
-	requested, e := route.RequestedModel(&c.fields)
-	if e != nil {
-		return e
-	}
-	c.rec.Model = requested
-	if e := route.Check(&c.fields); e != nil {
 		return e
 	}
 	rt, err := c.svc.LookupModel(c.r.Context(), p, requested)

@@ -257,26 +257,8 @@ func (c *call) admit() *apierr.Error {
 	if !formats.Supports(conn.Kind, route.Format) {
 		return apierr.NotFound("NotFound", "connection %s (%s) does not serve the %s format", conn.ID, conn.Kind, route.Format)
 	}
-	if enc := c.r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
-		return apierr.New(http.StatusUnsupportedMediaType, "UnsupportedMediaType", "compressed request bodies (%s) are not accepted; send plain JSON", enc)
-	}
-	body, pooled, e := readBody(c.w, c.r, c.p.MaxRequestBody)
+	requested, e := c.readRequest()
 	if e != nil {
-		return e
-	}
-	c.body, c.pooled = body, pooled
-	c.fields = formats.ScanFields(body, route.Format)
-	if e := c.fields.Refusal(); e != nil {
-		return e
-	}
-	if !route.Format.ModelInPath() {
-		c.rec.Model = c.fields.BodyModel()
-	}
-	requested, e := route.RequestedModel(&c.fields)
-	if e != nil {
-		return e
-	}
-	if e := route.Check(&c.fields); e != nil {
 		return e
 	}
 	model, ok := conn.Models[requested]
@@ -299,6 +281,33 @@ func (c *call) admit() *apierr.Error {
 	}
 	c.secret = secret
 	return nil
+}
+
+// readRequest reads the body and the fields the gateway uses, checks
+// them, and returns the model the request asks for.
+func (c *call) readRequest() (string, *apierr.Error) {
+	route := c.route
+	if enc := c.r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		return "", apierr.New(http.StatusUnsupportedMediaType, "UnsupportedMediaType", "compressed request bodies (%s) are not accepted; send plain JSON", enc)
+	}
+	body, pooled, e := readBody(c.w, c.r, c.p.MaxRequestBody)
+	if e != nil {
+		return "", e
+	}
+	c.body, c.pooled = body, pooled
+	c.fields = formats.ScanFields(body, route.Format)
+	if e := c.fields.Refusal(); e != nil {
+		return "", e
+	}
+	if !route.Format.ModelInPath() {
+		c.rec.Model = c.fields.BodyModel()
+	}
+	requested, e := route.RequestedModel(&c.fields)
+	if e != nil {
+		return "", e
+	}
+	c.rec.Model = requested
+	return requested, route.Check(&c.fields)
 }
 
 // budgetError is the answer to a reservation the ledger refused.

@@ -53,14 +53,20 @@ func TestBudgetRace(t *testing.T) {
 	}
 	var admitted, refused atomic.Int64
 	var actual atomic.Int64
-	var wg sync.WaitGroup
+	var wg, reserved sync.WaitGroup
 	start := make(chan struct{})
 	for i := 0; i < 200; i++ {
 		wg.Add(1)
+		reserved.Add(1)
 		go func(i int) {
 			defer wg.Done()
 			<-start
 			r, err := l.Reserve(ctx, "wrk_a", "sa_x", reservation)
+			// Every request holds its reservation until all have asked: a
+			// request that settled early would leave room for one more,
+			// and the count would depend on scheduling.
+			reserved.Done()
+			reserved.Wait()
 			var ee *ExceededError
 			if errors.As(err, &ee) {
 				refused.Add(1)

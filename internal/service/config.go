@@ -106,16 +106,8 @@ type Experimental struct {
 
 // PolicyStatement is a workspace policy as the config shows it.
 type PolicyStatement struct {
-	ID                string   `json:"id"`
-	Name              string   `json:"name"`
-	Effect            string   `json:"effect"`
-	Models            []string `json:"models"`
-	Roles             []string `json:"roles,omitempty"`
-	ServiceAccounts   []string `json:"service_accounts,omitempty"`
-	Keys              []string `json:"keys,omitempty"`
-	Per               string   `json:"per,omitempty"`
-	RequestsPerMinute int64    `json:"requests_per_minute,omitempty"`
-	TokensPerMinute   int64    `json:"tokens_per_minute,omitempty"`
+	ID string `json:"id"`
+	store.PolicyRule
 }
 
 // packages maps connection kinds to the client package that speaks their format.
@@ -165,9 +157,7 @@ func (s *Service) Config(ctx context.Context, p *Principal, inferenceURL string)
 			return err
 		}
 		for _, pol := range pols {
-			cfg.Experimental.Policies = append(cfg.Experimental.Policies, PolicyStatement{ID: pol.ID, Name: pol.Name, Effect: pol.Effect,
-				Models: pol.Models, Roles: pol.Roles, ServiceAccounts: pol.ServiceAccounts, Keys: pol.Keys, Per: pol.Per,
-				RequestsPerMinute: pol.RequestsPerMinute, TokensPerMinute: pol.TokensPerMinute})
+			cfg.Experimental.Policies = append(cfg.Experimental.Policies, PolicyStatement{ID: pol.ID, PolicyRule: pol.PolicyRule})
 		}
 		inference := map[string]ProviderModel{}
 		for _, wm := range wms {

@@ -101,21 +101,32 @@ func (s *Service) WorkspaceModels(ctx context.Context, p *Principal) ([]*Workspa
 		return nil, err
 	}
 	var out []*WorkspaceModelView
-	err := s.Store.View(ctx, func(tx store.Tx) error {
-		if _, err := workspace(tx, p.Workspace); err != nil {
+	err := s.eachModel(ctx, p.Workspace, func(m *store.WorkspaceModel, conns map[string]*store.Connection) {
+		out = append(out, modelView(m, conns))
+	})
+	return out, err
+}
+
+// eachModel calls fn with every model of a live workspace and the
+// workspace's connections by id, in one read.
+func (s *Service) eachModel(ctx context.Context, ws string, fn func(*store.WorkspaceModel, map[string]*store.Connection)) error {
+	return s.Store.View(ctx, func(tx store.Tx) error {
+		if _, err := workspace(tx, ws); err != nil {
 			return err
 		}
-		ms, err := tx.WorkspaceModels(p.Workspace)
+		ms, err := tx.WorkspaceModels(ws)
 		if err != nil {
 			return err
 		}
-		conns, err := connectionsByID(tx, p.Workspace)
-		for _, m := range ms {
-			out = append(out, modelView(m, conns))
+		conns, err := connectionsByID(tx, ws)
+		if err != nil {
+			return err
 		}
-		return err
+		for _, m := range ms {
+			fn(m, conns)
+		}
+		return nil
 	})
-	return out, err
 }
 
 // WorkspaceModel returns one workspace model.
@@ -395,24 +406,10 @@ func (s *Service) InferenceModels(ctx context.Context, p *Principal) ([]*Route, 
 		return nil, err
 	}
 	var out []*Route
-	err := s.Store.View(ctx, func(tx store.Tx) error {
-		if _, err := workspace(tx, p.Workspace); err != nil {
-			return err
+	err := s.eachModel(ctx, p.Workspace, func(m *store.WorkspaceModel, conns map[string]*store.Connection) {
+		if r := buildRoute(m, conns); len(r.Targets) > 0 {
+			out = append(out, r)
 		}
-		ms, err := tx.WorkspaceModels(p.Workspace)
-		if err != nil {
-			return err
-		}
-		conns, err := connectionsByID(tx, p.Workspace)
-		if err != nil {
-			return err
-		}
-		for _, m := range ms {
-			if r := buildRoute(m, conns); len(r.Targets) > 0 {
-				out = append(out, r)
-			}
-		}
-		return nil
 	})
 	return out, err
 }

@@ -31,17 +31,7 @@ import (
 // Inference API, the workspace model's id.
 
 // PolicyInput creates or replaces a policy.
-type PolicyInput struct {
-	Name              string   `json:"name"`
-	Effect            string   `json:"effect"`
-	Models            []string `json:"models"`
-	Roles             []string `json:"roles,omitempty"`
-	ServiceAccounts   []string `json:"service_accounts,omitempty"`
-	Keys              []string `json:"keys,omitempty"`
-	Per               string   `json:"per,omitempty"`
-	RequestsPerMinute int64    `json:"requests_per_minute,omitempty"`
-	TokensPerMinute   int64    `json:"tokens_per_minute,omitempty"`
-}
+type PolicyInput = store.PolicyRule
 
 // Bounds of policies.
 const (
@@ -152,10 +142,7 @@ func (s *Service) writePolicy(ctx context.Context, p *Principal, id string, in P
 		return nil, err
 	}
 	now := s.now()
-	pol := &store.Policy{ID: id, Workspace: p.Workspace, Name: strings.TrimSpace(in.Name), Effect: in.Effect,
-		Models: slices.Clone(in.Models), Roles: slices.Clone(in.Roles), ServiceAccounts: slices.Clone(in.ServiceAccounts),
-		Keys: slices.Clone(in.Keys), Per: in.Per, RequestsPerMinute: in.RequestsPerMinute, TokensPerMinute: in.TokensPerMinute,
-		Created: now, Updated: now}
+	pol := &store.Policy{ID: id, Workspace: p.Workspace, PolicyRule: ruleOf(in), Created: now, Updated: now}
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
 		if _, err := workspace(tx, p.Workspace); err != nil {
 			return err
@@ -188,6 +175,14 @@ func (s *Service) writePolicy(ctx context.Context, p *Principal, id string, in P
 		return nil, err
 	}
 	return pol, nil
+}
+
+// ruleOf is the rule to store: its name trimmed, its lists its own.
+func ruleOf(in PolicyInput) store.PolicyRule {
+	r := in
+	r.Name = strings.TrimSpace(in.Name)
+	r.Models, r.Roles, r.ServiceAccounts, r.Keys = slices.Clone(in.Models), slices.Clone(in.Roles), slices.Clone(in.ServiceAccounts), slices.Clone(in.Keys)
+	return r
 }
 
 // DeletePolicy removes a policy.
@@ -236,9 +231,7 @@ func (s *Service) ReconcilePolicy(ctx context.Context, workspaceRef, id string, 
 		if err := checkPolicy(tx, ws, in); err != nil {
 			return err
 		}
-		pol := &store.Policy{ID: id, Workspace: ws, Name: strings.TrimSpace(in.Name), Effect: in.Effect, Models: in.Models,
-			Roles: in.Roles, ServiceAccounts: in.ServiceAccounts, Keys: in.Keys, Per: in.Per,
-			RequestsPerMinute: in.RequestsPerMinute, TokensPerMinute: in.TokensPerMinute, Declared: true, Created: now, Updated: now}
+		pol := &store.Policy{ID: id, Workspace: ws, PolicyRule: ruleOf(in), Declared: true, Created: now, Updated: now}
 		list, err := tx.Policies(ws)
 		if err != nil {
 			return err

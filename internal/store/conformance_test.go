@@ -468,8 +468,8 @@ func testWorkspaceModels(t *testing.T, s Store) {
 
 func testPolicies(t *testing.T, s Store) {
 	mk := func(ws, id string) *Policy {
-		return &Policy{ID: id, Workspace: ws, Name: id, Effect: EffectLimit, Models: []string{"claude-*"}, Roles: []string{RoleMember},
-			Per: PerKey, RequestsPerMinute: 5, Created: t0, Updated: t0}
+		return &Policy{ID: id, Workspace: ws, PolicyRule: PolicyRule{Name: id, Effect: EffectLimit, Models: []string{"claude-*"}, Roles: []string{RoleMember},
+			Per: PerKey, RequestsPerMinute: 5}, Created: t0, Updated: t0}
 	}
 	update(t, s, func(tx Tx) error {
 		for _, p := range []*Policy{mk("ws1", "pol_b"), mk("ws1", "pol_a"), mk("ws10", "pol_c")} {

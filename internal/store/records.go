@@ -183,27 +183,32 @@ type WorkspaceModel struct {
 	Updated   time.Time     `json:"updated"`
 }
 
-// Policy is a workspace policy statement. Effect "allow" and "deny" decide
+// Policy is a workspace policy statement, stored.
+type Policy struct {
+	ID        string `json:"id"`
+	Workspace string `json:"workspace"`
+	PolicyRule
+	Declared bool      `json:"declared,omitempty"` // declared in the Caddyfile: read-only in the Console
+	Created  time.Time `json:"created"`
+	Updated  time.Time `json:"updated"`
+}
+
+// PolicyRule is what a policy says. Effect "allow" and "deny" decide
 // which models (globs over the model a request names) its subjects may
 // use; "limit" bounds their requests and tokens per minute, counted per
 // key, per member or per workspace. Subjects are roles (people),
 // service accounts and keys; a statement naming none applies to every
 // caller.
-type Policy struct {
-	ID                string    `json:"id"`
-	Workspace         string    `json:"workspace"`
-	Name              string    `json:"name"`
-	Effect            string    `json:"effect"`
-	Models            []string  `json:"models"`
-	Roles             []string  `json:"roles,omitempty"`
-	ServiceAccounts   []string  `json:"service_accounts,omitempty"`
-	Keys              []string  `json:"keys,omitempty"`
-	Per               string    `json:"per,omitempty"`
-	RequestsPerMinute int64     `json:"requests_per_minute,omitempty"`
-	TokensPerMinute   int64     `json:"tokens_per_minute,omitempty"`
-	Declared          bool      `json:"declared,omitempty"` // declared in the Caddyfile: read-only in the Console
-	Created           time.Time `json:"created"`
-	Updated           time.Time `json:"updated"`
+type PolicyRule struct {
+	Name              string   `json:"name"`
+	Effect            string   `json:"effect"`
+	Models            []string `json:"models"`
+	Roles             []string `json:"roles,omitempty"`
+	ServiceAccounts   []string `json:"service_accounts,omitempty"`
+	Keys              []string `json:"keys,omitempty"`
+	Per               string   `json:"per,omitempty"`
+	RequestsPerMinute int64    `json:"requests_per_minute,omitempty"`
+	TokensPerMinute   int64    `json:"tokens_per_minute,omitempty"`
 }
 
 // Policy effects and limit scopes.

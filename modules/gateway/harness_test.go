@@ -28,7 +28,7 @@ import (
 // Console on one loopback site, a fake provider per kind, and a workspace
 // with a key for each permission.
 type env struct {
-	base      string // http://127.0.0.1:port
+	base string // http://127.0.0.1:port
 	// tight is a second site whose gateway gives a request's attempts
 	// 300 ms in all (fallback_deadline) and no cool-down to speak of.
 	tight     string

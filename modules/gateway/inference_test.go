@@ -45,6 +45,48 @@ func (e *env) ownProvider(t *testing.T, headers map[string]string) (*fakeprovide
 	return p, c.ID
 }
 
+// twoTargets makes a workspace model whose targets are two providers of
+// the test's own, a first (order 1) and a second (order 2).
+func (e *env) twoTargets(t *testing.T, model string) (a, b *fakeprovider.Provider) {
+	t.Helper()
+	a, ca := e.ownProvider(t, nil)
+	b, cb := e.ownProvider(t, nil)
+	e.workspaceModel(t, model, store.ModelTarget{Connection: ca, Model: "m", Order: 1}, store.ModelTarget{Connection: cb, Model: "m", Order: 2})
+	return a, b
+}
+
+// burst sends n copies of a request at once and counts the answers by
+// status, keeping one answer and its body of each status.
+func (e *env) burst(t *testing.T, n int, path, body string, hdr ...string) (statuses map[int]int, last map[int]*http.Response, bodies map[int]string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses, last, bodies = map[int]int{}, map[int]*http.Response{}, map[int]string{}
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("POST", e.base+path, strings.NewReader(body))
+			for i := 0; i+1 < len(hdr); i += 2 {
+				req.Header.Set(hdr[i], hdr[i+1])
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			statuses[resp.StatusCode]++
+			last[resp.StatusCode], bodies[resp.StatusCode] = resp, string(b)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return statuses, last, bodies
+}
+
 func errorTag(t *testing.T, body string) string {
 	t.Helper()
 	tag, _ := jsonField(t, body, "_tag").(string)
@@ -220,10 +262,8 @@ func TestInferenceFallback(t *testing.T) {
 // A target that does not answer in time is cancelled and the next tried.
 func TestInferenceFallbackFromHangingTarget(t *testing.T) {
 	e := setup(t)
-	a, ca := e.ownProvider(t, nil)
-	b, cb := e.ownProvider(t, nil)
+	a, b := e.twoTargets(t, "fb-hang")
 	a.SetBehavior(fakeprovider.Behavior{Delay: 20 * time.Second})
-	e.workspaceModel(t, "fb-hang", store.ModelTarget{Connection: ca, Model: "m", Order: 1}, store.ModelTarget{Connection: cb, Model: "m", Order: 2})
 	n := e.usageCount()
 	resp, body := e.post(t, "/v1/chat/completions", `{"model":"fb-hang","messages":[]}`, "Authorization", "Bearer "+e.key)
 	if resp.StatusCode != 200 || len(b.Received()) != 1 {
@@ -239,10 +279,8 @@ func TestInferenceFallbackFromHangingTarget(t *testing.T) {
 // 502 listing the one attempt, long before try_timeout (10 s there).
 func TestInferenceFallbackDeadline(t *testing.T) {
 	e := setup(t)
-	a, ca := e.ownProvider(t, nil)
-	b, cb := e.ownProvider(t, nil)
+	a, b := e.twoTargets(t, "fb-deadline")
 	a.SetBehavior(fakeprovider.Behavior{Delay: 20 * time.Second})
-	e.workspaceModel(t, "fb-deadline", store.ModelTarget{Connection: ca, Model: "m", Order: 1}, store.ModelTarget{Connection: cb, Model: "m", Order: 2})
 	req, _ := http.NewRequest("POST", e.tight+"/v1/chat/completions", strings.NewReader(`{"model":"fb-deadline","messages":[]}`))
 	req.Header.Set("Authorization", "Bearer "+e.key)
 	resp, err := (&http.Client{Timeout: 8 * time.Second}).Do(req)
@@ -263,10 +301,8 @@ func TestInferenceFallbackDeadline(t *testing.T) {
 // the client's: no other target is tried.
 func TestInferenceNoFallbackAfterFirstByte(t *testing.T) {
 	e := setup(t)
-	a, ca := e.ownProvider(t, nil)
-	b, cb := e.ownProvider(t, nil)
+	a, b := e.twoTargets(t, "fb-cut")
 	a.SetBehavior(fakeprovider.Behavior{CutAfter: 1, Chunks: 5})
-	e.workspaceModel(t, "fb-cut", store.ModelTarget{Connection: ca, Model: "m", Order: 1}, store.ModelTarget{Connection: cb, Model: "m", Order: 2})
 	req, _ := http.NewRequest("POST", e.base+"/v1/chat/completions", strings.NewReader(`{"model":"fb-cut","stream":true,"messages":[]}`))
 	req.Header.Set("Authorization", "Bearer "+e.key)
 	resp, err := http.DefaultClient.Do(req)
@@ -298,11 +334,9 @@ func TestInferenceAllTargetsFail(t *testing.T) {
 	if _, err := e.svc.SetBudget(ctx, op, sa.ID, service.BudgetInput{LimitUSD: &limit, Period: store.PeriodMonthly}); err != nil {
 		t.Fatal(err)
 	}
-	a, ca := e.ownProvider(t, nil)
-	b, cb := e.ownProvider(t, nil)
+	a, b := e.twoTargets(t, "fb-none")
 	a.SetBehavior(fakeprovider.Behavior{Status: 500})
 	b.SetBehavior(fakeprovider.Behavior{Status: 502})
-	e.workspaceModel(t, "fb-none", store.ModelTarget{Connection: ca, Model: "m", Order: 1}, store.ModelTarget{Connection: cb, Model: "m", Order: 2})
 	n := e.usageCount()
 	resp, body := e.post(t, "/v1/messages", `{"model":"fb-none","max_tokens":5,"messages":[]}`, "x-api-key", k.Key)
 	if resp.StatusCode != 400 {
@@ -347,29 +381,10 @@ func TestInferenceBudgetRace(t *testing.T) {
 	if _, err := e.svc.SetBudget(ctx, op, sa.ID, service.BudgetInput{LimitUSD: &limit, Period: store.PeriodMonthly}); err != nil {
 		t.Fatal(err)
 	}
-	a.SetBehavior(fakeprovider.Behavior{Delay: 300 * time.Millisecond})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	statuses := map[int]int{}
-	for range total {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequest("POST", e.base+"/v1/chat/completions", strings.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+k.Key)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			mu.Lock()
-			statuses[resp.StatusCode]++
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+	// Answers take 2 s, so every reservation is still held when the last
+	// request asks (a settled one would leave room for another).
+	a.SetBehavior(fakeprovider.Behavior{Delay: 2 * time.Second})
+	statuses, _, _ := e.burst(t, total, "/v1/chat/completions", body, "Authorization", "Bearer "+k.Key)
 	if statuses[200] != n || statuses[402] != total-n {
 		t.Fatalf("statuses %v, want exactly %d admitted", statuses, n)
 	}

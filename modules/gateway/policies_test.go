@@ -2,11 +2,8 @@ package gateway_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -95,33 +92,8 @@ func TestPolicyRateLimitRace(t *testing.T) {
 	lim := e.policy(t, service.PolicyInput{Name: "13 rpm", Effect: "limit", Models: []string{"*"}, ServiceAccounts: []string{sa}, Per: "key", RequestsPerMinute: room})
 	p.SetBehavior(fakeprovider.Behavior{Delay: 100 * time.Millisecond})
 	clearOfMinuteEnd()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	statuses := map[int]int{}
-	var refused *http.Response
-	var refusedBody string
-	for range total {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequest("POST", e.base+"/v1/chat/completions", strings.NewReader(`{"model":"pol-rpm","messages":[]}`))
-			req.Header.Set("Authorization", "Bearer "+key)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			mu.Lock()
-			statuses[resp.StatusCode]++
-			if resp.StatusCode == 429 {
-				refused, refusedBody = resp, string(b)
-			}
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+	statuses, last, bodies := e.burst(t, total, "/v1/chat/completions", `{"model":"pol-rpm","messages":[]}`, "Authorization", "Bearer "+key)
+	refused, refusedBody := last[429], bodies[429]
 	if statuses[200] != room || statuses[429] != total-room || len(p.Received()) != room {
 		t.Fatalf("statuses %v, provider got %d; want exactly %d admitted", statuses, len(p.Received()), room)
 	}
@@ -145,22 +117,9 @@ func TestPolicyTokenLimit(t *testing.T) {
 	bound := len(body) + 1000
 	e.policy(t, service.PolicyInput{Name: "tpm", Effect: "limit", Models: []string{"pol-*"}, ServiceAccounts: []string{sa}, Per: "member",
 		TokensPerMinute: int64(2*bound + bound/2)})
-	p.SetBehavior(fakeprovider.Behavior{Delay: 300 * time.Millisecond})
+	p.SetBehavior(fakeprovider.Behavior{Delay: 2 * time.Second})
 	clearOfMinuteEnd()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	statuses := map[int]int{}
-	for range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, _ := e.post(t, "/v1/chat/completions", body, "Authorization", "Bearer "+key)
-			mu.Lock()
-			statuses[resp.StatusCode]++
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+	statuses, _, _ := e.burst(t, 6, "/v1/chat/completions", body, "Authorization", "Bearer "+key)
 	if statuses[200] != 2 || statuses[429] != 4 {
 		t.Fatalf("concurrent: %v, want 2 admitted", statuses)
 	}
