@@ -12,7 +12,6 @@ import (
 
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/formats"
-	"github.com/agentgate/agentgate/internal/ledger"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/service"
 	"github.com/agentgate/agentgate/internal/store"
@@ -145,23 +144,11 @@ func (c *call) serveInference(p *service.Principal, perr *formats.ParseError) *a
 		c.finish(nil, e.Status, formats.MeterResult{})
 		return e
 	}
-	var res *ledger.Reservation
-	if c.route.Op != formats.CountTokens {
-		var worst money.Pico
-		for _, t := range c.targets {
-			worst = max(worst, reservation(t.Model, &c.fields, len(c.body)))
-		}
-		var err error
-		if res, err = c.svc.Ledger.Reserve(c.r.Context(), p.Workspace, p.MemberID(), worst); err != nil {
-			e := budgetError(err)
-			if e.Tag == "BudgetExceeded" {
-				c.p.Metrics.of(c.route.Format).refused.Inc()
-			}
-			c.finish(nil, e.Status, formats.MeterResult{})
-			return e
-		}
+	var worst money.Pico
+	for _, t := range c.targets {
+		worst = max(worst, reservation(t.Model, &c.fields, len(c.body)))
 	}
-	return c.forward(res)
+	return c.reserveAndForward(p, worst)
 }
 
 // admitInference reads the body, finds the workspace model it names and

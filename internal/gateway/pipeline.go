@@ -23,6 +23,7 @@ import (
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/formats"
 	"github.com/agentgate/agentgate/internal/ledger"
+	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/quota"
 	"github.com/agentgate/agentgate/internal/service"
 	"github.com/agentgate/agentgate/internal/store"
@@ -186,17 +187,23 @@ func (c *call) serve(perr *formats.ParseError) *apierr.Error {
 	}
 	// A token count is free: it is recorded but never reserved against a
 	// budget, so a member over budget can still count tokens.
+	return c.reserveAndForward(p, reservation(c.model, &c.fields, len(c.body)))
+}
+
+// reserveAndForward holds amount against the member's budgets (not for a
+// token count) and forwards the request, or answers the budget's refusal.
+func (c *call) reserveAndForward(p *service.Principal, amount money.Pico) *apierr.Error {
 	var res *ledger.Reservation
 	if c.route.Op != formats.CountTokens {
-		res, err = c.svc.Ledger.Reserve(c.r.Context(), p.Workspace, p.MemberID(), reservation(c.model, &c.fields, len(c.body)))
-	}
-	if err != nil {
-		e := budgetError(err)
-		if e.Tag == "BudgetExceeded" {
-			c.p.Metrics.of(c.route.Format).refused.Inc()
+		var err error
+		if res, err = c.svc.Ledger.Reserve(c.r.Context(), p.Workspace, p.MemberID(), amount); err != nil {
+			e := budgetError(err)
+			if e.Tag == "BudgetExceeded" {
+				c.p.Metrics.of(c.route.Format).refused.Inc()
+			}
+			c.finish(nil, e.Status, formats.MeterResult{})
+			return e
 		}
-		c.finish(nil, e.Status, formats.MeterResult{})
-		return e
 	}
 	return c.forward(res)
 }

@@ -328,21 +328,20 @@ func TestInferenceAllTargetsFail(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	op := service.Operator(e.ws)
-	sa, _ := e.svc.CreateServiceAccount(ctx, op, "fails")
-	k, _ := e.svc.CreateKey(ctx, op, sa.ID, service.NewKey{Name: "k", Permission: store.PermissionInference})
+	sa, key := e.ownKey(t, "fails")
 	limit := money.Micros(10 * money.Scale)
-	if _, err := e.svc.SetBudget(ctx, op, sa.ID, service.BudgetInput{LimitUSD: &limit, Period: store.PeriodMonthly}); err != nil {
+	if _, err := e.svc.SetBudget(ctx, op, sa, service.BudgetInput{LimitUSD: &limit, Period: store.PeriodMonthly}); err != nil {
 		t.Fatal(err)
 	}
 	a, b := e.twoTargets(t, "fb-none")
 	a.SetBehavior(fakeprovider.Behavior{Status: 500})
 	b.SetBehavior(fakeprovider.Behavior{Status: 502})
 	n := e.usageCount()
-	resp, body := e.post(t, "/v1/messages", `{"model":"fb-none","max_tokens":5,"messages":[]}`, "x-api-key", k.Key)
+	resp, body := e.post(t, "/v1/messages", `{"model":"fb-none","max_tokens":5,"messages":[]}`, "x-api-key", key)
 	if resp.StatusCode != 400 {
 		t.Fatalf("openai-only model on /v1/messages: %d %s", resp.StatusCode, body)
 	}
-	resp, body = e.post(t, "/v1/chat/completions", `{"model":"fb-none","messages":[]}`, "Authorization", "Bearer "+k.Key)
+	resp, body = e.post(t, "/v1/chat/completions", `{"model":"fb-none","messages":[]}`, "Authorization", "Bearer "+key)
 	if resp.StatusCode != 502 || errorTag(t, body) != "AllTargetsFailed" {
 		t.Fatalf("all fail: %d %s", resp.StatusCode, body)
 	}
@@ -356,7 +355,7 @@ func TestInferenceAllTargetsFail(t *testing.T) {
 	e.svc.Ledger.Wait()
 	bs, _ := e.svc.Budgets(ctx, op)
 	for _, v := range bs {
-		if v.MemberID == sa.ID && (v.SpentUSD != 0 || v.ReservedUSD != 0) {
+		if v.MemberID == sa && (v.SpentUSD != 0 || v.ReservedUSD != 0) {
 			t.Fatalf("budget after failures: %+v", v)
 		}
 	}
@@ -368,23 +367,20 @@ func TestInferenceBudgetRace(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	op := service.Operator(e.ws)
-	sa, _ := e.svc.CreateServiceAccount(ctx, op, "race")
-	k, _ := e.svc.CreateKey(ctx, op, sa.ID, service.NewKey{Name: "k", Permission: store.PermissionInference})
-	a, ca := e.ownProvider(t, nil)
-	_, cb := e.ownProvider(t, nil)
-	e.workspaceModel(t, "race", store.ModelTarget{Connection: ca, Model: "m", Order: 1}, store.ModelTarget{Connection: cb, Model: "m", Order: 2})
+	sa, key := e.ownKey(t, "race")
+	a, _ := e.twoTargets(t, "race")
 	body := `{"model":"race","max_tokens":100,"messages":[]}`
 	upstreamBody := strings.Replace(body, `"race"`, `"m-upstream"`, 1)
 	perRequest := money.Pico(int64(len(upstreamBody))*2_500_000 + 100*10_000_000)
 	const n, total = 7, 40
 	limit := money.Micros(perRequest*n/money.PicoPerMicro + 1)
-	if _, err := e.svc.SetBudget(ctx, op, sa.ID, service.BudgetInput{LimitUSD: &limit, Period: store.PeriodMonthly}); err != nil {
+	if _, err := e.svc.SetBudget(ctx, op, sa, service.BudgetInput{LimitUSD: &limit, Period: store.PeriodMonthly}); err != nil {
 		t.Fatal(err)
 	}
 	// Answers take 2 s, so every reservation is still held when the last
 	// request asks (a settled one would leave room for another).
 	a.SetBehavior(fakeprovider.Behavior{Delay: 2 * time.Second})
-	statuses, _, _ := e.burst(t, total, "/v1/chat/completions", body, "Authorization", "Bearer "+k.Key)
+	statuses, _, _ := e.burst(t, total, "/v1/chat/completions", body, "Authorization", "Bearer "+key)
 	if statuses[200] != n || statuses[402] != total-n {
 		t.Fatalf("statuses %v, want exactly %d admitted", statuses, n)
 	}

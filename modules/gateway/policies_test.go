@@ -12,9 +12,9 @@ import (
 	"github.com/agentgate/agentgate/internal/store"
 )
 
-// policyKey makes a service account of its own (so the policies a test
-// sets touch no other test) with an inference key.
-func (e *env) policyKey(t *testing.T, name string) (sa, key string) {
+// ownKey makes a service account of the test's own (so that the policies
+// and budgets a test sets touch no other test) with an inference key.
+func (e *env) ownKey(t *testing.T, name string) (sa, key string) {
 	t.Helper()
 	ctx := context.Background()
 	op := service.Operator(e.ws)
@@ -52,7 +52,7 @@ func (e *env) policy(t *testing.T, in service.PolicyInput) *store.Policy {
 // policy; an allow policy narrows a service account to its models.
 func TestPolicyDenies(t *testing.T) {
 	e := setup(t)
-	sa, key := e.policyKey(t, "denied")
+	sa, key := e.ownKey(t, "denied")
 	e.workspaceModel(t, "pol-claude", store.ModelTarget{Connection: e.conns["anthropic"], Model: "claude-sonnet"})
 	deny := e.policy(t, service.PolicyInput{Name: "no claude for ci", Effect: "deny", Models: []string{"claude-*", "pol-claude"}, ServiceAccounts: []string{sa}})
 	for _, path := range []string{"/custom/" + e.conns["anthropic"] + "/v1/messages", "/v1/messages"} {
@@ -85,7 +85,7 @@ func TestPolicyDenies(t *testing.T) {
 // x-ratelimit headers, and never reach the provider.
 func TestPolicyRateLimitRace(t *testing.T) {
 	e := setup(t)
-	sa, key := e.policyKey(t, "limited")
+	sa, key := e.ownKey(t, "limited")
 	p, cp := e.ownProvider(t, nil)
 	e.workspaceModel(t, "pol-rpm", store.ModelTarget{Connection: cp, Model: "m"})
 	const room, total = 13, 200
@@ -110,7 +110,7 @@ func TestPolicyRateLimitRace(t *testing.T) {
 // settled at the few tokens it used, many fit.
 func TestPolicyTokenLimit(t *testing.T) {
 	e := setup(t)
-	sa, key := e.policyKey(t, "tokens")
+	sa, key := e.ownKey(t, "tokens")
 	p, cp := e.ownProvider(t, nil)
 	e.workspaceModel(t, "pol-tpm", store.ModelTarget{Connection: cp, Model: "m"})
 	body := `{"model":"pol-tpm","max_tokens":1000,"messages":[]}`
