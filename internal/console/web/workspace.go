@@ -119,19 +119,12 @@ func maxStatus(a, b int) int {
 
 func (h *Web) createServiceAccount(w http.ResponseWriter, r *http.Request, q *req) {
 	_, err := q.svc.CreateServiceAccount(r.Context(), q.p, r.PostForm.Get("name"))
-	if err != nil {
-		h.formFailed(w, r, q, err, h.renderServiceAccounts)
-		return
-	}
-	redirectDone(w, r, wsPath(q.ws.ID, "service-accounts"), "sa-created")
+	h.formDone(w, r, q, err, h.renderServiceAccounts, "service-accounts", "sa-created")
 }
 
 func (h *Web) deleteServiceAccount(w http.ResponseWriter, r *http.Request, q *req) {
-	if err := q.svc.DeleteServiceAccount(r.Context(), q.p, r.PathValue("sa")); err != nil {
-		h.formFailed(w, r, q, err, h.renderServiceAccounts)
-		return
-	}
-	redirectDone(w, r, wsPath(q.ws.ID, "service-accounts"), "sa-deleted")
+	err := q.svc.DeleteServiceAccount(r.Context(), q.p, r.PathValue("sa"))
+	h.formDone(w, r, q, err, h.renderServiceAccounts, "service-accounts", "sa-deleted")
 }
 
 // keyCreated is the page that shows a new key's value, once.
@@ -186,6 +179,17 @@ func (h *Web) formFailed(w http.ResponseWriter, r *http.Request, q *req, err err
 		return
 	}
 	render(w, r, q, e.Status, e.Message, "")
+}
+
+// formDone ends a form: the page again with the error, or a redirect to
+// the workspace page with a done message.
+func (h *Web) formDone(w http.ResponseWriter, r *http.Request, q *req, err error,
+	render func(http.ResponseWriter, *http.Request, *req, int, string, string), page, done string) {
+	if err != nil {
+		h.formFailed(w, r, q, err, render)
+		return
+	}
+	redirectDone(w, r, wsPath(q.ws.ID, page), done)
 }
 
 // ---- Connections and models ----
@@ -345,11 +349,8 @@ func (h *Web) setModel(w http.ResponseWriter, r *http.Request, q *req) {
 func (h *Web) createConnection(w http.ResponseWriter, r *http.Request, q *req) {
 	in := service.ConnectionInput{Name: r.PostForm.Get("name"), Kind: r.PostForm.Get("kind"),
 		BaseURL: r.PostForm.Get("base_url"), Credential: r.PostForm.Get("credential")}
-	if _, err := q.svc.CreateConnection(r.Context(), q.p, in); err != nil {
-		h.formFailed(w, r, q, err, h.renderConnections)
-		return
-	}
-	redirectDone(w, r, wsPath(q.ws.ID, "connections"), "connection-created")
+	_, err := q.svc.CreateConnection(r.Context(), q.p, in)
+	h.formDone(w, r, q, err, h.renderConnections, "connections", "connection-created")
 }
 
 // saveModel adds or changes a model of a connection from the model form:
@@ -374,11 +375,7 @@ func (h *Web) saveModel(w http.ResponseWriter, r *http.Request, q *req) {
 	if err == nil {
 		_, err = q.svc.PutModel(r.Context(), q.p, r.PathValue("conn"), r.PostForm.Get("model"), in)
 	}
-	if err != nil {
-		h.formFailed(w, r, q, err, h.renderConnections)
-		return
-	}
-	redirectDone(w, r, wsPath(q.ws.ID, "connections"), "model-saved")
+	h.formDone(w, r, q, err, h.renderConnections, "connections", "model-saved")
 }
 
 // modelInput reads the model form; prices not given keep old's.
@@ -508,19 +505,13 @@ func policyInput(r *http.Request) service.PolicyInput {
 }
 
 func (h *Web) createPolicy(w http.ResponseWriter, r *http.Request, q *req) {
-	if _, err := q.svc.CreatePolicy(r.Context(), q.p, policyInput(r)); err != nil {
-		h.formFailed(w, r, q, err, h.renderPolicies)
-		return
-	}
-	redirectDone(w, r, wsPath(q.ws.ID, "policies"), "policy-created")
+	_, err := q.svc.CreatePolicy(r.Context(), q.p, policyInput(r))
+	h.formDone(w, r, q, err, h.renderPolicies, "policies", "policy-created")
 }
 
 func (h *Web) deletePolicy(w http.ResponseWriter, r *http.Request, q *req) {
-	if err := q.svc.DeletePolicy(r.Context(), q.p, r.PathValue("policy")); err != nil {
-		h.formFailed(w, r, q, err, h.renderPolicies)
-		return
-	}
-	redirectDone(w, r, wsPath(q.ws.ID, "policies"), "policy-deleted")
+	err := q.svc.DeletePolicy(r.Context(), q.p, r.PathValue("policy"))
+	h.formDone(w, r, q, err, h.renderPolicies, "policies", "policy-deleted")
 }
 
 // ---- Members and roles ----
