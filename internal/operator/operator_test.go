@@ -159,6 +159,13 @@ func TestRoutes(t *testing.T) {
 			withModel = x.(map[string]any)["id"].(string)
 		}
 	}
+	mv := want(do(t, srv, "PUT", wp+"/connections/"+withModel+"/models/gpt-4o", `{"limit": {"context": 128000, "output": 16384}, "attachment": true}`), "put model", 200, "")
+	if m := mv["models"].(map[string]any)["gpt-4o"].(map[string]any); m["max_output_tokens"] != float64(16384) || m["context_window"] != float64(128000) {
+		t.Fatalf("put model answer %v", mv)
+	}
+	if a := do(t, srv, "PUT", wp+"/connections/"+withModel+"/models/gpt-4o", `{"limit": {"output": -1}}`); a.status != 400 {
+		t.Fatalf("negative output limit: %d %s", a.status, a.raw)
+	}
 	wm := want(do(t, srv, "POST", wp+"/models", `{"id": "smart", "targets": [{"connection": "`+withModel+`", "model": "gpt-4o"}]}`), "create model", 201,
 		"created,formats,id,name,targets,updated")
 	if wm["id"] != "smart" {
