@@ -51,6 +51,9 @@ type gwNode struct {
 	ws, sa    string
 	key       string
 	conns     [2]string
+	// inference is set when the binary has the Inference API (an older
+	// binary, given with -bin to compare, may not: lane (i) is left out).
+	inference bool
 }
 
 // lane is one way of reaching the fake provider.
@@ -242,7 +245,10 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 		inf.url[i] = "http://" + siteC + "/v1/chat/completions"
 		inf.hdr[i] = gw.hdr[i]
 	}
-	r.lanes = []*lane{direct, plain, gw, inf}
+	r.lanes = []*lane{direct, plain, gw}
+	if r.gw.inference {
+		r.lanes = append(r.lanes, inf)
+	}
 	if o.postgres {
 		if pl, err := r.startPostgresLane(ctx, logf); err != nil {
 			r.pgMsg = "lane (p) PostgreSQL skipped: " + err.Error()
@@ -445,9 +451,17 @@ func (n *gwNode) bootstrap(ctx context.Context, providers [2]*fakeprovider.Provi
 			return err
 		}
 		n.conns[i] = c.ID
-		if err := n.adminData(ctx, "create model", 201, "POST", base+"/models", map[string]any{"id": inferenceModels[i],
-			"targets": []any{map[string]any{"connection": c.ID, "model": model}}}, nil); err != nil {
-			return err
+		st, b, err := n.admin(ctx, "POST", base+"/models", map[string]any{"id": inferenceModels[i],
+			"targets": []any{map[string]any{"connection": c.ID, "model": model}}})
+		switch {
+		case err != nil:
+			return fmt.Errorf("create model: %v", err)
+		case st == http.StatusNotFound:
+			// No workspace models: a binary from before the Inference API.
+		case st != http.StatusCreated:
+			return fmt.Errorf("create model: status %d: %s", st, b)
+		default:
+			n.inference = true
 		}
 	}
 	return n.adminData(ctx, "set budget", 200, "PUT", base+"/budgets/"+sa.ID,
