@@ -746,3 +746,33 @@ func (f htmlForm) submit(match func(string) bool) map[string]string {
 	}
 	return nil
 }
+
+// TestDeviceCodeDefaultClients: with no device_client configured, the
+// released OpenCode CLI's client id starts a sign-in with the JSON body it
+// sends, next to agentgate-cli; another client id is refused, and a body
+// that is neither a form nor JSON is 415.
+func TestDeviceCodeDefaultClients(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	s := startServer(t, ctx, caddyBinary(t), config{})
+	base := "http://" + s.httpAddr
+	for _, c := range []struct {
+		ctype, body string
+		status      int
+	}{
+		{"application/json", `{"client_id":"opencode-cli"}`, 200},
+		{"application/x-www-form-urlencoded", "client_id=agentgate-cli", 200},
+		{"application/json", `{"client_id":"someone-else"}`, 401},
+		{"text/plain", "client_id=opencode-cli", 415},
+	} {
+		st, b, err := call(ctx, httpClient, "POST", base+"/auth/device/code", http.Header{"Content-Type": {c.ctype}}, c.body)
+		if err != nil || st != c.status {
+			t.Fatalf("%s %s: %d %v %s", c.ctype, c.body, st, err, b)
+		}
+		var start struct {
+			UserCode string `json:"user_code"`
+		}
+		if st == 200 && (json.Unmarshal(b, &start) != nil || !userCodeShape.MatchString(start.UserCode)) {
+			t.Fatalf("%s: %s", c.body, b)
+		}
+	}
+}

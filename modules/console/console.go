@@ -50,7 +50,8 @@ type Console struct {
 	ConsoleURL string `json:"console_url,omitempty"`
 
 	// DeviceClients are the client_ids allowed to start a device sign-in
-	// (RFC 8628); any other gets 401 invalid_client. Default: agentgate-cli.
+	// (RFC 8628); any other gets 401 invalid_client. Default: agentgate-cli
+	// and opencode-cli (the released OpenCode CLI's console login).
 	DeviceClients []string `json:"device_clients,omitempty"`
 
 	api       *api.API
@@ -76,7 +77,7 @@ func (c *Console) Provision(ctx caddy.Context) error {
 	c.api = api.New(api.Options{Service: app.Service, InferenceURL: c.InferenceURL, MaxBody: c.MaxRequestBody})
 	clients := c.DeviceClients
 	if len(clients) == 0 {
-		clients = []string{"agentgate-cli"}
+		clients = []string{"agentgate-cli", "opencode-cli"}
 	}
 	c.oauth = &oauth.Handler{Service: app.Service, BaseURL: c.ConsoleURL, Clients: map[string]bool{}}
 	for _, id := range clients {

@@ -5,12 +5,16 @@
 package oauth
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/agentgate/agentgate/internal/apierr"
@@ -143,23 +147,96 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// parseForm reads an application/x-www-form-urlencoded body (at most 64 KiB).
-// Repeated parameters are refused (RFC 6749 §3.1); unknown ones ignored.
+// maxBody bounds a request body of the endpoints.
+const maxBody = 64 << 10
+
+// parseForm reads the parameters of a request: an
+// application/x-www-form-urlencoded body (RFC 8628), or a JSON object of
+// strings (what the released OpenCode CLI sends), at most 64 KiB. Repeated
+// parameters are refused (RFC 6749 §3.1); unknown ones ignored. Another
+// content type is 415; a larger body 413.
 func parseForm(w http.ResponseWriter, r *http.Request) (url.Values, *service.OAuthError) {
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if mt != "application/x-www-form-urlencoded" {
-		return nil, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "the body must be application/x-www-form-urlencoded"}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	tooLarge := func(err error) *service.OAuthError {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &service.OAuthError{Status: http.StatusRequestEntityTooLarge, Code: "invalid_request", Description: "the body is larger than 64 KiB"}
+		}
+		return nil
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil {
-		return nil, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "malformed form body"}
+	var form url.Values
+	switch mt {
+	case "application/x-www-form-urlencoded":
+		if err := r.ParseForm(); err != nil {
+			if e := tooLarge(err); e != nil {
+				return nil, e
+			}
+			return nil, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "malformed form body"}
+		}
+		form = r.PostForm
+	case "application/json":
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			if e := tooLarge(err); e != nil {
+				return nil, e
+			}
+			return nil, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "the body cannot be read"}
+		}
+		if form, err = jsonParams(b); err != nil {
+			return nil, &service.OAuthError{Status: 400, Code: "invalid_request", Description: err.Error()}
+		}
+	default:
+		return nil, &service.OAuthError{Status: http.StatusUnsupportedMediaType, Code: "invalid_request",
+			Description: "the body must be application/x-www-form-urlencoded or application/json"}
 	}
-	for k, v := range r.PostForm {
+	for k, v := range form {
 		if len(v) > 1 {
 			return nil, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "parameter " + k + " is repeated"}
 		}
 	}
-	return r.PostForm, nil
+	return form, nil
+}
+
+// jsonParams reads a JSON object whose members are strings (booleans and
+// numbers are taken as their text, null as absent) into parameters; a
+// member given twice is kept twice, for parseForm to refuse.
+func jsonParams(b []byte) (url.Values, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, errors.New("the JSON body must be an object")
+	}
+	out := url.Values{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, errors.New("malformed JSON body")
+		}
+		key := t.(string)
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, errors.New("malformed JSON body")
+		}
+		switch x := v.(type) {
+		case nil:
+		case string:
+			out.Add(key, x)
+		case bool:
+			out.Add(key, strconv.FormatBool(x))
+		case json.Number:
+			out.Add(key, x.String())
+		default:
+			return nil, fmt.Errorf("parameter %s must be a string", key)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, errors.New("malformed JSON body")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("the JSON body must be one object")
+	}
+	return out, nil
 }
 
 // clientOf finds the client id in the form or in HTTP Basic credentials

@@ -315,13 +315,22 @@ func TestRequestFormat(t *testing.T) {
 	dc, _ := e.start(true)
 
 	for _, path := range []string{oauth.CodePath, oauth.TokenPath} {
-		// A JSON body is not a form.
-		r := e.do(req{path: path, body: `{"client_id":"agentgate-cli","grant_type":"` + deviceType + `","device_code":"` + dc + `"}`, contentType: "application/json"})
-		wantError(t, path+" JSON body", r, 400, "invalid_request")
-		r = e.do(req{path: path, body: form("client_id", cli), contentType: "-"})
-		wantError(t, path+" no Content-Type", r, 400, "invalid_request")
+		// Neither a form nor JSON: 415.
+		r := e.do(req{path: path, body: form("client_id", cli), contentType: "-"})
+		wantError(t, path+" no Content-Type", r, 415, "invalid_request")
 		r = e.do(req{path: path, body: form("client_id", cli), contentType: "text/plain"})
-		wantError(t, path+" text/plain", r, 400, "invalid_request")
+		wantError(t, path+" text/plain", r, 415, "invalid_request")
+		// JSON that is not an object of strings.
+		for _, bad := range []string{`["client_id"]`, `{"client_id": {"x": 1}}`, `{"client_id": "` + cli + `"`, `{"client_id": "` + cli + `"} {}`,
+			`{"client_id": "` + cli + `", "client_id": "` + cli + `"}`, `{"client_id": ["a"]}`} {
+			r = e.do(req{path: path, body: bad, contentType: "application/json"})
+			wantError(t, path+" JSON "+bad, r, 400, "invalid_request")
+		}
+		// A JSON body from a client that is not configured.
+		r = e.do(req{path: path, body: `{"client_id": "someone-else"}`, contentType: "application/json"})
+		wantError(t, path+" JSON unknown client", r, 401, "invalid_client")
+		r = e.do(req{path: path, body: `{"client_id": "` + cli + `", "pad": "` + strings.Repeat("a", 70<<10) + `"}`, contentType: "application/json"})
+		wantError(t, path+" 70 KiB JSON body", r, 413, "invalid_request")
 		// Repeated parameters are refused (RFC 6749 §3.1).
 		r = e.do(req{path: path, body: "client_id=" + cli + "&client_id=" + cli + "&grant_type=" + url.QueryEscape(deviceType) + "&device_code=" + dc})
 		wantError(t, path+" repeated client_id", r, 400, "invalid_request")
@@ -333,10 +342,19 @@ func TestRequestFormat(t *testing.T) {
 		}
 		// A huge body is refused, not fatal.
 		r = e.do(req{path: path, body: form("client_id", cli, "pad", strings.Repeat("a", 70<<10))})
-		wantError(t, path+" 70 KiB body", r, 400, "invalid_request")
+		wantError(t, path+" 70 KiB body", r, 413, "invalid_request")
 	}
 	r := e.do(req{path: oauth.TokenPath, body: "client_id=" + cli + "&grant_type=" + url.QueryEscape(deviceType) + "&device_code=" + dc + "&device_code=" + dc})
 	wantError(t, "repeated device_code", r, 400, "invalid_request")
+
+	// The released OpenCode CLI sends JSON to both endpoints: the whole
+	// flow works with JSON bodies.
+	r = e.do(req{path: oauth.CodePath, body: `{"client_id":"` + cli + `"}`, contentType: "application/json"})
+	if r.status != 200 || r.str("device_code") == "" || r.str("user_code") == "" {
+		t.Fatalf("JSON device code: %d %s", r.status, r.raw)
+	}
+	r = e.do(req{path: oauth.TokenPath, body: `{"client_id":"` + cli + `","grant_type":"` + deviceType + `","device_code":"` + r.str("device_code") + `"}`, contentType: "application/json"})
+	wantError(t, "JSON poll", r, 400, "authorization_pending")
 
 	// Unknown parameters are ignored (RFC 6749 §3.2; x/oauth2 sends scope).
 	r = e.do(req{path: oauth.CodePath, body: form("client_id", cli, "scope", "openid profile", "colour", "red")})
