@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"strings"
@@ -222,6 +223,13 @@ func (c *call) tryTargets(mw *meterWriter, opts *formats.MeterOptions) *apierr.E
 	}
 	fb := c.p.Fallback.withDefaults()
 	c.keepBody = true // every attempt sends a body made from orig
+	if c.pooled != nil {
+		// A transport may still read an attempt's body after the attempt
+		// ended; a pooled buffer must not go back to its pool under it.
+		orig = bytes.Clone(orig)
+		c.pooled.put()
+		c.pooled = nil
+	}
 	header := c.r.Header.Clone()
 	deadline := time.Now().Add(fb.Deadline)
 	var attempts []store.Attempt
@@ -248,6 +256,9 @@ func (c *call) tryTargets(mw *meterWriter, opts *formats.MeterOptions) *apierr.E
 			c.p.cool.ok(t)
 			c.rec.Attempts = attempts
 			return nil
+		}
+		if c.r.Context().Err() != nil {
+			break // the client left: not the target's failure
 		}
 		c.p.cool.fail(t, c.svc.Clock.Now().Add(fb.Cooldown))
 		attempts = append(attempts, store.Attempt{Connection: t.Conn.ID, Status: status, Error: reason})

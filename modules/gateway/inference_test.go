@@ -385,3 +385,20 @@ func TestInferenceBudgetRace(t *testing.T) {
 		t.Fatalf("statuses %v, want exactly %d admitted", statuses, n)
 	}
 }
+
+// A large body (read into a pooled buffer) reaches the second target
+// whole after the first refused it.
+func TestInferenceFallbackLargeBody(t *testing.T) {
+	e := setup(t)
+	a, b := e.twoTargets(t, "fb-large")
+	a.SetBehavior(fakeprovider.Behavior{Status: 503})
+	text := strings.Repeat("lorem ipsum ", 200_000) // 2.4 MB
+	resp, body := e.post(t, "/v1/chat/completions", `{"model":"fb-large","messages":[{"role":"user","content":"`+text+`"}]}`, "Authorization", "Bearer "+e.key)
+	if resp.StatusCode != 200 || len(b.Received()) != 1 {
+		t.Fatalf("large body: %d %.200s", resp.StatusCode, body)
+	}
+	got := b.Last().Body
+	if !strings.Contains(string(got), text) || !strings.Contains(string(got), `"model":"m-upstream"`) || len(got) != len(a.Last().Body) {
+		t.Fatalf("the second target got %d bytes (the first %d)", len(got), len(a.Last().Body))
+	}
+}
