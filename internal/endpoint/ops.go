@@ -146,6 +146,16 @@ var (
 		}}
 )
 
+// A person's own sign-ins.
+var (
+	SignIns = Operation[NoBody, []service.SignInView]{service.OpOwnSignIns,
+		func(c *Call, _ NoBody) ([]service.SignInView, error) { return c.Svc.SignIns(c.Ctx(), c.P) }}
+	RevokeSignIn = Operation[NoBody, NoBody]{service.OpOwnSignIns,
+		func(c *Call, _ NoBody) (NoBody, error) {
+			return NoBody{}, c.Svc.RevokeSignIn(c.Ctx(), c.P, c.Params["signin"])
+		}}
+)
+
 // Budgets. A member (role) reads only their own budget: the service narrows
 // the list.
 var (

@@ -17,10 +17,11 @@ const (
 	OpManageModels                        // enable/disable models, upstream ids
 	OpManageServiceAccounts               // manage service accounts; create and revoke keys
 	OpManageMembers                       // invite and remove members, change roles
+	OpOwnSignIns                          // list and revoke one's own sign-ins (a person's)
 )
 
 // Ops lists every row, in the order of the matrix.
-var Ops = []Op{OpInference, OpReadConfig, OpReadSpend, OpManageConnections, OpManageModels, OpManageServiceAccounts, OpManageMembers}
+var Ops = []Op{OpInference, OpReadConfig, OpReadSpend, OpManageConnections, OpManageModels, OpManageServiceAccounts, OpManageMembers, OpOwnSignIns}
 
 func (o Op) String() string {
 	switch o {
@@ -38,6 +39,8 @@ func (o Op) String() string {
 		return "manage service accounts and keys"
 	case OpManageMembers:
 		return "manage members and roles"
+	case OpOwnSignIns:
+		return "manage your own sign-ins"
 	}
 	return "unknown"
 }
@@ -72,7 +75,7 @@ func Check(p *Principal, op Op) Access {
 		return Deny
 	case KindPerson:
 		switch op {
-		case OpInference, OpReadConfig:
+		case OpInference, OpReadConfig, OpOwnSignIns:
 			return Allow
 		case OpReadSpend:
 			switch p.Role {

@@ -149,10 +149,11 @@ func TestHTTPPermissionsEveryRoute(t *testing.T) {
 
 	// Who may: inference key, all key, member, admin, owner.
 	var (
-		everyone = [5]bool{true, true, true, true, true}
-		spend    = [5]bool{false, true, true, true, true}
-		allKey   = [5]bool{false, true, false, true, true}
-		people   = [5]bool{false, false, false, true, true}
+		everyone   = [5]bool{true, true, true, true, true}
+		spend      = [5]bool{false, true, true, true, true}
+		allKey     = [5]bool{false, true, false, true, true}
+		people     = [5]bool{false, false, false, true, true}
+		ownSignIns = [5]bool{false, false, true, true, true}
 	)
 	type tcase struct {
 		path  func(i int) string
@@ -217,6 +218,20 @@ func TestHTTPPermissionsEveryRoute(t *testing.T) {
 			}
 			return "/api/v1/policies/" + p.ID
 		}, nil, 204, people},
+		"GET /api/v1/sign-ins": {fixed("/api/v1/sign-ins"), nil, 200, ownSignIns},
+		"DELETE /api/v1/sign-ins/{signin}": {func(i int) string {
+			// Each person revokes a sign-in of their own, not the one in use.
+			persons := map[int]string{2: f.member, 3: f.admin, 4: f.owner}
+			pid := persons[i]
+			if pid == "" {
+				pid = f.member
+			}
+			tok, err := e.svc.IssuePersonToken(ctx, pid, f.ws, "spare")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return "/api/v1/sign-ins/" + tok.FamilyID
+		}, nil, 204, ownSignIns},
 		"GET /api/v1/budgets/members": {fixed("/api/v1/budgets/members"), nil, 200, spend},
 		"PUT /api/v1/budgets/members/{member}": {fixed("/api/v1/budgets/members/" + f.member),
 			fixed(`{"limit_usd": 10, "period": "monthly"}`), 200, allKey},

@@ -162,6 +162,13 @@ func (h *Web) signOut(w http.ResponseWriter, r *http.Request, q *req) {
 
 type homeData struct {
 	Workspaces []service.WorkspaceRole
+	SignIns    []service.SignInView
+}
+
+// self is the signed-in person as a principal of no workspace: what their
+// own sign-ins are listed and revoked as.
+func (q *req) self() *service.Principal {
+	return &service.Principal{Kind: service.KindPerson, PersonID: q.sess.Person.ID, FamilyID: q.sess.FamilyID}
 }
 
 func (h *Web) home(w http.ResponseWriter, r *http.Request) {
@@ -170,11 +177,26 @@ func (h *Web) home(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	wss, err := q.svc.WorkspacesOf(r.Context(), q.sess.Person.ID)
+	var sis []service.SignInView
+	if err == nil {
+		sis, err = q.svc.SignIns(r.Context(), q.self())
+	}
 	if err != nil {
 		h.fail(w, q, err)
 		return
 	}
 	d := q.data("Your workspaces")
-	d.Data = homeData{Workspaces: wss}
+	d.Flash = flash(r)
+	d.Data = homeData{Workspaces: wss, SignIns: sis}
 	h.render(w, http.StatusOK, "home", d)
+}
+
+// revokeSignIn revokes one of the person's own sign-ins; its tokens stop
+// working at once.
+func (h *Web) revokeSignIn(w http.ResponseWriter, r *http.Request, q *req) {
+	if err := q.svc.RevokeSignIn(r.Context(), q.self(), r.PathValue("signin")); err != nil {
+		h.fail(w, q, err)
+		return
+	}
+	redirectDone(w, r, "/", "signin-revoked")
 }

@@ -128,6 +128,7 @@ func New(opts Options) *Web {
 	m.HandleFunc("GET /signin", h.signInPage)
 	m.HandleFunc("POST /signin", h.signIn)
 	m.HandleFunc("POST /signout", h.form(h.signOut))
+	m.HandleFunc("POST /sign-ins/{signin}/revoke", h.form(h.revokeSignIn))
 	m.HandleFunc("GET /device", h.page(h.devicePage))
 	m.HandleFunc("POST /device", h.form(h.deviceDecide))
 
@@ -434,6 +435,7 @@ var flashes = map[string]string{
 	"connection-created": "Connection added.",
 	"policy-created":     "Policy added. It applies from the next request.",
 	"policy-deleted":     "Policy deleted.",
+	"signin-revoked":     "Sign-in revoked. Its tokens stopped working.",
 	"member-added":       "Member added.",
 	"role-changed":       "Role changed.",
 	"member-removed":     "Member removed.",

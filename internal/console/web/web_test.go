@@ -198,7 +198,7 @@ func mustURL(s string) *url.URL {
 // postRoutes are every state-changing route.
 func postRoutes(ws, sa, key, conn, member string) []string {
 	w := "/w/" + ws
-	return []string{"/signout", "/device", w + "/service-accounts", w + "/service-accounts/" + sa + "/delete",
+	return []string{"/signout", "/device", "/sign-ins/tfm_x/revoke", w + "/service-accounts", w + "/service-accounts/" + sa + "/delete",
 		w + "/service-accounts/" + sa + "/keys", w + "/service-accounts/" + sa + "/keys/" + key + "/revoke",
 		w + "/connections/" + conn + "/models", w + "/connections", w + "/connections/" + conn + "/models/save", w + "/policies",
 		w + "/policies/pol_x/delete", w + "/members", w + "/members/" + member + "/role",
@@ -791,4 +791,32 @@ func TestPoliciesPage(t *testing.T) {
 	mb, mtok := e.signedIn(memberEmail)
 	wantStatus(t, "member adds a policy", mb.post(w, form(mtok, "name", "x", "effect", "deny", "models", "*")), http.StatusForbidden)
 	wantNotContains(t, "member's nav", mb.get("/w/"+ws+"/budgets"), `/policies"`)
+}
+
+// The home page lists the person's sign-ins and revokes one at once.
+func TestSignInsOnHome(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	person, email := e.person(ws, store.RoleMember)
+	cli, err := e.svc.IssuePersonToken(ctx, person, ws, "opencode-cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, tok := e.signedIn(email)
+	p := b.get("/")
+	wantContains(t, "home", p, "Your sign-ins", "opencode-cli", "this browser", "/sign-ins/"+cli.FamilyID+"/revoke")
+	p = b.post("/sign-ins/"+cli.FamilyID+"/revoke", form(tok))
+	wantStatus(t, "revoke", p, http.StatusSeeOther)
+	if _, err := e.svc.Authenticate(ctx, cli.AccessToken, ""); err == nil {
+		t.Fatal("the revoked CLI sign-in still authenticates")
+	}
+	wantContains(t, "after revoke", b.get(p.location()), "Sign-in revoked.")
+	wantNotContains(t, "after revoke", b.get("/"), "opencode-cli")
+	// Another person's sign-in cannot be revoked from here.
+	other, _ := e.person(ws, store.RoleOwner)
+	theirs, _ := e.svc.IssuePersonToken(ctx, other, ws, "agentgate-cli")
+	wantStatus(t, "another's", b.post("/sign-ins/"+theirs.FamilyID+"/revoke", form(tok)), http.StatusNotFound)
+	if _, err := e.svc.Authenticate(ctx, theirs.AccessToken, ""); err != nil {
+		t.Fatalf("another's sign-in was revoked: %v", err)
+	}
 }
