@@ -148,9 +148,9 @@ var (
 
 // A person's own sign-ins.
 var (
-	SignIns = Operation[NoBody, []service.SignInView]{service.OpOwnSignIns,
+	SignIns = Operation[NoBody, []service.SignInView]{service.OpOwnAccount,
 		func(c *Call, _ NoBody) ([]service.SignInView, error) { return c.Svc.SignIns(c.Ctx(), c.P) }}
-	RevokeSignIn = Operation[NoBody, NoBody]{service.OpOwnSignIns,
+	RevokeSignIn = Operation[NoBody, NoBody]{service.OpOwnAccount,
 		func(c *Call, _ NoBody) (NoBody, error) {
 			return NoBody{}, c.Svc.RevokeSignIn(c.Ctx(), c.P, c.Params["signin"])
 		}}

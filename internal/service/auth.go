@@ -254,23 +254,9 @@ func (s *Service) authAccessToken(ctx context.Context, tok secrets.Token, orgID 
 	var notAfter time.Time
 	var tokenMAC []byte
 	err := s.Store.View(ctx, func(tx store.Tx) error {
-		t, err := tx.Token(tok.ID)
-		if errors.Is(err, store.ErrNotFound) {
-			return apierr.Unauthorized()
-		}
+		t, f, person, err := liveAccess(tx, tok, mac, now)
 		if err != nil {
 			return err
-		}
-		if t.Kind != store.TokenAccess || !secrets.Equal(t.MAC, mac) || !now.Before(t.ExpiresAt) {
-			return apierr.Unauthorized()
-		}
-		f, err := tx.TokenFamily(t.FamilyID)
-		if err != nil || f.RevokedAt != nil || !now.Before(f.ExpiresAt) {
-			return apierr.Unauthorized()
-		}
-		person, err := tx.Person(f.PersonID)
-		if err != nil || person.Disabled {
-			return apierr.Unauthorized()
 		}
 		ws := f.Workspace
 		switch {
@@ -302,6 +288,98 @@ func (s *Service) authAccessToken(ctx context.Context, tok secrets.Token, orgID 
 		s.hot.creds.Store(cacheID, &credEntry{gen: gen, mac: tokenMAC, notAfter: notAfter, p: *p})
 	}
 	return p, nil
+}
+
+// liveAccess finds the access token tok, with its sign-in and its person,
+// all live at now: 401 otherwise.
+func liveAccess(tx store.Tx, tok secrets.Token, mac []byte, now time.Time) (*store.Token, *store.TokenFamily, *store.Person, error) {
+	t, err := tx.Token(tok.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil, nil, apierr.Unauthorized()
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if t.Kind != store.TokenAccess || !secrets.Equal(t.MAC, mac) || !now.Before(t.ExpiresAt) {
+		return nil, nil, nil, apierr.Unauthorized()
+	}
+	f, err := tx.TokenFamily(t.FamilyID)
+	if err != nil || f.RevokedAt != nil || !now.Before(f.ExpiresAt) {
+		return nil, nil, nil, apierr.Unauthorized()
+	}
+	person, err := tx.Person(f.PersonID)
+	if err != nil || person.Disabled {
+		return nil, nil, nil, apierr.Unauthorized()
+	}
+	return t, f, person, nil
+}
+
+// AuthenticateAccount resolves a credential for the routes about the
+// caller's own account, which name no workspace: an access token is its
+// person (Workspace is the sign-in's bound workspace, or ""), whatever
+// x-org-id says; a key is its service account's principal (which the
+// account routes refuse).
+func (s *Service) AuthenticateAccount(ctx context.Context, credential string) (*Principal, error) {
+	tok, ok := secrets.ParseToken(credential)
+	if !ok || tok.Prefix != secrets.PrefixAccessToken {
+		return s.Authenticate(ctx, credential, "")
+	}
+	mac := s.Secrets.MAC(tok.Secret)
+	var p *Principal
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		_, f, person, err := liveAccess(tx, tok, mac, s.Clock.Now())
+		if err == nil {
+			p = &Principal{Kind: KindPerson, Workspace: f.Workspace, PersonID: person.ID, FamilyID: f.ID}
+		}
+		return err
+	})
+	return p, err
+}
+
+// Account is the signed-in person, as the account routes show it.
+type Account struct {
+	ID    string `json:"id"`
+	Email string `json:"email"`
+	Name  string `json:"name"`
+}
+
+// OrgView is a workspace the person may use, as the account routes show it.
+type OrgView struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// AccountOf answers who the principal is (a person).
+func (s *Service) AccountOf(ctx context.Context, p *Principal) (*Account, error) {
+	if err := Require(p, OpOwnAccount); err != nil {
+		return nil, err
+	}
+	var a *Account
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		person, err := tx.Person(p.PersonID)
+		if err != nil {
+			return storeErr(err, "PersonNotFound", "person")
+		}
+		a = &Account{ID: person.ID, Email: person.Email, Name: person.Name}
+		return nil
+	})
+	return a, err
+}
+
+// OrgsOf lists the workspaces the principal may use with its credential:
+// the person's workspaces, or only the one a bound sign-in is bound to.
+func (s *Service) OrgsOf(ctx context.Context, p *Principal) ([]OrgView, error) {
+	if err := Require(p, OpOwnAccount); err != nil {
+		return nil, err
+	}
+	wss, err := s.WorkspacesOf(ctx, p.PersonID)
+	out := []OrgView{}
+	for _, w := range wss {
+		if p.Workspace == "" || w.ID == p.Workspace {
+			out = append(out, OrgView{ID: w.ID, Name: w.Name})
+		}
+	}
+	return out, err
 }
 
 // IssuedToken is a newly issued access token, shown once.

@@ -43,8 +43,13 @@ type ProviderSettings struct {
 // Inference entry, the client package of its format where it differs from
 // the entry's.
 type ProviderModel struct {
+	ModelSpec
+	Package string `json:"package,omitempty"`
+}
+
+// ModelSpec is what both config formats say of a model.
+type ModelSpec struct {
 	Name        string     `json:"name"`
-	Package     string     `json:"package,omitempty"`
 	Limit       ModelLimit `json:"limit"`
 	Cost        ModelCost  `json:"cost"`
 	ToolCall    bool       `json:"tool_call"`
@@ -80,9 +85,9 @@ func providerModel(m store.Model) ProviderModel {
 	if m.Pricing.CacheWrite != nil {
 		cost.CacheWrite = *m.Pricing.CacheWrite
 	}
-	return ProviderModel{Name: m.Name, Limit: ModelLimit{Context: ctx, Output: out}, Cost: cost,
+	return ProviderModel{ModelSpec: ModelSpec{Name: m.Name, Limit: ModelLimit{Context: ctx, Output: out}, Cost: cost,
 		ToolCall: caps.ToolCall, Reasoning: caps.Reasoning, Attachment: caps.Attachment, Temperature: caps.Temperature,
-		Modalities: Modalities{Input: caps.Input, Output: caps.Output}}
+		Modalities: Modalities{Input: caps.Input, Output: caps.Output}}}
 }
 
 // InferenceEntry is the key of the workspace's Inference API entry in the
@@ -219,4 +224,60 @@ func (s *Service) Config(ctx context.Context, p *Principal, inferenceURL string)
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// V1Config is the workspace config in the format the released OpenCode CLI
+// reads (its opencode.json): the same providers and models as Config,
+// encoded differently. It is answered at /api/config inside {"config": …}.
+type V1Config struct {
+	Schema   string                `json:"$schema"`
+	Provider map[string]V1Provider `json:"provider"`
+}
+
+// V1Provider is a provider of the V1 config.
+type V1Provider struct {
+	Name    string             `json:"name"`
+	NPM     string             `json:"npm"`
+	Env     []string           `json:"env"`
+	Options V1Options          `json:"options"`
+	Models  map[string]V1Model `json:"models"`
+}
+
+// V1Options say where and with what the client reaches a provider.
+type V1Options struct {
+	BaseURL string            `json:"baseURL"`
+	APIKey  string            `json:"apiKey"`
+	Headers map[string]string `json:"headers"`
+}
+
+// V1Model is a model of a V1 provider; Provider names its client package
+// where it differs from the provider's.
+type V1Model struct {
+	ModelSpec
+	Provider *V1ModelProvider `json:"provider,omitempty"`
+}
+
+// V1ModelProvider is a model's own client package.
+type V1ModelProvider struct {
+	NPM string `json:"npm"`
+}
+
+// V1 encodes cfg in the V1 format, with the workspace credential read from
+// the environment variable keyEnv.
+func V1(cfg *Config, keyEnv string) *V1Config {
+	out := &V1Config{Schema: "https://opencode.ai/config.json", Provider: map[string]V1Provider{}}
+	for id, pe := range cfg.Providers {
+		p := V1Provider{Name: pe.Name, NPM: pe.Package, Env: []string{keyEnv},
+			Options: V1Options{BaseURL: pe.Settings.BaseURL, APIKey: "{env:" + keyEnv + "}", Headers: pe.Headers},
+			Models:  make(map[string]V1Model, len(pe.Models))}
+		for mid, m := range pe.Models {
+			vm := V1Model{ModelSpec: m.ModelSpec}
+			if m.Package != "" {
+				vm.Provider = &V1ModelProvider{NPM: m.Package}
+			}
+			p.Models[mid] = vm
+		}
+		out.Provider[id] = p
+	}
+	return out
 }

@@ -186,10 +186,10 @@ func TestConfigInferenceEntry(t *testing.T) {
 		t.Fatalf("inference models %+v", entry.Models)
 	}
 	c := entry.Models["claude-x"]
-	want := service.ProviderModel{Name: "claude-x", Package: "@ai-sdk/anthropic", Limit: service.ModelLimit{Context: 200000, Output: 64000},
+	want := service.ProviderModel{Package: "@ai-sdk/anthropic", ModelSpec: service.ModelSpec{Name: "claude-x", Limit: service.ModelLimit{Context: 200000, Output: 64000},
 		Cost:     service.ModelCost{Input: 3 * money.Scale, Output: 15 * money.Scale, CacheRead: cache, CacheWrite: 3 * money.Scale},
 		ToolCall: true, Reasoning: true, Attachment: true, Temperature: true,
-		Modalities: service.Modalities{Input: []string{"text", "image", "pdf"}, Output: []string{"text"}}}
+		Modalities: service.Modalities{Input: []string{"text", "image", "pdf"}, Output: []string{"text"}}}}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("claude-x\n got %+v\nwant %+v", c, want)
 	}

@@ -17,11 +17,11 @@ const (
 	OpManageModels                        // enable/disable models, upstream ids
 	OpManageServiceAccounts               // manage service accounts; create and revoke keys
 	OpManageMembers                       // invite and remove members, change roles
-	OpOwnSignIns                          // list and revoke one's own sign-ins (a person's)
+	OpOwnAccount                          // read one's own account, list and revoke one's own sign-ins (a person's)
 )
 
 // Ops lists every row, in the order of the matrix.
-var Ops = []Op{OpInference, OpReadConfig, OpReadSpend, OpManageConnections, OpManageModels, OpManageServiceAccounts, OpManageMembers, OpOwnSignIns}
+var Ops = []Op{OpInference, OpReadConfig, OpReadSpend, OpManageConnections, OpManageModels, OpManageServiceAccounts, OpManageMembers, OpOwnAccount}
 
 func (o Op) String() string {
 	switch o {
@@ -39,8 +39,8 @@ func (o Op) String() string {
 		return "manage service accounts and keys"
 	case OpManageMembers:
 		return "manage members and roles"
-	case OpOwnSignIns:
-		return "manage your own sign-ins"
+	case OpOwnAccount:
+		return "read your account and manage your own sign-ins"
 	}
 	return "unknown"
 }
@@ -75,7 +75,7 @@ func Check(p *Principal, op Op) Access {
 		return Deny
 	case KindPerson:
 		switch op {
-		case OpInference, OpReadConfig, OpOwnSignIns:
+		case OpInference, OpReadConfig, OpOwnAccount:
 			return Allow
 		case OpReadSpend:
 			switch p.Role {

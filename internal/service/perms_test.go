@@ -26,7 +26,7 @@ func TestPermissionMatrix(t *testing.T) {
 		service.OpManageModels:          {D, D, D, A, A},
 		service.OpManageServiceAccounts: {D, D, D, A, A},
 		service.OpManageMembers:         {D, D, D, A, A},
-		service.OpOwnSignIns:            {D, D, A, A, A},
+		service.OpOwnAccount:            {D, D, A, A, A},
 	}
 	if len(service.Ops) != len(matrix) {
 		t.Fatalf("service.Ops has %d rows, the matrix has %d", len(service.Ops), len(matrix))
@@ -99,7 +99,7 @@ func TestPermissionMatrix(t *testing.T) {
 		if got := service.Check(&service.Principal{Workspace: f.ws}, op); got != D {
 			t.Fatalf("zero principal, %v: Check = %v, want Deny", op, got)
 		}
-		if op == service.OpInference || op == service.OpReadConfig || op == service.OpOwnSignIns {
+		if op == service.OpInference || op == service.OpReadConfig || op == service.OpOwnAccount {
 			continue
 		}
 		if got := service.Check(&service.Principal{Kind: service.KindPerson, Workspace: f.ws, Role: "superuser"}, op); got == A {

@@ -25,7 +25,7 @@ type SignInView struct {
 // SignIns lists the principal's own live sign-ins, newest first: device
 // sign-ins of CLIs, web sessions and operator-issued tokens alike.
 func (s *Service) SignIns(ctx context.Context, p *Principal) ([]SignInView, error) {
-	if err := Require(p, OpOwnSignIns); err != nil {
+	if err := Require(p, OpOwnAccount); err != nil {
 		return nil, err
 	}
 	if p.PersonID == "" {
@@ -51,7 +51,7 @@ func (s *Service) SignIns(ctx context.Context, p *Principal) ([]SignInView, erro
 // and refresh token of it stops working on the very next request. Another
 // person's sign-in is 404, as an unknown one.
 func (s *Service) RevokeSignIn(ctx context.Context, p *Principal, id string) error {
-	if err := Require(p, OpOwnSignIns); err != nil {
+	if err := Require(p, OpOwnAccount); err != nil {
 		return err
 	}
 	now := s.now()

@@ -45,6 +45,9 @@ func New(opts Options) *API {
 	const sa, conn, model = "/api/v1/service-accounts/{sa}", "/api/v1/connections/{conn}", "/api/v1/connections/{conn}/models/{model}"
 	a := &API{routes: []endpoint.Route{
 		endpoint.Custom("GET", "/api/v2/config", readConfig(opts.InferenceURL), writeRaw[*service.Config]),
+		endpoint.Custom("GET", "/api/config", readConfig(opts.InferenceURL), writeV1Config),
+		endpoint.Custom("GET", "/api/user", readAccount, writeRaw[*service.Account]),
+		endpoint.Custom("GET", "/api/orgs", readOrgs, writeRaw[[]service.OrgView]),
 		endpoint.Custom("GET", "/api/v1/workspace", readWorkspace, writeWorkspace),
 		endpoint.Custom("GET", "/api/v1/service-accounts", endpoint.ServiceAccounts, page("service-accounts", "", saView, ServiceAccountView.id)),
 		endpoint.Shaped("POST", "/api/v1/service-accounts", endpoint.CreateServiceAccount, http.StatusCreated, saView),
@@ -92,13 +95,39 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.Serve
 func (a *API) Routes() []endpoint.Route { return a.routes }
 
 // authenticate resolves the request's credential: Authorization: Bearer,
-// with x-org-id.
+// with x-org-id; on the account routes, which name no workspace, without.
 func authenticate(r *http.Request, svc *service.Service, _ router.Params) (*service.Principal, error) {
 	cred := service.BearerToken(r.Header)
 	if cred == "" {
 		return nil, apierr.Unauthorized()
 	}
+	if accountRoutes[r.URL.Path] {
+		return svc.AuthenticateAccount(r.Context(), cred)
+	}
 	return svc.Authenticate(r.Context(), cred, r.Header.Get("x-org-id"))
+}
+
+// accountRoutes are about the caller's own account: who signed in and the
+// workspaces they may use (what the released OpenCode CLI asks right after
+// its console login).
+var accountRoutes = map[string]bool{"/api/user": true, "/api/orgs": true}
+
+var (
+	readAccount = endpoint.Operation[endpoint.NoBody, *service.Account]{Op: service.OpOwnAccount,
+		Call: func(c *endpoint.Call, _ endpoint.NoBody) (*service.Account, error) { return c.Svc.AccountOf(c.Ctx(), c.P) }}
+	readOrgs = endpoint.Operation[endpoint.NoBody, []service.OrgView]{Op: service.OpOwnAccount,
+		Call: func(c *endpoint.Call, _ endpoint.NoBody) ([]service.OrgView, error) { return c.Svc.OrgsOf(c.Ctx(), c.P) }}
+)
+
+// ConsoleTokenEnv is the environment variable the released OpenCode CLI
+// puts its Console access token in once signed in; the V1 config's
+// providers read their credential from it.
+const ConsoleTokenEnv = "OPENCODE_CONSOLE_TOKEN"
+
+// writeV1Config answers the config in the V1 format, as {"config": …}.
+func writeV1Config(w http.ResponseWriter, _ *endpoint.Call, cfg *service.Config) error {
+	jsonio.WriteRaw(w, http.StatusOK, map[string]any{"config": service.V1(cfg, ConsoleTokenEnv)})
+	return nil
 }
 
 func same[T any](v T) T { return v }

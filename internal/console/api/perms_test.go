@@ -163,6 +163,9 @@ func TestHTTPPermissionsEveryRoute(t *testing.T) {
 	}
 	cases := map[string]tcase{
 		"GET /api/v2/config":                     {fixed("/api/v2/config"), nil, 200, everyone},
+		"GET /api/config":                        {fixed("/api/config"), nil, 200, everyone},
+		"GET /api/user":                          {fixed("/api/user"), nil, 200, ownSignIns},
+		"GET /api/orgs":                          {fixed("/api/orgs"), nil, 200, ownSignIns},
 		"GET /api/v1/workspace":                  {fixed("/api/v1/workspace"), nil, 200, everyone},
 		"GET /api/v1/service-accounts":           {fixed("/api/v1/service-accounts"), nil, 200, people},
 		"POST /api/v1/service-accounts":          {fixed("/api/v1/service-accounts"), fixed(`{"name": "sa"}`), 201, people},
