@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"bufio"
+	"io"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/agentgate/agentgate/internal/fakeprovider"
+)
+
+// TestOpenCodeConsoleLogin: the released OpenCode CLI signs in to the
+// Console with `opencode console login` (the device code approved by the
+// person on the web page), then `opencode run` answers through the gateway
+// with the workspace config the CLI fetched itself — no hand-written
+// opencode.json — metered against the person.
+func TestOpenCodeConsoleLogin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the real binary and runs the OpenCode CLI")
+	}
+	ctx := testContext(t, 4*time.Minute)
+	oc := opencodeBinary(t, ctx)
+	s := startServer(t, ctx, caddyBinary(t), config{})
+	d := &deviceSite{s: s, base: "http://" + s.httpAddr, tn: s.bootstrap(t, ctx, "ConsoleLogin")}
+	ws := "/agentgate/workspaces/" + d.tn.Workspace
+
+	const secret = "sk-provider-console-login-SECRET"
+	p, err := fakeprovider.Start(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var conn idName
+	must(t, "create connection", 201, &conn)(s.admin(ctx, "POST", ws+"/connections", map[string]any{
+		"name": "Claude", "kind": "anthropic", "base_url": p.URL + "/v1", "credential": secret,
+		"models": map[string]any{"claude-sonnet": map[string]any{"limit": map[string]any{"output": 2000}, "pricing": map[string]any{"input": 3, "output": 15}}},
+	}))
+
+	env := opencodeEnv(t)
+	project := t.TempDir()
+	login := exec.CommandContext(ctx, oc, "console", "login", d.base)
+	login.Dir, login.Env = project, env
+	out, _ := login.StdoutPipe()
+	login.Stderr = login.Stdout
+	if err := login.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var printed strings.Builder
+	codeCh := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		code := regexp.MustCompile(`[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}`)
+		for sc.Scan() {
+			mu.Lock()
+			printed.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			if c := code.FindString(sc.Text()); c != "" {
+				select {
+				case codeCh <- c:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, out)
+	}()
+	var userCode string
+	select {
+	case userCode = <-codeCh:
+	case <-time.After(60 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("opencode console login printed no user code:\n%s", printed.String())
+	}
+	web := d.webApprover(t, ctx)
+	web.clientID = "opencode-cli"
+	web.approve(t, ctx, "/device?user_code="+userCode, userCode, "")
+	if err := login.Wait(); err != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("opencode console login: %v\n%s\nserver log:\n%s", err, printed.String(), tail(s.stderr.String(), 30))
+	}
+
+	// The CLI now runs from the workspace config it fetched.
+	run := exec.CommandContext(ctx, oc, "run", "--model", conn.ID+"/claude-sonnet", "Say hello")
+	run.Dir, run.Env = project, env
+	b, err := run.CombinedOutput()
+	if err != nil || !strings.Contains(string(b), fakeprovider.Text) {
+		t.Fatalf("opencode run after console login: %v\n%s\nserver log:\n%s", err, b, tail(s.stderr.String(), 30))
+	}
+	last := p.Last()
+	if gjson.GetBytes(last.Body, "max_tokens").Int() != 2000 || last.Header.Get("X-Api-Key") != secret {
+		t.Errorf("the provider got max_tokens %d: %s", gjson.GetBytes(last.Body, "max_tokens").Int(), last.Body)
+	}
+	// Metered against the person who signed in.
+	st, body, err := s.console(ctx, "GET", "/api/v1/usage?limit=100", d.tn.Token, nil)
+	if err != nil || st != 200 || !strings.Contains(string(body), `"member_id":"`+d.tn.Person+`"`) {
+		t.Fatalf("usage: %d %v %s", st, err, body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, l := range strings.Split(printed.String(), "\n") {
+		for _, m := range []string{"Go to", "Enter code", "Logged in as"} {
+			if i := strings.Index(l, m); i >= 0 {
+				t.Logf("opencode console login: %s", l[i:])
+			}
+		}
+	}
+}
