@@ -114,9 +114,13 @@ var accountRoutes = map[string]bool{"/api/user": true, "/api/orgs": true}
 
 var (
 	readAccount = endpoint.Operation[endpoint.NoBody, *service.Account]{Op: service.OpOwnAccount,
-		Call: func(c *endpoint.Call, _ endpoint.NoBody) (*service.Account, error) { return c.Svc.AccountOf(c.Ctx(), c.P) }}
+		Call: func(c *endpoint.Call, _ endpoint.NoBody) (*service.Account, error) {
+			return c.Svc.AccountOf(c.Ctx(), c.P)
+		}}
 	readOrgs = endpoint.Operation[endpoint.NoBody, []service.OrgView]{Op: service.OpOwnAccount,
-		Call: func(c *endpoint.Call, _ endpoint.NoBody) ([]service.OrgView, error) { return c.Svc.OrgsOf(c.Ctx(), c.P) }}
+		Call: func(c *endpoint.Call, _ endpoint.NoBody) ([]service.OrgView, error) {
+			return c.Svc.OrgsOf(c.Ctx(), c.P)
+		}}
 )
 
 // ConsoleTokenEnv is the environment variable the released OpenCode CLI
