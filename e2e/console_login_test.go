@@ -19,14 +19,15 @@ import (
 // Console with `opencode console login` (the device code approved by the
 // person on the web page), then `opencode run` answers through the gateway
 // with the workspace config the CLI fetched itself — no hand-written
-// opencode.json — metered against the person.
+// opencode.json — metered against the person, with the Console's MCP
+// server added from the same config.
 func TestOpenCodeConsoleLogin(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real binary and runs the OpenCode CLI")
 	}
 	ctx := testContext(t, 4*time.Minute)
 	oc := opencodeBinary(t, ctx)
-	s := startServer(t, ctx, caddyBinary(t), config{})
+	s := startServer(t, ctx, caddyBinary(t), config{AccessLog: true})
 	d := &deviceSite{s: s, base: "http://" + s.httpAddr, tn: s.bootstrap(t, ctx, "ConsoleLogin")}
 	ws := "/agentgate/workspaces/" + d.tn.Workspace
 
@@ -97,6 +98,11 @@ func TestOpenCodeConsoleLogin(t *testing.T) {
 	last := p.Last()
 	if gjson.GetBytes(last.Body, "max_tokens").Int() != 2000 || last.Header.Get("X-Api-Key") != secret {
 		t.Errorf("the provider got max_tokens %d: %s", gjson.GetBytes(last.Body, "max_tokens").Int(), last.Body)
+	}
+	// The config's mcp entry made OpenCode open the Console's MCP server
+	// with its token.
+	if !regexp.MustCompile(`"uri":"/mcp".*"status":200`).MatchString(s.stderr.String()) {
+		t.Errorf("OpenCode did not initialize the Console's MCP server:\n%s", tail(s.stderr.String(), 20))
 	}
 	// Metered against the person who signed in.
 	st, body, err := s.console(ctx, "GET", "/api/v1/usage?limit=100", d.tn.Token, nil)

@@ -17,7 +17,7 @@ const KeyEnvVar = "AGENTGATE_API_KEY"
 type Config struct {
 	Providers    map[string]ProviderEntry `json:"providers"`
 	Websearch    *Websearch               `json:"websearch"`
-	MCP          map[string]any           `json:"mcp"`
+	MCP          map[string]MCPServer     `json:"mcp"`
 	Experimental Experimental             `json:"experimental"`
 }
 
@@ -99,6 +99,25 @@ const InferenceEntry = "agentgate"
 // others name their own.
 const inferencePackage = "@ai-sdk/openai-compatible"
 
+// MCPServer is a remote MCP server of the config, in the form OpenCode
+// adds one: its URL and the headers that carry the credential.
+type MCPServer struct {
+	Type    string            `json:"type"`
+	URL     string            `json:"url"`
+	Headers map[string]string `json:"headers"`
+	Enabled bool              `json:"enabled"`
+}
+
+// MCPEntry is the key of the Console's MCP server in the config's mcp.
+const MCPEntry = "agentgate"
+
+// ConsoleMCP is the Console's MCP server at consoleURL as the config
+// names it for a workspace, with the credential from keyEnv.
+func ConsoleMCP(consoleURL, workspace, keyEnv string) MCPServer {
+	return MCPServer{Type: "remote", URL: strings.TrimRight(consoleURL, "/") + "/mcp", Enabled: true,
+		Headers: map[string]string{"Authorization": "Bearer {env:" + keyEnv + "}", "x-org-id": workspace}}
+}
+
 // Websearch is the hosted web search setting.
 type Websearch struct {
 	Enabled bool `json:"enabled"`
@@ -137,7 +156,7 @@ func (s *Service) Config(ctx context.Context, p *Principal, inferenceURL string)
 	cfg := &Config{
 		Providers:    map[string]ProviderEntry{},
 		Websearch:    &Websearch{Enabled: false},
-		MCP:          map[string]any{},
+		MCP:          map[string]MCPServer{},
 		Experimental: Experimental{Policies: []PolicyStatement{}},
 	}
 	err := s.Store.View(ctx, func(tx store.Tx) error {
@@ -232,6 +251,7 @@ func (s *Service) Config(ctx context.Context, p *Principal, inferenceURL string)
 type V1Config struct {
 	Schema   string                `json:"$schema"`
 	Provider map[string]V1Provider `json:"provider"`
+	MCP      map[string]MCPServer  `json:"mcp,omitempty"`
 }
 
 // V1Provider is a provider of the V1 config.
@@ -278,6 +298,20 @@ func V1(cfg *Config, keyEnv string) *V1Config {
 			p.Models[mid] = vm
 		}
 		out.Provider[id] = p
+	}
+	for id, m := range cfg.MCP {
+		if out.MCP == nil {
+			out.MCP = map[string]MCPServer{}
+		}
+		h := make(map[string]string, len(m.Headers))
+		for k, v := range m.Headers {
+			h[k] = v
+		}
+		if _, ok := h["Authorization"]; ok {
+			h["Authorization"] = "Bearer {env:" + keyEnv + "}"
+		}
+		m.Headers = h
+		out.MCP[id] = m
 	}
 	return out
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agentgate/agentgate/internal/console/api"
+	"github.com/agentgate/agentgate/internal/console/mcp"
 	"github.com/agentgate/agentgate/internal/console/oauth"
 	"github.com/agentgate/agentgate/internal/console/web"
 	"github.com/agentgate/agentgate/modules/agentgate"
@@ -56,6 +57,7 @@ type Console struct {
 
 	api       *api.API
 	oauth     *oauth.Handler
+	mcp       *mcp.Server
 	web       *web.Web
 	logger    *zap.Logger
 	accessLog *accesslog.Log
@@ -74,7 +76,8 @@ func (c *Console) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading agentgate app: %v", err)
 	}
-	c.api = api.New(api.Options{Service: app.Service, InferenceURL: c.InferenceURL, MaxBody: c.MaxRequestBody})
+	c.api = api.New(api.Options{Service: app.Service, InferenceURL: c.InferenceURL, ConsoleURL: c.ConsoleURL, MaxBody: c.MaxRequestBody})
+	c.mcp = mcp.New(mcp.Options{Service: app.Service, BaseURL: c.ConsoleURL, InferenceURL: c.InferenceURL})
 	clients := c.DeviceClients
 	if len(clients) == 0 {
 		clients = []string{"agentgate-cli", "opencode-cli"}
@@ -120,6 +123,8 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	switch p := r.URL.Path; {
 	case oauth.Handles(p):
 		c.oauth.ServeHTTP(w, r)
+	case mcp.Handles(p):
+		c.mcp.ServeHTTP(w, r)
 	case p == "/api" || strings.HasPrefix(p, "/api/"):
 		c.api.ServeHTTP(w, r)
 	default:

@@ -27,6 +27,9 @@ type Options struct {
 	// InferenceURL is the gateway's base URL used in the config. Empty means
 	// the scheme and host of the request.
 	InferenceURL string
+	// ConsoleURL is the Console's public base URL, for the config's MCP
+	// server. Empty means the scheme and host of the request.
+	ConsoleURL string
 	// MaxBody is the largest accepted request body (default 1 MiB).
 	MaxBody int64
 }
@@ -44,8 +47,8 @@ func New(opts Options) *API {
 	}
 	const sa, conn, model = "/api/v1/service-accounts/{sa}", "/api/v1/connections/{conn}", "/api/v1/connections/{conn}/models/{model}"
 	a := &API{routes: []endpoint.Route{
-		endpoint.Custom("GET", "/api/v2/config", readConfig(opts.InferenceURL), writeRaw[*service.Config]),
-		endpoint.Custom("GET", "/api/config", readConfig(opts.InferenceURL), writeV1Config),
+		endpoint.Custom("GET", "/api/v2/config", readConfig(opts), writeRaw[*service.Config]),
+		endpoint.Custom("GET", "/api/config", readConfig(opts), writeV1Config),
 		endpoint.Custom("GET", "/api/user", readAccount, writeRaw[*service.Account]),
 		endpoint.Custom("GET", "/api/orgs", readOrgs, writeRaw[[]service.OrgView]),
 		endpoint.Custom("GET", "/api/v1/workspace", readWorkspace, writeWorkspace),
@@ -142,19 +145,28 @@ func writeRaw[T any](w http.ResponseWriter, _ *endpoint.Call, out T) error {
 	return nil
 }
 
-// readConfig builds the workspace config for the gateway at inferenceURL,
-// or at the scheme and host of the request when it is empty.
-func readConfig(inferenceURL string) endpoint.Operation[endpoint.NoBody, *service.Config] {
+// readConfig builds the workspace config for the gateway at the inference
+// URL and names the Console's MCP server at the Console URL (each, when not
+// configured, at the scheme and host of the request).
+func readConfig(opts Options) endpoint.Operation[endpoint.NoBody, *service.Config] {
 	return endpoint.Operation[endpoint.NoBody, *service.Config]{Op: service.OpReadConfig, Call: func(c *endpoint.Call, _ endpoint.NoBody) (*service.Config, error) {
-		base := inferenceURL
-		if base == "" {
-			scheme := "http"
-			if c.R.TLS != nil {
-				scheme = "https"
-			}
-			base = scheme + "://" + c.R.Host
+		here := "http://" + c.R.Host
+		if c.R.TLS != nil {
+			here = "https://" + c.R.Host
 		}
-		return c.Svc.Config(c.Ctx(), c.P, base)
+		inference, console := opts.InferenceURL, opts.ConsoleURL
+		if inference == "" {
+			inference = here
+		}
+		if console == "" {
+			console = here
+		}
+		cfg, err := c.Svc.Config(c.Ctx(), c.P, inference)
+		if err != nil {
+			return nil, err
+		}
+		cfg.MCP[service.MCPEntry] = service.ConsoleMCP(console, c.P.Workspace, service.KeyEnvVar)
+		return cfg, nil
 	}}
 }
 
