@@ -119,3 +119,56 @@ func TestOpenCodeConsoleLogin(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenCodeAuthLogin: `opencode auth login <console_url>` reads
+// /.well-known/opencode, keeps the member's key (from AGENTGATE_API_KEY in
+// its environment), and from then on `opencode run` — with the key gone
+// from the environment — loads the workspace config from the Console and
+// answers through the gateway.
+func TestOpenCodeAuthLogin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the real binary and runs the OpenCode CLI")
+	}
+	ctx := testContext(t, 3*time.Minute)
+	oc := opencodeBinary(t, ctx)
+	s := startServer(t, ctx, caddyBinary(t), config{})
+	tn := s.bootstrap(t, ctx, "AuthLogin")
+	ws := "/agentgate/workspaces/" + tn.Workspace
+	key := inferenceKey(t, ctx, s, ws)
+	const secret = "sk-provider-auth-login-SECRET"
+	p, err := fakeprovider.Start(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var conn idName
+	must(t, "create connection", 201, &conn)(s.admin(ctx, "POST", ws+"/connections", map[string]any{
+		"name": "OpenAI", "kind": "openai-compatible", "base_url": p.URL + "/v1", "credential": secret,
+		"models": map[string]any{"llama": map[string]any{"pricing": map[string]any{"input": 1, "output": 1}}},
+	}))
+	base := "http://" + s.httpAddr
+
+	// The document names no secret.
+	st, doc, err := call(ctx, httpClient, "GET", base+"/.well-known/opencode", nil, nil)
+	if err != nil || st != 200 || gjson.GetBytes(doc, "auth.env").String() != "AGENTGATE_API_KEY" ||
+		gjson.GetBytes(doc, "remote_config.url").String() != base+"/api/config" || strings.Contains(string(doc), "ag_sk_") {
+		t.Fatalf("well-known: %d %v %s", st, err, doc)
+	}
+
+	env := opencodeEnv(t)
+	project := t.TempDir()
+	login := exec.CommandContext(ctx, oc, "auth", "login", base)
+	login.Dir, login.Env = project, append(env, "AGENTGATE_API_KEY="+key)
+	if out, err := login.CombinedOutput(); err != nil || !strings.Contains(string(out), "Logged into") {
+		t.Fatalf("opencode auth login: %v\n%s", err, out)
+	}
+	run := exec.CommandContext(ctx, oc, "run", "--model", conn.ID+"/llama", "Say hello")
+	run.Dir, run.Env = project, env // no AGENTGATE_API_KEY now
+	b, err := run.CombinedOutput()
+	if err != nil || !strings.Contains(string(b), fakeprovider.Text) {
+		t.Fatalf("opencode run after auth login: %v\n%s\nserver log:\n%s", err, b, tail(s.stderr.String(), 30))
+	}
+	if p.Last().Header.Get("Authorization") != "Bearer "+secret {
+		t.Errorf("the provider got %q", p.Last().Header.Get("Authorization"))
+	}
+}

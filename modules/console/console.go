@@ -58,6 +58,7 @@ type Console struct {
 	api       *api.API
 	oauth     *oauth.Handler
 	mcp       *mcp.Server
+	wellKnown http.HandlerFunc
 	web       *web.Web
 	logger    *zap.Logger
 	accessLog *accesslog.Log
@@ -78,6 +79,7 @@ func (c *Console) Provision(ctx caddy.Context) error {
 	}
 	c.api = api.New(api.Options{Service: app.Service, InferenceURL: c.InferenceURL, ConsoleURL: c.ConsoleURL, MaxBody: c.MaxRequestBody})
 	c.mcp = mcp.New(mcp.Options{Service: app.Service, BaseURL: c.ConsoleURL, InferenceURL: c.InferenceURL})
+	c.wellKnown = api.WellKnown(c.ConsoleURL)
 	clients := c.DeviceClients
 	if len(clients) == 0 {
 		clients = []string{"agentgate-cli", "opencode-cli"}
@@ -125,6 +127,8 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		c.oauth.ServeHTTP(w, r)
 	case mcp.Handles(p):
 		c.mcp.ServeHTTP(w, r)
+	case p == api.WellKnownPath:
+		c.wellKnown(w, r)
 	case p == "/api" || strings.HasPrefix(p, "/api/"):
 		c.api.ServeHTTP(w, r)
 	default:

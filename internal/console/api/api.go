@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentgate/agentgate/internal/apierr"
@@ -131,10 +132,48 @@ var (
 // providers read their credential from it.
 const ConsoleTokenEnv = "OPENCODE_CONSOLE_TOKEN"
 
-// writeV1Config answers the config in the V1 format, as {"config": …}.
-func writeV1Config(w http.ResponseWriter, _ *endpoint.Call, cfg *service.Config) error {
-	jsonio.WriteRaw(w, http.StatusOK, map[string]any{"config": service.V1(cfg, ConsoleTokenEnv)})
+// writeV1Config answers the config in the V1 format, as {"config": …}: the
+// credential read from OPENCODE_CONSOLE_TOKEN for a person's token (a
+// signed-in OpenCode), from AGENTGATE_API_KEY for a key (an OpenCode that
+// ran `opencode auth login`, see WellKnown).
+func writeV1Config(w http.ResponseWriter, c *endpoint.Call, cfg *service.Config) error {
+	env := ConsoleTokenEnv
+	if c.P.Kind == service.KindServiceKey {
+		env = service.KeyEnvVar
+	}
+	jsonio.WriteRaw(w, http.StatusOK, map[string]any{"config": service.V1(cfg, env)})
 	return nil
+}
+
+// WellKnownPath is where `opencode auth login <console_url>` looks.
+const WellKnownPath = "/.well-known/opencode"
+
+// WellKnown answers GET /.well-known/opencode for `opencode auth login
+// <console_url>`: the CLI runs auth.command and keeps what it prints as
+// the variable auth.env — here the workspace key the member already has
+// in AGENTGATE_API_KEY — then loads remote_config (this Console's
+// /api/config with that key) whenever it starts. No credential is needed
+// and none is answered.
+func WellKnown(consoleURL string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET")
+			jsonio.WriteRaw(w, http.StatusMethodNotAllowed, map[string]any{"_tag": "MethodNotAllowed", "message": "use GET"})
+			return
+		}
+		base := strings.TrimRight(consoleURL, "/")
+		if base == "" {
+			base = "http://" + r.Host
+			if r.TLS != nil {
+				base = "https://" + r.Host
+			}
+		}
+		jsonio.WriteRaw(w, http.StatusOK, map[string]any{
+			"auth": map[string]any{"command": []string{"sh", "-c", `printf %s "$` + service.KeyEnvVar + `"`}, "env": service.KeyEnvVar},
+			"remote_config": map[string]any{"url": base + "/api/config",
+				"headers": map[string]string{"Authorization": "Bearer {env:" + service.KeyEnvVar + "}"}},
+		})
+	}
 }
 
 func same[T any](v T) T { return v }
