@@ -146,6 +146,16 @@ var (
 		}}
 )
 
+// Hosted web search: the workspace's setting.
+var (
+	Websearch = Operation[NoBody, *service.WebsearchView]{service.OpReadConfig,
+		func(c *Call, _ NoBody) (*service.WebsearchView, error) { return c.Svc.WebsearchSetting(c.Ctx(), c.P) }}
+	SetWebsearch = Operation[service.WebsearchInput, *service.WebsearchView]{service.OpManageConnections,
+		func(c *Call, in service.WebsearchInput) (*service.WebsearchView, error) {
+			return c.Svc.SetWebsearch(c.Ctx(), c.P, in)
+		}}
+)
+
 // A person's own sign-ins.
 var (
 	SignIns = Operation[NoBody, []service.SignInView]{service.OpOwnAccount,

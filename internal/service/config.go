@@ -164,6 +164,7 @@ func (s *Service) Config(ctx context.Context, p *Principal, inferenceURL string)
 		if err != nil {
 			return err
 		}
+		cfg.Websearch.Enabled = ws.Websearch != nil
 		conns, err := tx.Connections(p.Workspace)
 		if err != nil {
 			return err

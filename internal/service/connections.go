@@ -316,7 +316,7 @@ func PrepareConnection(workspaceID string, in ConnectionInput, now time.Time) (*
 		return nil, err
 	}
 	if !store.ValidKind(in.Kind) {
-		return nil, apierr.BadRequest("kind must be one of openai, anthropic, google, openai-compatible")
+		return nil, apierr.BadRequest("kind must be one of openai, anthropic, google, openai-compatible, search")
 	}
 	base, err := checkBaseURL(in.BaseURL)
 	if err != nil {

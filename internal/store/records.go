@@ -12,6 +12,15 @@ type Workspace struct {
 	Name    string     `json:"name"`
 	Created time.Time  `json:"created"`
 	Deleted *time.Time `json:"deleted,omitempty"`
+	// Websearch is the workspace's hosted web search, nil when off.
+	Websearch *Websearch `json:"websearch,omitempty"`
+}
+
+// Websearch names the search connection (kind search) the workspace's
+// hosted web search uses and what one query costs a member.
+type Websearch struct {
+	Connection    string       `json:"connection"`
+	PricePerQuery money.Micros `json:"price_per_query_usd"`
 }
 
 // Person is a human who signs in to the Console.
@@ -83,12 +92,15 @@ const (
 	KindAnthropic        = "anthropic"
 	KindGoogle           = "google"
 	KindOpenAICompatible = "openai-compatible"
+	// KindSearch is a web search API: POST {base_url}/search with
+	// {query, max_results}, answering {results: [{title, url, content}]}.
+	KindSearch = "search"
 )
 
 // ValidKind reports whether k is a connection kind.
 func ValidKind(k string) bool {
 	switch k {
-	case KindOpenAI, KindAnthropic, KindGoogle, KindOpenAICompatible:
+	case KindOpenAI, KindAnthropic, KindGoogle, KindOpenAICompatible, KindSearch:
 		return true
 	}
 	return false
@@ -375,6 +387,10 @@ type Attempt struct {
 	Status     int    `json:"status,omitempty"`
 	Error      string `json:"error"`
 }
+
+// OpWebsearch is the Operation of a usage record of a hosted web search
+// query, charged the workspace's price per query.
+const OpWebsearch = "websearch"
 
 // OpCountTokens is the Operation of a usage record of a token count
 // (Anthropic count_tokens, Google countTokens).

@@ -214,6 +214,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if taken, err := g.accessLog.Serve(w, r, g, next); taken {
 		return err // logged without the key (package accesslog)
 	}
+	if r.URL.Path == gateway.WebsearchPath {
+		g.pipeline.ServeWebsearch(w, r)
+		return nil
+	}
 	if !formats.IsGatewayPath(r.URL.EscapedPath()) {
 		return next.ServeHTTP(w, r)
 	}

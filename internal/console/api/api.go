@@ -82,6 +82,8 @@ func New(opts Options) *API {
 		endpoint.Data("GET", "/api/v1/policies/{policy}", endpoint.Policy, http.StatusOK),
 		endpoint.Data("PUT", "/api/v1/policies/{policy}", endpoint.ReplacePolicy, http.StatusOK),
 		endpoint.Data("DELETE", "/api/v1/policies/{policy}", endpoint.DeletePolicy, http.StatusNoContent),
+		endpoint.Data("GET", "/api/v1/websearch", endpoint.Websearch, http.StatusOK),
+		endpoint.Data("PUT", "/api/v1/websearch", endpoint.SetWebsearch, http.StatusOK),
 		endpoint.Custom("GET", "/api/v1/sign-ins", endpoint.SignIns, page("sign-ins", "", same, func(v service.SignInView) string { return v.ID })),
 		endpoint.Data("DELETE", "/api/v1/sign-ins/{signin}", endpoint.RevokeSignIn, http.StatusNoContent),
 		endpoint.Custom("GET", "/api/v1/budgets/members", endpoint.Budgets, page("budgets", "", same, func(v service.BudgetView) string { return v.MemberID })),

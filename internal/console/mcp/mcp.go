@@ -211,7 +211,11 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request, svc *service.Servi
 	case "ping":
 		writeJSON(w, http.StatusOK, rpcResult(req.ID, map[string]any{}))
 	case "tools/list":
-		writeJSON(w, http.StatusOK, rpcResult(req.ID, map[string]any{"tools": toolList}))
+		list := toolList
+		if ws, err := svc.WebsearchSetting(r.Context(), p); err == nil && ws.Enabled {
+			list = append(slices.Clip(list), websearchTool)
+		}
+		writeJSON(w, http.StatusOK, rpcResult(req.ID, map[string]any{"tools": list}))
 	case "tools/call":
 		var call struct {
 			Name      string          `json:"name"`
@@ -323,7 +327,22 @@ type toolEnv struct {
 
 type tool func(env *toolEnv, args json.RawMessage) (any, error)
 
-var tools = map[string]tool{"my_usage": myUsage, "my_budget": myBudget, "workspace_models": workspaceModels}
+var tools = map[string]tool{"my_usage": myUsage, "my_budget": myBudget, "workspace_models": workspaceModels, "websearch": websearch}
+
+// websearchTool is listed when the workspace has hosted web search on.
+var websearchTool = map[string]any{"name": "websearch",
+	"description": "Search the web through the workspace's hosted search; each query is charged to your budget.",
+	"inputSchema": map[string]any{"type": "object", "required": []string{"query"}, "properties": map[string]any{
+		"query":       map[string]any{"type": "string", "description": "what to search for"},
+		"max_results": map[string]any{"type": "integer", "minimum": 1, "maximum": 20}}}}
+
+func websearch(env *toolEnv, args json.RawMessage) (any, error) {
+	var in service.SearchQuery
+	if err := decodeArgs(args, &in); err != nil {
+		return nil, err
+	}
+	return env.svc.WebSearch(env.ctx, env.p, in)
+}
 
 var toolList = []map[string]any{
 	{"name": "my_usage", "description": "Your gateway usage and spend over the last days (default 30): totals, and by day, by model and by agent session.",

@@ -146,6 +146,33 @@ func TestMCP(t *testing.T) {
 		t.Fatalf("workspace_models: %s", r.raw)
 	}
 
+	// Hosted web search: listed once on, charged per query; an
+	// unreachable search API is a tool error at no charge.
+	search := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"results":[{"title":"Go","url":"https://go.dev","content":"Go"}]}`))
+	}))
+	sc, err := svc.CreateConnection(ctx, op, service.ConnectionInput{Name: "Search", Kind: store.KindSearch, BaseURL: search.URL, Credential: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	price := money.Micros(20_000)
+	if _, err := svc.SetWebsearch(ctx, op, service.WebsearchInput{Connection: sc.ID, PricePerQuery: &price}); err != nil {
+		t.Fatal(err)
+	}
+	r = call(t, srv, "POST", all.Key, sid, `{"jsonrpc":"2.0","id":21,"method":"tools/list"}`)
+	if tools, _ := field(r.body, "result", "tools").([]any); len(tools) != 4 {
+		t.Fatalf("tools/list with web search: %s", r.raw)
+	}
+	r = call(t, srv, "POST", all.Key, sid, `{"jsonrpc":"2.0","id":22,"method":"tools/call","params":{"name":"websearch","arguments":{"query":"go"}}}`)
+	if field(r.body, "result", "structuredContent", "cost_usd") != 0.02 || !strings.Contains(r.raw, "https://go.dev") {
+		t.Fatalf("websearch: %s", r.raw)
+	}
+	search.Close()
+	r = call(t, srv, "POST", all.Key, sid, `{"jsonrpc":"2.0","id":23,"method":"tools/call","params":{"name":"websearch","arguments":{"query":"go"}}}`)
+	if field(r.body, "result", "isError") != true || !strings.Contains(r.raw, "could not be reached") {
+		t.Fatalf("websearch unreachable: %s", r.raw)
+	}
+
 	// Bad input: a tool error, not a crash.
 	for _, c := range []struct{ body, want string }{
 		{`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"my_usage","arguments":{"days":1000}}}`, "days must be"},

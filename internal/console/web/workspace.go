@@ -280,7 +280,7 @@ func (h *Web) connectionsPage(w http.ResponseWriter, r *http.Request, q *req) {
 func (h *Web) renderConnections(w http.ResponseWriter, r *http.Request, q *req, status int, msg, fl string) {
 	d := q.data("Connections and models")
 	d.Nav, d.Flash = "connections", fl
-	cd := connData{Kinds: []string{store.KindOpenAI, store.KindAnthropic, store.KindGoogle, store.KindOpenAICompatible}}
+	cd := connData{Kinds: []string{store.KindOpenAI, store.KindAnthropic, store.KindGoogle, store.KindOpenAICompatible, store.KindSearch}}
 	if r.Method == http.MethodPost && r.URL.Path == wsPath(q.ws.ID, "connections") {
 		cd.Form = service.ConnectionInput{Name: r.PostForm.Get("name"), Kind: r.PostForm.Get("kind"), BaseURL: r.PostForm.Get("base_url")}
 	}
