@@ -58,4 +58,3 @@ func (p *Pipeline) websearch(w http.ResponseWriter, r *http.Request) *apierr.Err
 	json.NewEncoder(w).Encode(ans)
 	return nil
 }
-

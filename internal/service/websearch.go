@@ -232,4 +232,3 @@ func (s *Service) search(ctx context.Context, conn *store.Connection, q SearchQu
 	}
 	return results, nil
 }
-
