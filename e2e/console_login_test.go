@@ -17,7 +17,7 @@ import (
 
 // TestOpenCodeConsoleLogin: the released OpenCode CLI signs in to the
 // Console with `opencode console login` (the device code approved by the
-// person on the web page), then `opencode run` answers through the gateway
+// person on the web page, in headless Chromium), then `opencode run` answers through the gateway
 // with the workspace config the CLI fetched itself — no hand-written
 // opencode.json — metered against the person, with the Console's MCP
 // server added from the same config.
@@ -79,9 +79,14 @@ func TestOpenCodeConsoleLogin(t *testing.T) {
 		defer mu.Unlock()
 		t.Fatalf("opencode console login printed no user code:\n%s", printed.String())
 	}
-	web := d.webApprover(t, ctx)
-	web.clientID = "opencode-cli"
-	web.approve(t, ctx, "/device?user_code="+userCode, userCode, "")
+	// The person approves in headless Chromium, on the page the CLI named.
+	browser := runBrowser(t, ctx, browserReady(t, ctx), "device", map[string]string{
+		"AGENTGATE_CONSOLE_URL": d.base, "AGENTGATE_EMAIL": d.tn.Email, "AGENTGATE_PASSWORD": d.tn.Password,
+		"VERIFICATION_URI": "/device?user_code=" + userCode, "USER_CODE": userCode, "SCREENSHOT_DIR": screenshotDir(t),
+	})
+	if browser["client_shown"] != "opencode-cli" {
+		t.Fatalf("the device page named the client %v", browser["client_shown"])
+	}
 	if err := login.Wait(); err != nil {
 		mu.Lock()
 		defer mu.Unlock()

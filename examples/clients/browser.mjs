@@ -93,7 +93,11 @@ const scenarios = {
     const clientShown = (await page.locator("#client-id").textContent()).trim();
     if (codeShown !== userCode) throw new Error(`the page shows the code ${codeShown}, not ${userCode}`);
     await screenshot(page, "device");
-    await page.locator(`input[name="workspace"][value="${need("WORKSPACE", workspace)}"]`).check();
+    // A client that asked for org scope gets a workspace picker; another
+    // (the released OpenCode CLI) signs in bound to no workspace.
+    if ((await page.locator('input[name="workspace"]').count()) > 0) {
+      await page.locator(`input[name="workspace"][value="${need("WORKSPACE", workspace)}"]`).check();
+    }
     await Promise.all([
       page.waitForURL((u) => u.pathname === "/device"),
       page.getByRole("button", { name: "Approve" }).click(),
