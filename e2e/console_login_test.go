@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"os/exec"
 	"regexp"
@@ -27,7 +28,9 @@ func TestOpenCodeConsoleLogin(t *testing.T) {
 	}
 	ctx := testContext(t, 4*time.Minute)
 	oc := opencodeBinary(t, ctx)
-	s := startServer(t, ctx, caddyBinary(t), config{AccessLog: true})
+	// Access tokens live 12 s, so that a run started after that has to
+	// refresh (OpenCode refreshes an expired token when it starts).
+	s := startServer(t, ctx, caddyBinary(t), config{AccessLog: true, AccessTokenTTL: "12s"})
 	d := &deviceSite{s: s, base: "http://" + s.httpAddr, tn: s.bootstrap(t, ctx, "ConsoleLogin")}
 	ws := "/agentgate/workspaces/" + d.tn.Workspace
 
@@ -87,6 +90,7 @@ func TestOpenCodeConsoleLogin(t *testing.T) {
 	if browser["client_shown"] != "opencode-cli" {
 		t.Fatalf("the device page named the client %v", browser["client_shown"])
 	}
+	loggedIn := time.Now()
 	if err := login.Wait(); err != nil {
 		mu.Lock()
 		defer mu.Unlock()
@@ -109,10 +113,42 @@ func TestOpenCodeConsoleLogin(t *testing.T) {
 	if !regexp.MustCompile(`"uri":"/mcp".*"status":200`).MatchString(s.stderr.String()) {
 		t.Errorf("OpenCode did not initialize the Console's MCP server:\n%s", tail(s.stderr.String(), 20))
 	}
-	// Metered against the person who signed in.
-	st, body, err := s.console(ctx, "GET", "/api/v1/usage?limit=100", d.tn.Token, nil)
+	// Past the access token's lifetime OpenCode refreshes it (a JSON
+	// refresh_token grant) and runs again.
+	time.Sleep(time.Until(loggedIn.Add(13 * time.Second)))
+	run = exec.CommandContext(ctx, oc, "run", "--model", conn.ID+"/claude-sonnet", "Say hello again")
+	run.Dir, run.Env = project, env
+	if b, err := run.CombinedOutput(); err != nil || !strings.Contains(string(b), fakeprovider.Text) {
+		t.Fatalf("opencode run past the token's lifetime: %v\n%s\nserver log:\n%s", err, b, tail(s.stderr.String(), 30))
+	}
+	if !regexp.MustCompile(`"uri":"/auth/device/token".*"status":200`).MatchString(s.stderr.String()) || strings.Count(s.stderr.String(), `"uri":"/auth/device/token"`) < 2 {
+		t.Errorf("no refresh seen in the access log")
+	}
+	// Metered against the person who signed in. (Tokens here live 12 s: a
+	// fresh one reads.)
+	var fresh struct {
+		AccessToken string `json:"access_token"`
+	}
+	fresh2 := func() string {
+		must(t, "issue a token", 201, &fresh)(s.admin(ctx, "POST", "/agentgate/people/"+d.tn.Person+"/tokens", map[string]any{"workspace": d.tn.Workspace}))
+		return fresh.AccessToken
+	}
+	st, body, err := s.console(ctx, "GET", "/api/v1/usage?limit=100", fresh2(), nil)
 	if err != nil || st != 200 || !strings.Contains(string(body), `"member_id":"`+d.tn.Person+`"`) {
 		t.Fatalf("usage: %d %v %s", st, err, body)
+	}
+	// console logout forgets the sign-in on this machine only: the
+	// Console still lists it until the person revokes it.
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	logout := exec.CommandContext(lctx, oc, "console", "logout", d.tn.Email)
+	logout.Dir, logout.Env = project, env
+	if b, err := logout.CombinedOutput(); err != nil {
+		t.Fatalf("opencode console logout: %v\n%s", err, b)
+	}
+	st, body, err = s.console(ctx, "GET", "/api/v1/sign-ins", fresh2(), nil)
+	if err != nil || st != 200 || !strings.Contains(string(body), `"client_id":"opencode-cli"`) {
+		t.Fatalf("sign-ins after logout: %d %v %s", st, err, body)
 	}
 	mu.Lock()
 	defer mu.Unlock()

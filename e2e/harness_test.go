@@ -148,6 +148,8 @@ type config struct {
 	// examples/multi-node: `storage postgres {env.AGENTGATE_POSTGRES_DSN}`
 	// and `master_key {env.AGENTGATE_MASTER_KEY}`.
 	Postgres, MasterKey string
+	// AccessTokenTTL is the agentgate access_token_ttl; "" for the default.
+	AccessTokenTTL string
 }
 
 // server is one caddy process, with its own ports, XDG directories and log.
@@ -198,6 +200,9 @@ func (s *server) caddyfile(c config) string {
 		fmt.Fprintf(&b, "\t\tstorage badger %q\n", c.DataDir)
 	} else {
 		b.WriteString("\t\tstorage badger\n")
+	}
+	if c.AccessTokenTTL != "" {
+		fmt.Fprintf(&b, "\t\taccess_token_ttl %s\n", c.AccessTokenTTL)
 	}
 	b.WriteString("\t}\n}\n\n")
 	fmt.Fprintf(&b, "http://%s {\n\tbind 127.0.0.1\n", s.httpAddr)

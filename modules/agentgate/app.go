@@ -69,6 +69,11 @@ type App struct {
 	// open waits for it before it is answered 503. Default: 10s.
 	StartTimeout caddy.Duration `json:"start_timeout,omitempty"`
 
+	// AccessTokenTTL is the lifetime of the access tokens the device flow
+	// and the operator issue (refresh tokens renew them). Default: 1h;
+	// from 1s to 24h.
+	AccessTokenTTL caddy.Duration `json:"access_token_ttl,omitempty"`
+
 	// Clock is the time source; tests set a fake one. Default: the wall clock.
 	Clock clock.Clock `json:"-"`
 
@@ -150,6 +155,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.ready = make(chan struct{})
 	if a.Clock == nil {
 		a.Clock = clock.Real{}
+	}
+	if a.AccessTokenTTL != 0 && (a.AccessTokenTTL < caddy.Duration(time.Second) || a.AccessTokenTTL > caddy.Duration(24*time.Hour)) {
+		return fmt.Errorf("access_token_ttl must be from 1s to 24h")
 	}
 	if a.StartTimeout <= 0 {
 		a.StartTimeout = caddy.Duration(10 * time.Second)
@@ -323,6 +331,9 @@ func (a *App) start() error {
 		return err
 	}
 	svc := service.New(st, keys, a.Clock, a.logger)
+	if a.AccessTokenTTL > 0 {
+		svc.AccessTokenTTL = time.Duration(a.AccessTokenTTL)
+	}
 	svc.Ledger.Close() // the pooled ledger, shared across reloads, replaces the default one
 	svc.Ledger = pooled.ledger
 	for _, dc := range a.Connections {

@@ -33,6 +33,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 //		storage postgres <dsn placeholder>
 //		master_key <key or placeholder>
 //		start_timeout <duration>
+//		access_token_ttl <duration>
 //		connection <conn_id> {
 //			workspace <wrk_id or name>
 //			name <display name>
@@ -123,6 +124,16 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("start_timeout: %v", err)
 			}
 			a.StartTimeout = caddy.Duration(dur)
+		case "access_token_ttl":
+			var v string
+			if !d.AllArgs(&v) {
+				return d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(v)
+			if err != nil {
+				return d.Errf("access_token_ttl: %v", err)
+			}
+			a.AccessTokenTTL = caddy.Duration(dur)
 		case "connection":
 			dc, err := parseConnection(d)
 			if err != nil {
