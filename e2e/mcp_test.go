@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -63,6 +64,22 @@ func TestMCPClient(t *testing.T) {
 	}
 	if field(v, "budget.isError") != false || field(v, "usage.isError") != false || field(v, "usage.structured.total.requests") != float64(0) {
 		t.Errorf("owner's budget and usage: %v %v", field(v, "budget"), field(v, "usage"))
+	}
+	// A device-flow token (a person's sign-in bound to the workspace at
+	// approval): no x-org-id needed.
+	d := &deviceSite{s: s, base: "http://" + s.httpAddr, tn: tn}
+	st, start := formPost(t, ctx, d.base+"/auth/device/code", url.Values{"client_id": {deviceClient}, "supports_org_scope": {"true"}})
+	if st != 200 {
+		t.Fatalf("device code: %d %v", st, start)
+	}
+	d.webApprover(t, ctx).approve(t, ctx, fmt.Sprint(start["verification_uri_complete"]), fmt.Sprint(start["user_code"]), tn.Workspace)
+	st, tok := formPost(t, ctx, d.base+"/auth/device/token", pollForm(deviceClient, fmt.Sprint(start["device_code"])))
+	if st != 200 {
+		t.Fatalf("device token: %d %v", st, tok)
+	}
+	v = run(fmt.Sprint(tok["access_token"]), "")
+	if field(v, "budget.isError") != false || field(v, "models.isError") != false {
+		t.Fatalf("device-flow token: %v", v)
 	}
 	// An Inference only key may use the models tool, not read spend.
 	v = run(key, "")
