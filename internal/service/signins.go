@@ -43,7 +43,12 @@ func (s *Service) SignIns(ctx context.Context, p *Principal) ([]SignInView, erro
 		}
 		return err
 	})
-	sort.Slice(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.After(out[j].Created)
+		}
+		return out[i].ID < out[j].ID
+	})
 	return out, err
 }
 

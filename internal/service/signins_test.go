@@ -11,6 +11,7 @@ import (
 func TestSignIns(t *testing.T) {
 	e := newEnv(t)
 	f := e.fixture("acme")
+	e.clk.Advance(time.Minute) // the CLI signs in after the fixture's sign-ins
 	laptop, err := e.svc.IssuePersonToken(ctx, f.member, f.ws, "opencode-cli")
 	noErr(t, "issue", err)
 	me := e.principal(f.memberTok, "")
