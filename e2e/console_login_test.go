@@ -35,16 +35,9 @@ func TestOpenCodeConsoleLogin(t *testing.T) {
 	ws := "/agentgate/workspaces/" + d.tn.Workspace
 
 	const secret = "sk-provider-console-login-SECRET"
-	p, err := fakeprovider.Start(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	var conn idName
-	must(t, "create connection", 201, &conn)(s.admin(ctx, "POST", ws+"/connections", map[string]any{
-		"name": "Claude", "kind": "anthropic", "base_url": p.URL + "/v1", "credential": secret,
-		"models": map[string]any{"claude-sonnet": map[string]any{"limit": map[string]any{"output": 2000}, "pricing": map[string]any{"input": 3, "output": 15}}},
-	}))
+	p, connID := fakeConnection(t, ctx, s, ws, "anthropic", "/v1", secret,
+		map[string]any{"claude-sonnet": map[string]any{"limit": map[string]any{"output": 2000}, "pricing": map[string]any{"input": 3, "output": 15}}})
+	conn := idName{ID: connID}
 
 	env := opencodeEnv(t)
 	project := t.TempDir()
@@ -177,16 +170,9 @@ func TestOpenCodeAuthLogin(t *testing.T) {
 	ws := "/agentgate/workspaces/" + tn.Workspace
 	key := inferenceKey(t, ctx, s, ws)
 	const secret = "sk-provider-auth-login-SECRET"
-	p, err := fakeprovider.Start(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	var conn idName
-	must(t, "create connection", 201, &conn)(s.admin(ctx, "POST", ws+"/connections", map[string]any{
-		"name": "OpenAI", "kind": "openai-compatible", "base_url": p.URL + "/v1", "credential": secret,
-		"models": map[string]any{"llama": map[string]any{"pricing": map[string]any{"input": 1, "output": 1}}},
-	}))
+	p, connID := fakeConnection(t, ctx, s, ws, "openai-compatible", "/v1", secret,
+		map[string]any{"llama": map[string]any{"pricing": map[string]any{"input": 1, "output": 1}}})
+	conn := idName{ID: connID}
 	base := "http://" + s.httpAddr
 
 	// The document names no secret.

@@ -30,6 +30,22 @@ func inferenceKey(t *testing.T, ctx context.Context, s *server, ws string) strin
 	return key.Key
 }
 
+// fakeConnection starts a fake provider of the test's own and connects it
+// to the workspace at ws (its operator path) with models; the provider
+// expects secret, and base is the path under its URL the connection uses.
+func fakeConnection(t *testing.T, ctx context.Context, s *server, ws, kind, base, secret string, models map[string]any) (*fakeprovider.Provider, string) {
+	t.Helper()
+	p, err := fakeprovider.Start(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	var c idName
+	must(t, "create "+kind+" connection", 201, &c)(s.admin(ctx, "POST", ws+"/connections", map[string]any{
+		"name": kind, "kind": kind, "base_url": p.URL + base, "credential": secret, "models": models}))
+	return p, c.ID
+}
+
 // TestOfficialSDKsInferenceAPI points the official OpenAI, Anthropic and
 // Google SDKs at the Inference API, configured only with its base URL and a
 // workspace key: each reaches a workspace model served by its own
@@ -190,16 +206,7 @@ func TestOpenCodeRunInferenceAPI(t *testing.T) {
 			"pricing": map[string]any{"input": 3, "output": 15}, "reasoning": true}},
 		"openai": {"gpt-4o": map[string]any{"limit": map[string]any{"context": 128000, "output": 2222}, "pricing": map[string]any{"input": 2.5, "output": 10}}},
 	} {
-		p, err := fakeprovider.Start(secret)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
-		providers[kind] = p
-		var c idName
-		must(t, "create "+kind+" connection", 201, &c)(s.admin(ctx, "POST", ws+"/connections", map[string]any{
-			"name": kind, "kind": kind, "base_url": p.URL + "/v1", "credential": secret, "models": m}))
-		conns[kind] = c.ID
+		providers[kind], conns[kind] = fakeConnection(t, ctx, s, ws, kind, "/v1", secret, m)
 	}
 	must(t, "create team-claude", 201, nil)(s.admin(ctx, "POST", ws+"/models", map[string]any{"id": "team-claude", "name": "Team Claude",
 		"targets": []any{map[string]any{"connection": conns["anthropic"], "model": "claude-sonnet"}}}))
