@@ -280,7 +280,7 @@ func (c *call) admit() *apierr.Error {
 		return e
 	}
 	c.model, c.upstream = model, upstream
-	c.rec.Model, c.rec.UpstreamModel = requested, upstream
+	c.rec.UpstreamModel = upstream
 	secret, err := c.svc.Credential(conn)
 	if err != nil {
 		c.p.Logger.Error("provider credential cannot be decrypted", zap.String("connection", conn.ID))

@@ -116,16 +116,3 @@ func (l *Limiter) Settle(t *Ticket, used int64) {
 	}
 	t.holds = nil
 }
-
-// Remaining returns what a key has left in the current window.
-func (l *Limiter) Remaining(now time.Time, key string, lim Limit) (requests, tokens int64, reset time.Time) {
-	start := now.Truncate(time.Minute)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	requests, tokens = lim.Requests, lim.Tokens
-	if w := l.m[key]; w != nil && w.start.Equal(start) {
-		requests -= w.requests
-		tokens -= w.tokens
-	}
-	return max(requests, 0), max(tokens, 0), start.Add(time.Minute)
-}

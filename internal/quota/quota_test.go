@@ -51,15 +51,16 @@ func TestTokensReserveThenSettle(t *testing.T) {
 	if r != nil {
 		t.Fatalf("after settling: %+v", r)
 	}
-	if _, tok, _ := l.Remaining(clk.Now(), "k", lim[0]); tok != 300 {
-		t.Fatalf("remaining tokens %d, want 300", tok)
+	// 100 settled + 600 held: 300 left, so 301 does not fit.
+	if _, r := l.Admit(clk.Now(), []string{"k"}, lim, 301); r == nil || r.Tokens != 700 {
+		t.Fatalf("301 more tokens: %+v, want refused with 700 counted", r)
 	}
 	// A new minute starts empty; settling into the ended window changes
 	// nothing in the new one.
 	clk.Advance(time.Minute)
 	l.Settle(b, 999)
-	if _, tok, _ := l.Remaining(clk.Now(), "k", lim[0]); tok != 1000 {
-		t.Fatalf("new window: remaining tokens %d", tok)
+	if _, r := l.Admit(clk.Now(), []string{"k"}, lim, 1000); r != nil {
+		t.Fatalf("new window: %+v, want the whole room", r)
 	}
 }
 
@@ -76,7 +77,10 @@ func TestAdmitIsAllOrNone(t *testing.T) {
 		t.Fatalf("workspace limit: %+v", r)
 	}
 	// The refused request left no count on the others.
-	if req, _, _ := l.Remaining(clk.Now(), "key", lims[0]); req != 9 {
-		t.Fatalf("key requests left %d, want 9", req)
+	if _, r := l.Admit(clk.Now(), []string{"key"}, []Limit{{Requests: 2}}, 0); r != nil {
+		t.Fatalf("key: %+v, want its second request admitted", r)
+	}
+	if _, r := l.Admit(clk.Now(), []string{"key"}, []Limit{{Requests: 2}}, 0); r == nil || r.Requests != 2 {
+		t.Fatalf("key: %+v, want its third refused at 2", r)
 	}
 }

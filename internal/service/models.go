@@ -233,28 +233,16 @@ func connectionsByID(tx store.Tx, ws string) (map[string]*store.Connection, erro
 }
 
 func modelView(m *store.WorkspaceModel, conns map[string]*store.Connection) *WorkspaceModelView {
-	v := &WorkspaceModelView{ID: m.ID, Name: m.Name, Targets: []TargetView{}, Formats: []string{},
+	v := &WorkspaceModelView{ID: m.ID, Name: m.Name, Targets: []TargetView{}, Formats: buildRoute(m, conns).Formats(),
 		Created: m.Created.Format(timeLayout), Updated: m.Updated.Format(timeLayout)}
-	fs := map[formats.Format]bool{}
 	for _, t := range m.Targets {
 		tv := TargetView{ModelTarget: t}
 		if c := conns[t.Connection]; c != nil {
 			tv.Kind = c.Kind
-			if cm, ok := c.Models[t.Model]; ok && cm.Enabled {
-				tv.Enabled = true
-				for _, f := range formats.All() {
-					if formats.Supports(c.Kind, f) {
-						fs[f] = true
-					}
-				}
-			}
+			cm, ok := c.Models[t.Model]
+			tv.Enabled = ok && cm.Enabled
 		}
 		v.Targets = append(v.Targets, tv)
-	}
-	for _, f := range formats.All() {
-		if fs[f] {
-			v.Formats = append(v.Formats, f.String())
-		}
 	}
 	return v
 }
@@ -314,13 +302,10 @@ func (r *Route) Serves(f formats.Format) []Target {
 
 // Formats lists the formats the enabled targets speak.
 func (r *Route) Formats() []string {
-	var out []string
+	out := []string{}
 	for _, f := range formats.All() {
-		for _, t := range r.Targets {
-			if formats.Supports(t.Conn.Kind, f) {
-				out = append(out, f.String())
-				break
-			}
+		if len(r.byFormat[f]) > 0 {
+			out = append(out, f.String())
 		}
 	}
 	return out

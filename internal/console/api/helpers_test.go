@@ -207,9 +207,11 @@ func (e *env) do(r req) resp {
 		e.t.Fatalf("reading the answer: %v", err)
 	}
 	out := resp{status: res.StatusCode, header: res.Header, raw: string(b)}
-	// Every answer is a JSON object, but /api/orgs's: a bare array, as the
-	// released OpenCode CLI reads it.
-	if len(strings.TrimSpace(out.raw)) > 0 && !(r.path == "/api/orgs" && strings.HasPrefix(out.raw, "[")) {
+	// Every answer is JSON: an object (decoded into json), or a bare array
+	// (/api/orgs, as the released OpenCode CLI reads it).
+	if trimmed := strings.TrimSpace(out.raw); strings.HasPrefix(trimmed, "[") && !json.Valid(b) {
+		e.t.Fatalf("%s %s: %d answer is not JSON: %q", r.method, r.path, res.StatusCode, b)
+	} else if trimmed != "" && !strings.HasPrefix(trimmed, "[") {
 		if err := json.Unmarshal(b, &out.json); err != nil {
 			e.t.Fatalf("%s %s: %d answer is not a JSON object: %q", r.method, r.path, res.StatusCode, b)
 		}

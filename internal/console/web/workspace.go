@@ -251,7 +251,6 @@ func modelForm(page *pageData, conn string, row any) modelFormData {
 		d.Row = r
 	} else {
 		d.Row = newModelRow("", store.Model{})
-		d.Row.ID = ""
 	}
 	c := d.Row.Caps()
 	d.Caps = []checkBox{{"tool_call", "Tool calls", c.ToolCall}, {"reasoning", "Reasoning", c.Reasoning},

@@ -51,17 +51,27 @@ func (s *Server) listPermissions(w http.ResponseWriter, r *http.Request, _ route
 	return nil
 }
 
-func (s *Server) listSessionPermissions(w http.ResponseWriter, r *http.Request, p router.Params) error {
+// sessionPermissions are the pending permission requests of the path's
+// session (404 for a session that does not exist).
+func (s *Server) sessionPermissions(r *http.Request, p router.Params) ([]permission.Request, error) {
 	sid, err := s.existingSession(r, p)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b, err := s.broker()
+	if err != nil {
+		return nil, err
+	}
+	return b.Permissions(sid), nil
+}
+
+func (s *Server) listSessionPermissions(w http.ResponseWriter, r *http.Request, p router.Params) error {
+	reqs, err := s.sessionPermissions(r, p)
 	if err != nil {
 		return err
 	}
 	out := []map[string]any{}
-	for _, req := range b.Permissions(sid) {
+	for _, req := range reqs {
 		out = append(out, permissionV2(req))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": out})
@@ -70,16 +80,12 @@ func (s *Server) listSessionPermissions(w http.ResponseWriter, r *http.Request, 
 
 // getSessionPermission is one pending request of the session.
 func (s *Server) getSessionPermission(w http.ResponseWriter, r *http.Request, p router.Params) error {
-	sid, err := s.existingSession(r, p)
-	if err != nil {
-		return err
-	}
-	b, err := s.broker()
+	reqs, err := s.sessionPermissions(r, p)
 	if err != nil {
 		return err
 	}
 	id := p["requestID"]
-	for _, req := range b.Permissions(sid) {
+	for _, req := range reqs {
 		if req.ID == id {
 			return data(w, permissionV2(req))
 		}
