@@ -141,13 +141,7 @@ func TestOfficialSDKs(t *testing.T) {
 			func(p *fakeprovider.Provider) string { return p.URL }, "/v1beta", []string{"generate", "generateStream"}, "X-Goog-Api-Key"},
 	}
 
-	var sa idName
-	must(t, "create service account", 201, &sa)(s.admin(ctx, "POST", "/agentgate/workspaces/"+tn.Workspace+"/service-accounts", map[string]any{"name": "sdk"}))
-	var key struct {
-		Key string `json:"key"`
-	}
-	must(t, "create key", 201, &key)(s.admin(ctx, "POST", "/agentgate/workspaces/"+tn.Workspace+"/service-accounts/"+sa.ID+"/keys",
-		map[string]any{"name": "sdk", "permission": "inference"}))
+	key := inferenceKey(t, ctx, s, "/agentgate/workspaces/"+tn.Workspace)
 
 	for _, c := range cases {
 		t.Run(c.kind, func(t *testing.T) {
@@ -168,7 +162,7 @@ func TestOfficialSDKs(t *testing.T) {
 			direct := runClient(t, ctx, dir, c.script, c.directBase(p), secret, c.upstream, "")
 			viaDirect := p.Received()
 			p.Reset()
-			gw := runClient(t, ctx, dir, c.script, "http://"+s.httpAddr+"/custom/"+url.PathEscape(conn.ID), key.Key, c.model, c.disabled)
+			gw := runClient(t, ctx, dir, c.script, "http://"+s.httpAddr+"/custom/"+url.PathEscape(conn.ID), key, c.model, c.disabled)
 			viaGateway := p.Received()
 
 			for _, a := range c.answers {
@@ -218,7 +212,7 @@ func TestOfficialSDKs(t *testing.T) {
 				if got := g.Header.Get(c.slot); got != c.slotValue(secret) {
 					t.Errorf("request %d: %s %q through the gateway, want the provider credential", i, c.slot, got)
 				}
-				if strings.Contains(strings.Join(flatten(g.Header), " "), key.Key) {
+				if strings.Contains(strings.Join(flatten(g.Header), " "), key) {
 					t.Errorf("request %d: the workspace key reached the provider", i)
 				}
 			}
@@ -267,7 +261,7 @@ func TestOfficialSDKs(t *testing.T) {
 	if !strings.Contains(logs, `"agentgate":{"workspace":"`+tn.Workspace) || !strings.Contains(logs, `"input_tokens":`) {
 		t.Error("the access log lacks the gateway's metering fields")
 	}
-	for name, v := range map[string]string{"workspace key": key.Key, "provider credential": secret, "owner token": tn.Token} {
+	for name, v := range map[string]string{"workspace key": key, "provider credential": secret, "owner token": tn.Token} {
 		if strings.Contains(logs, v) {
 			t.Errorf("the server log holds the %s", name)
 		}
