@@ -311,6 +311,8 @@ func TestPico(t *testing.T) {
 		want string
 	}{
 		{0, "0"}, {1, "0.000000000001"}, {PicoOf(2_500_000), "2.5"}, {Pico(52_500_000), "0.0000525"}, {-PicoOf(1), "-0.000001"},
+		{Pico(1_000_000_000_000), "1"}, {Pico(-10), "-0.00000000001"}, {Pico(100_000_000_000_001), "100.000000000001"},
+		{Pico(math.MaxInt64), "9223372.036854775807"}, {Pico(math.MinInt64), "-9223372.036854775808"},
 	} {
 		if got := c.p.String(); got != c.want {
 			t.Errorf("%d: %s, want %s", c.p, got, c.want)

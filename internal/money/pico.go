@@ -3,7 +3,6 @@ package money
 import (
 	"errors"
 	"strconv"
-	"strings"
 )
 
 // PicoPerMicro is the number of pico-dollars in a micro-dollar.
@@ -23,23 +22,30 @@ func PicoOf(m Micros) Pico { return Pico(m) * PicoPerMicro }
 
 // String formats the amount as a decimal number of dollars, up to twelve
 // decimal places, without trailing zeros.
-func (p Pico) String() string {
-	neg := p < 0
+func (p Pico) String() string { return string(p.Append(nil)) }
+
+// Append appends the amount as String formats it.
+func (p Pico) Append(b []byte) []byte {
 	u := uint64(p)
-	if neg {
+	if p < 0 {
+		b = append(b, '-')
 		u = uint64(-p)
 	}
 	const unit = 1_000_000_000_000
-	s := strconv.FormatUint(u/unit, 10)
+	b = strconv.AppendUint(b, u/unit, 10)
 	if f := u % unit; f != 0 {
-		fs := strconv.FormatUint(f, 10)
-		fs = strings.Repeat("0", 12-len(fs)) + fs
-		s += "." + strings.TrimRight(fs, "0")
+		var d [12]byte
+		for i := len(d) - 1; i >= 0; i-- {
+			d[i] = byte('0' + f%10)
+			f /= 10
+		}
+		n := len(d)
+		for d[n-1] == '0' {
+			n--
+		}
+		b = append(append(b, '.'), d[:n]...)
 	}
-	if neg {
-		s = "-" + s
-	}
-	return s
+	return b
 }
 
 // MarshalJSON writes the amount as a JSON number of dollars.

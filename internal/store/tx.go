@@ -389,7 +389,11 @@ func (t *btx) PutUsage(u *UsageRecord) error {
 	if ok, err := t.exists(key); err != nil || ok {
 		return errors.Join(err, fmt.Errorf("usage record %w", ErrExists))
 	}
-	return t.put(key, u)
+	b, err := u.AppendJSON(make([]byte, 0, 512))
+	if err != nil {
+		return err
+	}
+	return t.kv.Set(key, b)
 }
 
 func (t *btx) Usage(ws, after string, fn func(*UsageRecord) (bool, error)) error {
