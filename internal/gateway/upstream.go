@@ -95,22 +95,31 @@ func WithCredential(ctx context.Context, kind, secret string) context.Context {
 	return context.WithValue(ctx, credentialKey{}, &credential{kind: kind, secret: secret})
 }
 
-// AddCredential returns the request to send: req itself when its context
-// carries no credential, else a copy whose headers (a new map sharing the
-// never-modified value slices) hold the credential in the kind's slot.
-// Called by a transport just before the round trip, so that the request
-// the proxy and its logs hold never sees the credential.
-func AddCredential(req *http.Request) *http.Request {
-	c, ok := req.Context().Value(credentialKey{}).(*credential)
-	if !ok {
-		return req
-	}
+// proxyHeaders are the headers Caddy's reverse proxy adds about the client
+// (its address, scheme, host, and the proxy itself); none of them goes to a
+// provider.
+var proxyHeaders = [...]string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Via", "Forwarded"}
+
+// UpstreamRequest returns the request to send to the provider: a copy of
+// req whose headers (a new map sharing the never-modified value slices)
+// hold the connection's credential in the kind's slot when the context
+// carries one, have none of the proxy's client headers, and whose Host is
+// the provider's (the URL's). Called by a transport just before the round
+// trip, so that the request the proxy and its logs hold never sees the
+// credential.
+func UpstreamRequest(req *http.Request) *http.Request {
 	out := new(http.Request)
 	*out = *req
+	out.Host = ""
 	out.Header = make(http.Header, len(req.Header)+2)
 	for k, v := range req.Header {
 		out.Header[k] = v
 	}
-	formats.SetCredential(out.Header, c.kind, c.secret)
+	for _, h := range proxyHeaders {
+		delete(out.Header, h)
+	}
+	if c, ok := req.Context().Value(credentialKey{}).(*credential); ok {
+		formats.SetCredential(out.Header, c.kind, c.secret)
+	}
 	return out
 }

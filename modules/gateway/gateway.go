@@ -14,7 +14,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp/headers"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 
@@ -129,12 +128,13 @@ func (g *Gateway) Provision(ctx caddy.Context) error {
 }
 
 // newProxy builds one of Caddy's own reverse proxies: upstream chosen per
-// request, streams flushed as they come, no X-Forwarded-* or Via leaking
-// the client.
+// request, streams flushed as they come.
 // Its transport is Caddy's HTTP transport, wrapped so that the provider
 // credential is added to a copy of the outgoing request's headers at the
 // last moment: it never sits in a request that a handler, a placeholder or
-// the proxy's debug log can see.
+// the proxy's debug log can see. The same copy drops the X-Forwarded-*,
+// Via and Forwarded headers and takes the provider's Host (cheaper there
+// than a header handler, which would expand a placeholder per request).
 func (g *Gateway) newProxy(ctx caddy.Context, useTLS bool) (*reverseproxy.Handler, *reverseproxy.HTTPTransport, error) {
 	tr := &reverseproxy.HTTPTransport{
 		DialTimeout:           g.DialTimeout,
@@ -155,10 +155,6 @@ func (g *Gateway) newProxy(ctx caddy.Context, useTLS bool) (*reverseproxy.Handle
 		// The default flush interval: Caddy flushes every write of a
 		// streamed answer (text/event-stream, or no Content-Length), and
 		// writes a sized answer in one piece.
-		Headers: &headers.Handler{Request: &headers.HeaderOps{
-			Set:    http.Header{"Host": []string{"{http.reverse_proxy.upstream.hostport}"}},
-			Delete: []string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Via", "Forwarded"},
-		}},
 	}
 	if err := rp.Provision(ctx); err != nil {
 		tr.Cleanup()
@@ -167,15 +163,15 @@ func (g *Gateway) newProxy(ctx caddy.Context, useTLS bool) (*reverseproxy.Handle
 	return rp, tr, nil
 }
 
-// credentialTransport adds the provider credential, which the pipeline
-// put in the request's context, to a copy of the request just before the
-// round trip.
+// credentialTransport sends gateway.UpstreamRequest's copy of the request:
+// with the provider credential the pipeline put in the request's context,
+// without the proxy's client headers.
 type credentialTransport struct {
 	*reverseproxy.HTTPTransport
 }
 
 func (t credentialTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	return t.HTTPTransport.RoundTrip(gateway.AddCredential(req))
+	return t.HTTPTransport.RoundTrip(gateway.UpstreamRequest(req))
 }
 
 // Validate checks the configuration.

@@ -16,7 +16,8 @@ func TestChatForwardedWithSwapAndRewrite(t *testing.T) {
 	e := setup(t)
 	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"big":12345678901234567890,"z":1,"a":{"k":[1,2]}}`
 	resp, got := e.post(t, "/custom/"+e.conns["openai"]+"/v1/chat/completions", body,
-		"Authorization", "Bearer "+e.key, "Cookie", "session=abc", "X-Org-Id", e.ws, "OpenAI-Beta", "assistants=v2", "X-Custom", "1")
+		"Authorization", "Bearer "+e.key, "Cookie", "session=abc", "X-Org-Id", e.ws, "OpenAI-Beta", "assistants=v2", "X-Custom", "1",
+		"Forwarded", "for=192.0.2.7", "Via", "1.1 client-proxy", "X-Forwarded-Host", "client.example")
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, got)
 	}
@@ -41,7 +42,7 @@ func TestChatForwardedWithSwapAndRewrite(t *testing.T) {
 	if h.Get("Authorization") != "Bearer "+providerSecret {
 		t.Fatalf("upstream Authorization %q", h.Get("Authorization"))
 	}
-	for _, name := range []string{"Cookie", "X-Org-Id", "X-Forwarded-For", "X-Api-Key"} {
+	for _, name := range []string{"Cookie", "X-Org-Id", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Via", "Forwarded", "X-Api-Key"} {
 		if h.Get(name) != "" {
 			t.Errorf("header %s leaked upstream: %q", name, h.Get(name))
 		}
