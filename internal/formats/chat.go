@@ -212,13 +212,27 @@ func (chatWire) body(m *Meter, v gjson.Result) {
 	if !v.IsObject() {
 		return
 	}
-	m.setModel(v.Get("model"))
-	if u := v.Get("usage"); u.IsObject() {
-		chatUsage(m, u)
-	}
+	// One pass over the answer's members (the first of a repeated name
+	// counts, as with Get).
 	var text int64
-	v.Get("choices").ForEach(func(_, ch gjson.Result) bool {
-		text += chatDeltaText(ch.Get("message"))
+	var model, usage, choices bool
+	v.ForEach(func(k, val gjson.Result) bool {
+		switch {
+		case k.Str == "model" && !model:
+			model = true
+			m.setModel(val)
+		case k.Str == "usage" && !usage:
+			usage = true
+			if val.IsObject() {
+				chatUsage(m, val)
+			}
+		case k.Str == "choices" && !choices:
+			choices = true
+			val.ForEach(func(_, ch gjson.Result) bool {
+				text += chatDeltaText(ch.Get("message"))
+				return true
+			})
+		}
 		return true
 	})
 	m.textBytes += text
