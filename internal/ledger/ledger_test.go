@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -354,5 +355,30 @@ func TestSettlementsShareTransactionsAtLowConcurrency(t *testing.T) {
 	})
 	if count != n+1 {
 		t.Fatalf("%d usage records, want %d", count, n+1)
+	}
+}
+
+// TestUsageIDSortsByTime pins the usage id: sixteen hex digits of the Unix
+// nanosecond, then eight random base62 characters, so ids sort by time.
+func TestUsageIDSortsByTime(t *testing.T) {
+	times := []time.Time{time.Unix(0, 1), time.Unix(1764000000, 123), time.Unix(1764000000, 124), time.Unix(1<<33, 0)}
+	prev := ""
+	for _, tm := range times {
+		id := UsageID(tm)
+		if len(id) != 24 || id[:16] != fmt.Sprintf("%016x", tm.UnixNano()) {
+			t.Fatalf("UsageID(%v) = %q", tm, id)
+		}
+		for _, c := range id[16:] {
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+				t.Fatalf("UsageID(%v) = %q: not base62 after the time", tm, id)
+			}
+		}
+		if id <= prev {
+			t.Fatalf("%q sorts before %q", id, prev)
+		}
+		prev = id
+	}
+	if UsageID(times[1]) == UsageID(times[1]) {
+		t.Fatal("two ids of one instant are equal")
 	}
 }

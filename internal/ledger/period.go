@@ -42,7 +42,17 @@ func PeriodEnd(period string, start time.Time) time.Time {
 // UsageID makes a usage record id that sorts by time: 16 hex digits of the
 // Unix time in nanoseconds, then random characters.
 func UsageID(t time.Time) string {
-	return fmt.Sprintf("%016x", t.UnixNano()) + secrets.RandomString(8)
+	n := t.UnixNano()
+	if n < 0 {
+		return fmt.Sprintf("%016x", n) + secrets.RandomString(8)
+	}
+	var b [24]byte
+	const hex = "0123456789abcdef"
+	for i := 15; i >= 0; i-- {
+		b[i] = hex[n&15]
+		n >>= 4
+	}
+	return string(secrets.AppendRandom(b[:16], 8))
 }
 
 // UsageCursor is the Usage cursor that starts at time t.

@@ -25,24 +25,32 @@ const (
 )
 
 // RandomString returns n random base62 characters (about 5.95 bits each).
-func RandomString(n int) string {
+func RandomString(n int) string { return string(AppendRandom(make([]byte, 0, n), n)) }
+
+// AppendRandom appends n random base62 characters to b.
+func AppendRandom(b []byte, n int) []byte {
 	const max = 248 // largest multiple of 62 below 256: no modulo bias
-	out := make([]byte, 0, n)
-	buf := make([]byte, n+n/4+8)
-	for len(out) < n {
+	var small [48]byte
+	buf := small[:]
+	if need := n + n/4 + 8; need > len(small) {
+		buf = make([]byte, need)
+	} else {
+		buf = small[:need]
+	}
+	for added := 0; added < n; {
 		if _, err := rand.Read(buf); err != nil {
 			panic(err)
 		}
-		for _, b := range buf {
-			if b < max {
-				out = append(out, base62[b%62])
-				if len(out) == n {
+		for _, c := range buf {
+			if c < max {
+				b = append(b, base62[c%62])
+				if added++; added == n {
 					break
 				}
 			}
 		}
 	}
-	return string(out)
+	return b
 }
 
 // NewID returns a prefixed random identifier such as "wrk_3fK9…".
