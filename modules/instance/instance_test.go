@@ -284,12 +284,12 @@ func TestValidate(t *testing.T) {
 
 func TestServeHTTPRouting(t *testing.T) {
 	in := provision(t, &Instance{Name: t.Name()}) // no password: auth off
-	for _, p := range []string{"/", "/index.html", "/apix", "/auth/other", "/authconnect/x", "/v1/chat/completions"} {
+	for _, p := range []string{"/index.html", "/apix", "/auth/other", "/authconnect/x", "/v1/chat/completions", "/uix", "/static/app.css"} {
 		if r := serve(t, in, "GET", p); !r.nextUsed || r.status != 299 {
 			t.Errorf("%s: next used %v, status %d", p, r.nextUsed, r.status)
 		}
 	}
-	for _, p := range []string{"/api/info", "/api", "/api/nope", "/auth/connect/abc"} {
+	for _, p := range []string{"/api/info", "/api", "/api/nope", "/auth/connect/abc", "/", "/ui/stats", "/ui/nope"} {
 		if r := serve(t, in, "GET", p); r.nextUsed {
 			t.Errorf("%s went to the next handler", p)
 		}

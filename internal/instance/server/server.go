@@ -24,6 +24,7 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/loop"
 	"github.com/agentgate/agentgate/internal/instance/plugins"
 	"github.com/agentgate/agentgate/internal/instance/session"
+	"github.com/agentgate/agentgate/internal/instance/webapp"
 	"github.com/agentgate/agentgate/internal/jsonio"
 	"github.com/agentgate/agentgate/internal/ratelimit"
 	"github.com/agentgate/agentgate/internal/router"
@@ -83,6 +84,7 @@ type Server struct {
 	router    *router.Router
 	locations *location.Locations
 	sessions  *session.Service
+	web       *webapp.App
 }
 
 // New builds a server.
@@ -140,6 +142,7 @@ func New(opts Options) *Server {
 	if opts.Runner != nil {
 		opts.Runner.Attach(s.sessions)
 	}
+	s.web = webapp.New(webapp.Options{Backend: webBackend{s}, CSRFKey: opts.Auth.csrfKey(), Clock: opts.Clock, Logger: opts.Logger})
 	return s
 }
 
@@ -157,9 +160,10 @@ func (s *Server) IsActive(sessionID string) bool {
 	return s.opts.Runner != nil && s.opts.Runner.IsActive(sessionID)
 }
 
-// Handles reports whether the path belongs to the instance API.
+// Handles reports whether the path belongs to the instance: its API or its
+// web app.
 func Handles(path string) bool {
-	return path == "/api" || strings.HasPrefix(path, "/api/") || strings.HasPrefix(path, "/auth/connect/") ||
+	return webapp.Handles(path) || path == "/api" || strings.HasPrefix(path, "/api/") || strings.HasPrefix(path, "/auth/connect/") ||
 		path == "/permission" || strings.HasPrefix(path, "/permission/") || path == "/question" || strings.HasPrefix(path, "/question/") ||
 		path == "/session" || strings.HasPrefix(path, "/session/") || path == "/event" || v1Paths[path] ||
 		strings.HasPrefix(path, "/config") || strings.HasPrefix(path, "/experimental/") || strings.HasPrefix(path, "/project/") ||
@@ -204,6 +208,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			errs.Write(w, errs.TooManyRequests(wait))
 			return
 		}
+	}
+	if webapp.Handles(r.URL.Path) {
+		// A page: without valid credentials the browser gets the page that
+		// explains pairing, never a Basic challenge.
+		switch s.opts.Auth.check(r) {
+		case authOK:
+			s.web.ServeHTTP(w, r)
+		case authWrong:
+			s.opts.Limiter.Fail(s.addressKey(r))
+			fallthrough
+		default:
+			s.web.Unauthenticated(w, r)
+		}
+		return
 	}
 	if !strings.HasPrefix(r.URL.Path, "/auth/connect/") {
 		switch s.opts.Auth.check(r) {

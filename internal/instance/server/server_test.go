@@ -444,7 +444,7 @@ func TestRoutingErrors(t *testing.T) {
 	if r.header.Get("Allow") != "GET" {
 		t.Fatalf("Allow %q", r.header.Get("Allow"))
 	}
-	if !Handles("/api") || !Handles("/api/info") || !Handles("/auth/connect/x") || Handles("/apix") || Handles("/auth/other") || Handles("/") {
+	if !Handles("/api") || !Handles("/api/info") || !Handles("/auth/connect/x") || Handles("/apix") || Handles("/auth/other") || !Handles("/") || !Handles("/ui/stats") || Handles("/uix") || Handles("/index.html") {
 		t.Fatal("Handles")
 	}
 }
