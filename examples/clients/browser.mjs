@@ -18,6 +18,18 @@
 //           connections page, a policy on the policies page, and set a
 //           budget on the budgets page.
 //
+//   instance  The instance web app at INSTANCE_URL: the pairing page of an
+//           unpaired browser, then PAIR_PATH (/auth/connect/<code>); create a
+//           session, send PROMPT from the prompt box, watch the answer stream
+//           in with its tool parts, allow the permission ask in the page and
+//           wait for EXPECT_ANSWER. Then the network drops (POST
+//           NETWORK_CONTROL/cut: a proxy in front of the instance closes the
+//           browser's connections and refuses new ones) while PROMPT2 is
+//           sent through the API at INSTANCE_API (with INSTANCE_AUTH) and
+//           asks again; after NETWORK_CONTROL/resume the page shows the ask
+//           without a reload and rejects it. Last the
+//           stats, sessions and delete-confirmation pages.
+//
 // With SCREENSHOT_DIR set, each page is saved as <name>-desktop.png
 // (1280×800) and <name>-phone.png (390×844), full page. CHROMIUM overrides
 // /usr/bin/chromium.
@@ -77,7 +89,118 @@ async function signInTo(page, path) {
   }
 }
 
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
 const scenarios = {
+  async instance(page, context) {
+    const url = need("INSTANCE_URL", process.env.INSTANCE_URL).replace(/\/+$/, "");
+    const auth = "Basic " + Buffer.from(need("INSTANCE_AUTH", process.env.INSTANCE_AUTH)).toString("base64");
+    const direct = need("INSTANCE_API", process.env.INSTANCE_API).replace(/\/+$/, "");
+    const api = async (method, path, body) => {
+      const res = await fetch(direct + path, {
+        method,
+        headers: { Authorization: auth, "Content-Type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${await res.text()}`);
+      return res.json();
+    };
+    const out = {};
+
+    // Not paired: the page says how to pair, and shows no data.
+    const first = await page.goto(`${url}/`);
+    out.unpaired_status = first.status();
+    out.unpaired_title = (await page.locator("h1").innerText()).trim();
+    await screenshot(page, "instance-pair");
+    // Chromium logs the page's own 401 as a console error: expected here.
+    for (let i = consoleErrors.length - 1; i >= 0; i--) {
+      if (/status of 401/.test(consoleErrors[i])) consoleErrors.splice(i, 1);
+    }
+
+    // Pair: the link sets the cookie and lands on the sessions list.
+    await page.goto(url + need("PAIR_PATH", process.env.PAIR_PATH));
+    out.landed = new URL(page.url()).pathname;
+
+    // Create a session and prompt it.
+    await page.locator("#title").fill("web journey");
+    await Promise.all([
+      page.waitForURL((u) => u.pathname.startsWith("/ui/session/")),
+      page.getByRole("button", { name: "Create session" }).click(),
+    ]);
+    const path = new URL(page.url()).pathname;
+    out.session = path.split("/")[3];
+    await page.getByLabel("Prompt").fill(need("PROMPT", process.env.PROMPT));
+    await Promise.all([
+      page.waitForURL((u) => u.pathname === path),
+      page.getByRole("button", { name: "Send" }).click(),
+    ]);
+    await page.evaluate(() => { window.__sameDocument = true; });
+
+    // The answer streams in (text shown before its message is stored),
+    // then the tool parts and the ask arrive, all without a reload.
+    const streaming = page.locator("#streaming:not([hidden]) .text");
+    await streaming.waitFor({ timeout: 30_000 });
+    out.streamed_text = await streaming.innerText();
+    const ask = page.locator('section[aria-label="Permission ask"]');
+    await ask.waitFor({ timeout: 30_000 });
+    out.ask_text = (await ask.innerText()).trim();
+    out.tool_parts = await page.locator("details.tool .toolname").allInnerTexts();
+    out.live_without_reload = await page.evaluate(() => window.__sameDocument === true);
+    await screenshot(page, "instance-session-ask");
+    await Promise.all([
+      page.waitForURL((u) => u.pathname === path),
+      ask.getByRole("button", { name: "Allow once" }).click(),
+    ]);
+    await page.getByText(need("EXPECT_ANSWER", process.env.EXPECT_ANSWER)).first().waitFor({ timeout: 30_000 });
+    await page.getByText("Run succeeded").first().waitFor({ timeout: 30_000 });
+    out.tool_parts_done = await page.locator("details.tool .toolname").allInnerTexts();
+    await screenshot(page, "instance-session");
+
+    // The event stream drops while the agent asks again: after the
+    // reconnect the page catches up on its own.
+    await page.evaluate(() => { window.__sameDocument = true; });
+    await page.waitForSelector('body[data-stream="open"]');
+    const control = need("NETWORK_CONTROL", process.env.NETWORK_CONTROL);
+    await fetch(`${control}/cut`, { method: "POST" });
+    await page.waitForSelector('body[data-stream="reconnecting"]', { timeout: 15_000 });
+    await api("POST", `/api/session/${out.session}/prompt`, { text: need("PROMPT2", process.env.PROMPT2) });
+    let pending = [];
+    for (let i = 0; i < 300 && pending.length === 0; i++) {
+      pending = await api("GET", `/permission?sessionID=${out.session}`);
+      if (pending.length === 0) await sleep(100);
+    }
+    if (pending.length === 0) throw new Error("the second ask never came");
+    await sleep(500);
+    out.ask_while_offline = (await page.locator(`#ask-${pending[0].id}`).count()) > 0;
+    await fetch(`${control}/resume`, { method: "POST" });
+    // the cut stream's end is logged as a console error: expected here
+    for (let i = consoleErrors.length - 1; i >= 0; i--) {
+      if (/ERR_INCOMPLETE_CHUNKED_ENCODING|ERR_CONNECTION_(RESET|CLOSED|REFUSED)|ERR_EMPTY_RESPONSE/.test(consoleErrors[i])) consoleErrors.splice(i, 1);
+    }
+    const ask2 = page.locator(`#ask-${pending[0].id}`);
+    await ask2.waitFor({ timeout: 30_000 });
+    out.reconnected_without_reload = await page.evaluate(() => window.__sameDocument === true);
+    await ask2.getByPlaceholder("Why not (optional)").fill("not now");
+    await Promise.all([
+      page.waitForURL((u) => u.pathname === path),
+      ask2.getByRole("button", { name: "Reject" }).click(),
+    ]);
+    await page.locator(".marker.idle").nth(1).waitFor({ timeout: 30_000 });
+
+    // The other pages.
+    await page.goto(`${url}/ui/stats?days=7`);
+    await page.locator("svg.chart").waitFor();
+    out.stats_bars = await page.locator("svg.chart rect.bar").count();
+    out.stats_tools = await page.locator("table tbody th").allInnerTexts();
+    await screenshot(page, "instance-stats");
+    await page.goto(`${url}/`);
+    out.listed = await page.locator(".sessions .title").allInnerTexts();
+    await screenshot(page, "instance-sessions");
+    await page.goto(`${url}${path}/delete`);
+    await screenshot(page, "instance-delete");
+    return out;
+  },
+
   async device(page) {
     const target = need("VERIFICATION_URI", process.env.VERIFICATION_URI);
     const userCode = need("USER_CODE", process.env.USER_CODE);
@@ -201,8 +324,8 @@ let page;
 const userDataDir = await mkdtemp(join(tmpdir(), "agentgate-chromium-"));
 const consoleErrors = [];
 try {
-  if (!scenarios[scenario]) throw new Error(`unknown scenario ${JSON.stringify(scenario)}; use device, keys or pages`);
-  need("AGENTGATE_CONSOLE_URL", base);
+  if (!scenarios[scenario]) throw new Error(`unknown scenario ${JSON.stringify(scenario)}; use device, keys, pages or instance`);
+  if (scenario !== "instance") need("AGENTGATE_CONSOLE_URL", base);
   if (shots) await mkdir(shots, { recursive: true });
   context = await chromium.launchPersistentContext(userDataDir, {
     executablePath,
