@@ -1,0 +1,203 @@
+// agentgate's plugin host: runs an instance's OpenCode plugins in Bun and
+// answers the instance server over stdio. Requests come on stdin, one JSON
+// object per line ({id, method, params}); answers ({id, result} or {id,
+// error}) go to stdout, each line starting with MARK, so that whatever a
+// plugin prints (console output goes to stderr; a stray stdout write is
+// told apart by the missing mark) never passes for an answer.
+import { pathToFileURL } from "node:url";
+import readline from "node:readline";
+
+const MARK = "\u001eagentgate-host ";
+const modules = process.env.AGENTGATE_PLUGIN_MODULES || "";
+const write = process.stdout.write.bind(process.stdout);
+const send = (msg) => write(MARK + JSON.stringify(msg) + "\n");
+const toErr = (...a) => process.stderr.write(a.map((x) => (typeof x === "string" ? x : Bun.inspect(x))).join(" ") + "\n");
+for (const k of ["log", "info", "debug", "warn", "error", "trace"]) console[k] = toErr;
+
+// Bare imports a plugin cannot resolve from its own directory resolve
+// through NODE_PATH: the configured node_modules, then the host's own
+// small @opencode-ai/plugin (tool() and a JSON-Schema tool.schema). The
+// server sets it, and disables Bun's auto-install (bunfig.toml).
+function fromModules(spec) {
+  if (!modules) return null;
+  try { return Bun.resolveSync(spec, modules); } catch { return null; }
+}
+
+// A JSON Schema from a tool's args: the host's tool.schema values carry
+// theirs; zod schemas convert with zod's own toJSONSchema (zod 4) when the
+// modules have zod, else by reading their definition.
+let zod = null;
+async function zodModule() {
+  if (zod !== null) return zod;
+  const p = fromModules("zod");
+  zod = p ? await import(pathToFileURL(p).href).catch(() => false) : false;
+  return zod;
+}
+function fromDef(s) {
+  if (s && s.__jsonSchema) return s.__jsonSchema;
+  const def = s?._zod?.def ?? s?._def;
+  if (!def) throw new Error("not a schema");
+  let t = String(def.type ?? def.typeName ?? "").replace(/^Zod/, "").toLowerCase();
+  const d = s.description ?? def.description;
+  const withDesc = (o) => (d ? { ...o, description: d } : o);
+  switch (t) {
+    case "string": return withDesc({ type: "string" });
+    case "number": return withDesc({ type: "number" });
+    case "int": case "bigint": return withDesc({ type: "integer" });
+    case "boolean": return withDesc({ type: "boolean" });
+    case "any": case "unknown": return withDesc({});
+    case "null": return withDesc({ type: "null" });
+    case "literal": return withDesc({ const: def.value ?? (def.values ?? [])[0] });
+    case "enum": return withDesc({ type: "string", enum: Array.isArray(def.values) ? def.values : Object.values(def.entries ?? {}) });
+    case "array": return withDesc({ type: "array", items: fromDef(def.element ?? def.type) });
+    case "optional": case "default": case "nullable": return withDesc(fromDef(def.innerType));
+    case "union": return withDesc({ anyOf: def.options.map(fromDef) });
+    case "object": return withDesc(objectSchema(typeof def.shape === "function" ? def.shape() : def.shape));
+    case "record": return withDesc({ type: "object", additionalProperties: fromDef(def.valueType) });
+  }
+  throw new Error(`unsupported schema type ${JSON.stringify(t)}`);
+}
+function isOptional(s) {
+  if (s?.__optional) return true;
+  if (typeof s?.isOptional === "function") { try { return s.isOptional(); } catch {} }
+  const t = String(s?._zod?.def?.type ?? s?._def?.typeName ?? "");
+  return /optional|default/i.test(t);
+}
+function objectSchema(shape) {
+  if (!shape || typeof shape !== "object") throw new Error("args must be an object of schemas");
+  const properties = {}, required = [];
+  for (const [k, v] of Object.entries(shape)) {
+    properties[k] = fromDef(v);
+    if (!isOptional(v)) required.push(k);
+  }
+  const o = { type: "object", properties };
+  if (required.length) o.required = required;
+  return o;
+}
+async function toolSchema(args) {
+  if (args === undefined) return { type: "object", properties: {} };
+  const z = await zodModule();
+  if (z && typeof z.toJSONSchema === "function" && Object.values(args).every((v) => v && v._zod)) {
+    const s = z.toJSONSchema(z.object(args));
+    delete s.$schema;
+    return s;
+  }
+  return objectSchema(args);
+}
+
+// Locations: directory → loaded plugins [{id, hooks}].
+const locations = new Map();
+
+async function makeClient(p) {
+  const sdk = fromModules("@opencode-ai/sdk/client") || fromModules("@opencode-ai/sdk");
+  if (!sdk) return null;
+  const mod = await import(pathToFileURL(sdk).href);
+  return mod.createOpencodeClient({ baseUrl: p.serverUrl, headers: { Authorization: p.auth }, directory: p.directory });
+}
+
+async function load(p) {
+  const client = await makeClient(p).catch(() => null);
+  const $ = Bun.$.cwd(p.directory);
+  let serverUrl;
+  try { serverUrl = new URL(p.serverUrl); } catch {}
+  const input = { client, project: p.project ?? {}, directory: p.directory, worktree: p.worktree, serverUrl, $ };
+  const loaded = [];
+  const report = [];
+  for (const spec of p.plugins) {
+    try {
+      const mod = await import(pathToFileURL(spec.entry).href);
+      const seen = new Set();
+      const hooksList = [];
+      for (const [name, fn] of Object.entries(mod)) {
+        if (typeof fn !== "function" || seen.has(fn)) continue;
+        seen.add(fn);
+        const hooks = await fn(input);
+        if (hooks && typeof hooks === "object") hooksList.push(hooks);
+      }
+      if (hooksList.length === 0) throw new Error("the module exports no plugin function");
+      const tools = [];
+      const names = new Set();
+      for (const hooks of hooksList) {
+        for (const [name, def] of Object.entries(hooks.tool ?? {})) {
+          if (!/^[a-zA-Z0-9_-]{1,64}$/.test(name)) throw new Error(`tool ${JSON.stringify(name)}: the name must be 1-64 letters, digits, _ or -`);
+          if (!def || typeof def.execute !== "function") throw new Error(`tool ${name}: no execute function`);
+          let schema;
+          try { schema = await toolSchema(def.args); } catch (e) { throw new Error(`tool ${name}: invalid args schema: ${e.message}`); }
+          if (!names.has(name)) tools.push({ name, description: String(def.description ?? ""), schema });
+          names.add(name);
+        }
+      }
+      const hookNames = [...new Set(hooksList.flatMap((h) => Object.keys(h)))].sort();
+      loaded.push({ id: spec.id, hooks: hooksList });
+      report.push({ id: spec.id, ok: true, hooks: hookNames, tools });
+    } catch (e) {
+      report.push({ id: spec.id, ok: false, error: String(e?.message ?? e).slice(0, 2000) });
+    }
+  }
+  locations.set(p.directory, loaded);
+  // config hooks see the location's configuration once loaded
+  for (const pl of loaded) for (const h of pl.hooks) if (typeof h.config === "function") await Promise.resolve(h.config(p.config ?? {})).catch(() => {});
+  return { plugins: report };
+}
+
+function find(dir, pluginId) {
+  const list = locations.get(dir);
+  if (!list) throw new Error("location not loaded");
+  return pluginId ? list.filter((p) => p.id === pluginId) : list;
+}
+
+async function runTool(p) {
+  for (const pl of find(p.directory, p.plugin)) {
+    for (const h of pl.hooks) {
+      const def = h.tool?.[p.name];
+      if (!def) continue;
+      const ctrl = new AbortController();
+      const ctx = { sessionID: p.context.sessionID, messageID: p.context.messageID, agent: p.context.agent, callID: p.context.callID,
+        directory: p.directory, worktree: p.worktree, abort: ctrl.signal, metadata() {} };
+      const out = await def.execute(p.args ?? {}, ctx);
+      if (typeof out === "string") return { output: out };
+      if (out && typeof out === "object") return { output: String(out.output ?? ""), title: out.title, metadata: out.metadata };
+      return { output: String(out ?? "") };
+    }
+  }
+  throw new Error(`no plugin defines the tool ${p.name}`);
+}
+
+// trigger runs a hook of every plugin of the location in load order, each
+// seeing the output the one before it left.
+async function trigger(p) {
+  const output = p.output ?? {};
+  for (const pl of find(p.directory)) {
+    for (const h of pl.hooks) {
+      const fn = h[p.name];
+      if (typeof fn === "function") await fn(p.input ?? {}, output);
+    }
+  }
+  return { output };
+}
+
+async function onEvent(p) {
+  for (const pl of locations.get(p.directory) ?? []) {
+    for (const h of pl.hooks) {
+      if (typeof h.event === "function") Promise.resolve().then(() => h.event({ event: p.event })).catch(() => {});
+    }
+  }
+  return {};
+}
+
+const methods = { load, tool: runTool, trigger, event: onEvent, unload: async (p) => { locations.delete(p.directory); return {}; }, ping: async () => ({ pong: true }) };
+
+const rl = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
+rl.on("line", (line) => {
+  let req;
+  try { req = JSON.parse(line); } catch { return; }
+  const fn = methods[req.method];
+  if (!fn) { send({ id: req.id, error: `unknown method ${req.method}` }); return; }
+  Promise.resolve().then(() => fn(req.params ?? {})).then(
+    (result) => send({ id: req.id, result }),
+    (e) => send({ id: req.id, error: String(e?.message ?? e).slice(0, 2000) }),
+  );
+});
+rl.on("close", () => process.exit(0));
+process.on("unhandledRejection", (e) => toErr("plugin host: unhandled rejection:", String(e?.message ?? e)));
+send({ id: 0, result: { ready: true, bun: Bun.version } });
