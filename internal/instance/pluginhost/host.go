@@ -160,7 +160,7 @@ func New(opts Options) (*Host, error) {
 		// Bun reads it from the working directory: no package is ever
 		// fetched to satisfy an import.
 		"bunfig.toml": []byte("[install]\nauto = \"disable\"\n"),
-		filepath.Join("shims", "@opencode-ai", "plugin", "index.mjs"): pluginShim,
+		filepath.Join("shims", "@opencode-ai", "plugin", "index.mjs"):    pluginShim,
 		filepath.Join("shims", "@opencode-ai", "plugin", "package.json"): []byte(`{"name":"@opencode-ai/plugin","version":"0.0.0-agentgate","type":"module","main":"index.mjs"}`),
 	} {
 		if err := os.WriteFile(filepath.Join(opts.Dir, name), b, 0o600); err != nil {

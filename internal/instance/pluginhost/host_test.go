@@ -290,5 +290,3 @@ export const Z = async ({ client }) => ({
 		t.Fatalf("%+v %v", res, err)
 	}
 }
-
-
