@@ -81,6 +81,8 @@ func TestSessionsSurviveRestartAndReload(t *testing.T) {
 		st, _, err := call(ctx, freshClient, "GET", base+"/api/session/"+id, auth, nil)
 		return err == nil && st == 200
 	})
+	// Connections kept alive to the replaced server are closed by it.
+	httpClient.CloseIdleConnections()
 	check("after a reload")
 
 	// A hard kill and a restart keep everything too.
