@@ -36,6 +36,12 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		allow_root <directories...>
 //		plugin <name@version...>
 //		registry <npm registry url>
+//		plugin_host {
+//			bun <path to bun>
+//			node_modules <directory>
+//			call_timeout <duration>
+//			tool_timeout <duration>
+//		}
 //		heartbeat <duration>
 //		permission <action> <pattern> allow|deny|ask
 //		webfetch_private
@@ -144,6 +150,39 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("max_steps must be a positive whole number, not '%s'", s)
 			}
 			in.MaxSteps = n
+		case "plugin_host":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			if in.PluginHost != nil {
+				return d.Err("plugin_host is declared twice")
+			}
+			in.PluginHost = &PluginHost{}
+			for n := d.Nesting(); d.NextBlock(n); {
+				key := d.Val()
+				var v string
+				if !d.AllArgs(&v) {
+					return d.ArgErr()
+				}
+				switch key {
+				case "bun":
+					in.PluginHost.Bun = v
+				case "node_modules":
+					in.PluginHost.NodeModules = v
+				case "call_timeout", "tool_timeout":
+					dur, err := caddy.ParseDuration(v)
+					if err != nil || dur <= 0 {
+						return d.Errf("%s: a positive duration, got %q", key, v)
+					}
+					if key == "call_timeout" {
+						in.PluginHost.CallTimeout = caddy.Duration(dur)
+					} else {
+						in.PluginHost.ToolTimeout = caddy.Duration(dur)
+					}
+				default:
+					return d.Errf("unknown plugin_host option %q", key)
+				}
+			}
 		case "provider":
 			if d.NextArg() {
 				return d.ArgErr()

@@ -5,12 +5,15 @@ package instance
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -23,8 +26,10 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/agents"
 	"github.com/agentgate/agentgate/internal/instance/events"
 	"github.com/agentgate/agentgate/internal/instance/loop"
+	"github.com/agentgate/agentgate/internal/instance/pluginhost"
 	"github.com/agentgate/agentgate/internal/instance/plugins"
 	"github.com/agentgate/agentgate/internal/instance/server"
+	"github.com/agentgate/agentgate/internal/instance/tools"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/ratelimit"
 	"github.com/agentgate/agentgate/internal/store"
@@ -202,10 +207,34 @@ type Instance struct {
 	// steps. Default: 100.
 	MaxSteps int `json:"max_steps,omitempty"`
 
-	server *server.Server
-	runner *loop.Runner
-	logger *zap.Logger
-	key    string
+	// PluginHost configures the process that runs the plugins (Bun).
+	// Default: the bun found on PATH, no node_modules.
+	PluginHost *PluginHost `json:"plugin_host,omitempty"`
+
+	server  *server.Server
+	runner  *loop.Runner
+	logger  *zap.Logger
+	key     string
+	host    *pluginhost.Host
+	stopTap func()
+}
+
+// PluginHost configures the plugin host: the Bun that runs the plugins
+// and where their shared packages are.
+type PluginHost struct {
+	// Bun is the Bun executable (for example the one npm installs with
+	// @oven/bun-linux-x64). Default: bun on PATH.
+	Bun string `json:"bun,omitempty"`
+	// NodeModules is a node_modules directory: imports a plugin cannot
+	// resolve from its own directory resolve there, and when it has
+	// @opencode-ai/sdk the plugins' client is that SDK's. Default: none
+	// (the host's own small @opencode-ai/plugin stands in, and plugins
+	// get no client).
+	NodeModules string `json:"node_modules,omitempty"`
+	// CallTimeout bounds each hook call (default 30s); ToolTimeout a
+	// plugin tool's run (default 10m).
+	CallTimeout caddy.Duration `json:"call_timeout,omitempty"`
+	ToolTimeout caddy.Duration `json:"tool_timeout,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -314,7 +343,65 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		opts.Runner = runner
 	}
 	in.server = server.New(opts)
+	rt, err := in.pluginRuntime(app, repl, opts.Auth, password, st.runner)
+	if err != nil {
+		shared.Delete(in.key)
+		in.key = ""
+		return err
+	}
+	pm.SetRuntime(rt)
+	if runner != nil {
+		runner.SetPlugins(pm)
+	}
+	in.stopTap = st.bus.Tap(pm.Event)
 	return nil
+}
+
+// pluginRuntime starts (lazily) the plugin host: Bun from the config or
+// PATH, in a private directory under the data directory, with the
+// environment a bash command gets (no key, token, password or provider
+// credential).
+func (in *Instance) pluginRuntime(app *agentgate.App, repl *caddy.Replacer, auth *server.Auth, password string, runner *loop.Runner) (*plugins.Runtime, error) {
+	cfg := in.PluginHost
+	if cfg == nil {
+		cfg = &PluginHost{}
+	}
+	bun := repl.ReplaceAll(cfg.Bun, "")
+	if bun == "" {
+		p, err := exec.LookPath("bun")
+		if err != nil {
+			return &plugins.Runtime{NoHost: "no plugin host: Bun is not on PATH (set plugin_host { bun <path> })"}, nil
+		}
+		bun = p
+	}
+	secrets := append([]string{password}, app.SecretValues()...)
+	if in.Provider != nil {
+		secrets = append(secrets, repl.ReplaceAll(in.Provider.APIKey, ""))
+	}
+	host, err := pluginhost.New(pluginhost.Options{Bun: bun, Modules: repl.ReplaceAll(cfg.NodeModules, ""),
+		Dir: filepath.Join(app.DataDir(), "plugin-host", in.Name), Env: tools.ScrubEnv(os.Environ(), secrets),
+		CallTimeout: time.Duration(cfg.CallTimeout), ToolTimeout: time.Duration(cfg.ToolTimeout), Logger: in.logger.Named("plugins")})
+	if err != nil {
+		return nil, fmt.Errorf("plugin host: %v", err)
+	}
+	in.host = host
+	return &plugins.Runtime{Host: host,
+		ServerURL: func() string {
+			if a := runner.Addr(); a != "" {
+				return "http://" + a
+			}
+			return ""
+		},
+		Auth: func() string {
+			if !auth.Enabled() {
+				return ""
+			}
+			return "Basic " + base64.StdEncoding.EncodeToString([]byte(in.Username+":"+auth.NewToken()))
+		},
+		Config: func(loc plugins.Location) any {
+			return map[string]any{"agent": in.Agents, "plugin": in.Plugins, "directory": loc.Dir}
+		},
+	}, nil
 }
 
 // Validate checks the configuration.
@@ -349,6 +436,12 @@ func (in *Instance) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 
 // Cleanup releases the shared state of this config.
 func (in *Instance) Cleanup() error {
+	if in.stopTap != nil {
+		in.stopTap()
+	}
+	if in.host != nil {
+		in.host.Close()
+	}
 	if in.key != "" {
 		_, err := shared.Delete(in.key)
 		in.key = ""

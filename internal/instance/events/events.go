@@ -389,3 +389,29 @@ func write(w http.ResponseWriter, rc *http.ResponseController, f []byte) bool {
 	}
 	return rc.Flush() == nil
 }
+
+// Tap calls fn with the record of every event sent from now on (fn runs
+// on one goroutine, in order) until stop is called. A tap that falls
+// behind misses events, as a slow stream would, and goes on with the next
+// ones.
+func (b *Bus) Tap(fn func(record []byte)) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		for {
+			s := b.subscribe()
+			for lost := false; !lost; {
+				select {
+				case f := <-s.ch:
+					fn(f.body)
+				case <-s.closed:
+					lost = true
+				case <-done:
+					b.unsubscribe(s)
+					return
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
+}

@@ -17,9 +17,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agentgate/agentgate/internal/formats"
+	"github.com/agentgate/agentgate/internal/instance/agents"
 	"github.com/agentgate/agentgate/internal/instance/events"
 	"github.com/agentgate/agentgate/internal/instance/ids"
 	"github.com/agentgate/agentgate/internal/instance/permission"
+	"github.com/agentgate/agentgate/internal/instance/plugins"
 	"github.com/agentgate/agentgate/internal/instance/session"
 	"github.com/agentgate/agentgate/internal/instance/tools"
 	"github.com/agentgate/agentgate/internal/money"
@@ -71,6 +73,7 @@ type Runner struct {
 	node    string // this process's drain-lease holder id
 	tools   ToolConfig
 	broker  *permission.Broker
+	plugins *plugins.Manager
 	// waiters are closed when the session's drain ends (a task tool
 	// waiting on its child session).
 	waiters map[string][]chan struct{}
@@ -123,6 +126,14 @@ func (r *Runner) Provider() ProviderConfig {
 
 // ProviderBaseURL is the base URL turns go to now ("" when not known yet).
 func (r *Runner) ProviderBaseURL() string { return r.Provider().BaseURL }
+
+// Addr is the instance's own address as learnt from a request ("" until
+// one came).
+func (r *Runner) Addr() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.addr
+}
 
 // LearnAddr records the local address (host:port) the instance is served
 // on; a provider given by connection id needs it. The first call with
@@ -510,6 +521,7 @@ loop:
 			} else if err != nil {
 				return true, err
 			}
+			r.chatMessage(ctx, s, sid, w.raw)
 		case "compaction":
 			if interrupted, err := r.compactNow(ctx, d, s, sid, w.id); session.Gone(err) {
 				return true, nil
@@ -646,14 +658,23 @@ func (r *Runner) step(ctx context.Context, s svc, sid, stepID string, done int) 
 	env := r.toolEnv(s, info, agent)
 	sets := r.ruleSets(s, env.Project, agent)
 	var offered []formats.Tool
-	for _, t := range tools.Definitions(env, hiddenTools(append(sets[:len(sets):len(sets)], info.Permissions))) {
+	hidden := hiddenTools(append(sets[:len(sets):len(sets)], info.Permissions))
+	for _, t := range tools.Definitions(env, hidden) {
 		offered = append(offered, formats.Tool{Name: t.Name, Description: t.Description, Schema: t.Schema})
 	}
-	res, err = s.turn(ctx, prov, sid, stepID, stepOptions{last: done+1 >= limit, tools: offered}, st)
+	sp := r.sessionPlugins(s, info)
+	offered = sp.offer(ctx, offered, hidden)
+	opts := stepOptions{last: done+1 >= limit, tools: offered}
+	if sp != nil {
+		opts.prepare = func(conv *formats.Conversation, model agents.ModelRef) {
+			sp.chatParams(ctx, sid, agent.ID, model, conv)
+		}
+	}
+	res, err = s.turn(ctx, prov, sid, stepID, opts, st)
 	if err != nil || res.toolsMarker == "" || ctx.Err() != nil {
 		return res, nil, false, err
 	}
-	batch, stop = r.runTools(ctx, s, info, stepID, res.msg, env, sets)
+	batch, stop = r.runTools(ctx, s, info, stepID, res.msg, env, sets, sp)
 	return res, batch, stop, nil
 }
 

@@ -189,6 +189,8 @@ type toolBatch struct {
 	// sets are the rule sets before the session's own, read once for the
 	// step (the session's are read live from info: "always" adds to them).
 	sets [][]permission.Rule
+	// plugins are the session's plugins (nil: none).
+	plugins *sessionPlugins
 }
 
 // update changes a part under the batch's lock and returns a copy of it.
@@ -211,8 +213,8 @@ func (b *toolBatch) update(callID string, change func(p *toolPart)) *toolPart {
 // one at a time in the model's order. It reports whether a permission was
 // rejected without a message or a question dismissed (the run then stops
 // for the user).
-func (r *Runner) runTools(ctx context.Context, s svc, info *session.Info, msgID string, msg *assistantMsg, env *tools.Env, sets [][]permission.Rule) (b *toolBatch, stop bool) {
-	b = &toolBatch{s: s, sid: info.ID, msgID: msgID, msg: msg, info: info, sets: sets}
+func (r *Runner) runTools(ctx context.Context, s svc, info *session.Info, msgID string, msg *assistantMsg, env *tools.Env, sets [][]permission.Rule, sp *sessionPlugins) (b *toolBatch, stop bool) {
+	b = &toolBatch{s: s, sid: info.ID, msgID: msgID, msg: msg, info: info, sets: sets, plugins: sp}
 	var pending []toolPart
 	idx := make([]int, 0, len(msg.tools))
 	for i := range msg.tools {
@@ -231,8 +233,7 @@ func (r *Runner) runTools(ctx context.Context, s svc, info *session.Info, msgID 
 		}
 	}
 	for i := 0; i < len(pending); {
-		t, ok := tools.Lookup(pending[i].Name)
-		if ok && t.Exclusive {
+		if exclusive(pending[i].Name) {
 			runOne(pending[i])
 			i++
 			continue
@@ -240,7 +241,7 @@ func (r *Runner) runTools(ctx context.Context, s svc, info *session.Info, msgID 
 		j := i
 		var wg sync.WaitGroup
 		for ; j < len(pending); j++ {
-			if t, ok := tools.Lookup(pending[j].Name); ok && t.Exclusive {
+			if exclusive(pending[j].Name) {
 				break
 			}
 			wg.Add(1)
@@ -253,6 +254,13 @@ func (r *Runner) runTools(ctx context.Context, s svc, info *session.Info, msgID 
 		i = j
 	}
 	return b, stop
+}
+
+// exclusive reports whether a call runs alone: an exclusive built-in tool,
+// or a tool that is not built in (a plugin's, which may change anything).
+func exclusive(name string) bool {
+	t, ok := tools.Lookup(name)
+	return !ok || t.Exclusive
 }
 
 // rejection is a permission the user rejected.
@@ -272,11 +280,16 @@ func (r *Runner) runTool(ctx context.Context, b *toolBatch, env *tools.Env, p to
 		s.Publish("session.next.tool.progress", b.info, map[string]any{"assistantMessageID": b.msgID, "callID": p.ID, "structured": meta, "content": []toolContent{}})
 	}
 	callEnv.Permit = func(ctx context.Context, a tools.Ask) error { return r.permit(ctx, s, b, p, a) }
+	if b.plugins != nil {
+		callEnv.ShellEnv = func(ctx context.Context, cwd string) map[string]string {
+			return b.plugins.shellEnv(ctx, cwd, env.Secrets)
+		}
+	}
 	ran := s.NowMS()
 	b.update(p.ID, func(tp *toolPart) { tp.Time.Ran = &ran })
 	s.Publish("session.next.tool.called", b.info, map[string]any{"assistantMessageID": b.msgID, "callID": p.ID, "tool": p.Name, "input": p.State.Input,
 		"provider": notExecuted})
-	res, err := tools.Call(ctx, &callEnv, p.Name, p.State.Input)
+	res, err := r.callTool(ctx, b, &callEnv, p)
 	if errors.Is(context.Cause(ctx), errShutdown) {
 		return false // left running: the next start settles it as interrupted
 	}
@@ -378,6 +391,12 @@ func (r *Runner) permit(ctx context.Context, s svc, b *toolBatch, p toolPart, a 
 		}
 		return &rejection{typ: "PermissionDeniedError", msg: "The user has specified a rule which prevents you from using this specific tool call (" +
 			rule + " matches " + a.Permission + " " + strings.Join(a.Patterns, ", ") + ")."}
+	}
+	switch b.plugins.permissionAsk(ctx, b.sid, p.ID, a) {
+	case "allow":
+		return nil
+	case "deny":
+		return &rejection{typ: "PermissionDeniedError", msg: "A plugin denied this tool call (" + a.Permission + " " + strings.Join(a.Patterns, ", ") + ")."}
 	}
 	reply := r.broker.Ask(ctx, b.info.Location.Directory, permission.Request{SessionID: b.sid, Permission: a.Permission, Patterns: a.Patterns,
 		Always: a.Always, Metadata: a.Metadata, Tool: &permission.ToolRef{MessageID: b.msgID, CallID: p.ID}})

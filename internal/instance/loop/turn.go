@@ -202,6 +202,9 @@ type stepOptions struct {
 	last bool
 	// tools are the tools offered (none when nil).
 	tools []formats.Tool
+	// prepare, when set, adjusts the request before it is sent (the
+	// plugins' chat.params and chat.headers).
+	prepare func(conv *formats.Conversation, model agents.ModelRef)
 }
 
 // stepResult is a settled step.
@@ -309,6 +312,9 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, o
 		if _, set := conv.Settings["maxTokens"]; !set {
 			conv.Settings["maxTokens"] = lim.Output
 		}
+	}
+	if opts.prepare != nil {
+		opts.prepare(conv, model)
 	}
 	parts := partEvents{msgID: msgID}
 	step, serr := providerStep(ctx, prov, conv, func(d formats.Delta) { parts.delta(s, info, d) })

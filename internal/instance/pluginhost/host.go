@@ -73,10 +73,12 @@ type Options struct {
 	Logger  *zap.Logger
 }
 
-// Spec is a plugin to load: its id and its entry module.
+// Spec is a plugin to load: its id and its entry module, or why it has
+// none (it then fails with that error, unloaded).
 type Spec struct {
 	ID    string `json:"id"`
 	Entry string `json:"entry"`
+	Error string `json:"error,omitempty"`
 }
 
 // LoadInput is what a location's plugins are loaded with: the plugin

@@ -105,6 +105,7 @@ async function load(p) {
   const report = [];
   for (const spec of p.plugins) {
     try {
+      if (spec.error) throw new Error(spec.error);
       const mod = await import(pathToFileURL(spec.entry).href);
       const seen = new Set();
       const hooksList = [];

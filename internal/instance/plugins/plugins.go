@@ -39,10 +39,12 @@ type Source struct {
 	Path     string `json:"path,omitempty"`
 }
 
-// State is active, or failed with an error.
+// State is active, or failed with an error and the ref of the server log
+// line that has it.
 type State struct {
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
+	Ref    string `json:"ref,omitempty"`
 }
 
 // Limits and timeouts of the registry client and the unpacker.
@@ -91,6 +93,7 @@ type Manager struct {
 	mu     sync.Mutex
 	pkgs   []*pluginPackage
 	byName map[string]*pluginPackage
+	rt     *Runtime // what runs the plugins (see Running)
 }
 
 // Options configure a Manager.
@@ -197,7 +200,8 @@ func (m *Manager) versionDir(name, version string) string {
 	return filepath.Join(m.dir, filepath.FromSlash(name), version)
 }
 
-// List returns the inventory as seen from a project directory.
+// List returns the inventory as seen from a project directory: what is
+// configured and installed. Whether a plugin runs is Running's answer.
 func (m *Manager) List(projectDir string) []Info {
 	m = m.self()
 	out := make([]Info, 0, len(builtinPlugins)+len(m.pkgs))

@@ -173,7 +173,7 @@ func Handles(path string) bool {
 // v1Paths are the first routes outside /session, /config, /experimental,
 // /project and /provider that the instance serves.
 var v1Paths = map[string]bool{"/path": true, "/vcs": true, "/agent": true, "/command": true, "/formatter": true, "/lsp": true,
-	"/mcp": true, "/global/event": true}
+	"/mcp": true, "/global/event": true, "/log": true}
 
 // Failed authentications allowed per client address within
 // AuthFailureWindow; then the address gets 429 TooManyRequestsError until
@@ -414,6 +414,7 @@ func (s *Server) reloadLocations(w http.ResponseWriter, r *http.Request, _ route
 	if err := s.locations.ReloadAll(); err != nil {
 		return errs.Unavailable("location", err.Error())
 	}
+	s.opts.Plugins.Reload() // plugins load afresh, local files re-read
 	// A reload cancels the pending permission requests and forms: the
 	// rules they were asked under may have changed.
 	if p, ok := s.opts.Runner.(Pending); ok {
@@ -455,8 +456,13 @@ func (s *Server) listPlugins(w http.ResponseWriter, r *http.Request, _ router.Pa
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"location": loc.Ref(), "data": s.opts.Plugins.List(loc.Project.Directory)})
+	writeJSON(w, http.StatusOK, map[string]any{"location": loc.Ref(), "data": s.opts.Plugins.Running(r.Context(), pluginLocation(loc))})
 	return nil
+}
+
+// pluginLocation is where a location's plugins load.
+func pluginLocation(loc *location.Location) plugins.Location {
+	return plugins.Location{Dir: loc.Directory, ProjectDir: loc.Project.Directory, ProjectID: loc.Project.ID}
 }
 
 func (s *Server) checkPlugins(w http.ResponseWriter, r *http.Request, _ router.Params) error {
@@ -474,11 +480,10 @@ func (s *Server) checkPlugins(w http.ResponseWriter, r *http.Request, _ router.P
 	if in.Target != nil {
 		target = *in.Target
 	}
-	list, err := s.opts.Plugins.Check(r.Context(), loc.Project.Directory, target)
-	if err != nil {
+	if _, err := s.opts.Plugins.Check(r.Context(), loc.Project.Directory, target); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"location": loc.PublicInfo(), "data": list})
+	writeJSON(w, http.StatusOK, map[string]any{"location": loc.PublicInfo(), "data": s.opts.Plugins.Running(r.Context(), pluginLocation(loc))})
 	return nil
 }
 
@@ -500,6 +505,7 @@ func (s *Server) updatePlugins(w http.ResponseWriter, r *http.Request, _ router.
 		for _, t := range updated {
 			s.opts.Bus.Publish("plugin.updated", nil, map[string]any{"target": t})
 		}
+		s.opts.Plugins.Reload()
 		if rerr := s.locations.ReloadAll(); rerr != nil && err == nil {
 			err = errs.Unavailable("location", rerr.Error())
 		}

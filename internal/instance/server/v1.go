@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
 	"github.com/agentgate/agentgate/internal/instance/agents"
 	"github.com/agentgate/agentgate/internal/instance/errs"
 	"github.com/agentgate/agentgate/internal/instance/events"
@@ -31,6 +34,7 @@ func (s *Server) v1Routes(rt *router.Router) {
 	rt.Handle("POST", "/session/{sessionID}/abort", s.v1Abort)
 	rt.Handle("GET", "/config", s.v1Config)
 	rt.Handle("GET", "/event", s.v1Events)
+	rt.Handle("POST", "/log", s.v1Log)
 }
 
 // v1Directory is the directory a v1 request names: ?directory= or the
@@ -341,5 +345,45 @@ func (s *Server) v1SessionStatus(w http.ResponseWriter, _ *http.Request, _ route
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// v1Log is the v1 client's app.log: a plugin (or another client) writes a
+// line to the server's log, under the logger "client" with its service
+// name; the message is cut at 2 KB and extra is not logged.
+func (s *Server) v1Log(w http.ResponseWriter, r *http.Request, _ router.Params) error {
+	var in struct {
+		Service *string        `json:"service"`
+		Level   *string        `json:"level"`
+		Message *string        `json:"message"`
+		Extra   map[string]any `json:"extra"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	if in.Service == nil || in.Level == nil || in.Message == nil {
+		return errs.InvalidRequest("payload", "service, level and message are required")
+	}
+	var lvl zapcore.Level
+	switch *in.Level {
+	case "debug":
+		lvl = zapcore.DebugLevel
+	case "info":
+		lvl = zapcore.InfoLevel
+	case "warn":
+		lvl = zapcore.WarnLevel
+	case "error":
+		lvl = zapcore.ErrorLevel
+	default:
+		return errs.Field("level", `level must be "debug", "info", "warn" or "error"`)
+	}
+	msg := *in.Message
+	if len(msg) > 2048 {
+		msg = msg[:2048] + "…"
+	}
+	if ce := s.opts.Logger.Named("client").Check(lvl, msg); ce != nil {
+		ce.Write(zap.String("service", *in.Service))
+	}
+	writeJSON(w, http.StatusOK, true)
 	return nil
 }

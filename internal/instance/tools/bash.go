@@ -127,6 +127,11 @@ func runCommand(ctx context.Context, env *Env, dir, command string, timeout time
 	cmd := exec.Command(shell, "-c", command)
 	cmd.Dir = dir
 	cmd.Env = ScrubEnv(os.Environ(), env.Secrets)
+	if env.ShellEnv != nil {
+		for k, v := range env.ShellEnv(ctx, dir) {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out := &tailBuffer{max: maxBashOutput}
 	cmd.Stdout, cmd.Stderr = out, out

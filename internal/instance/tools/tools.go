@@ -90,6 +90,9 @@ type Env struct {
 	BashTimeout, MaxBashTimeout time.Duration
 	// Shell runs commands (default /bin/bash, else /bin/sh).
 	Shell string
+	// ShellEnv, when set, adds variables to a command's environment (after
+	// it is scrubbed): the plugins' shell.env hook.
+	ShellEnv func(ctx context.Context, cwd string) map[string]string
 }
 
 // FetchPolicy bounds webfetch.
