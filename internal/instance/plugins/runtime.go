@@ -72,7 +72,9 @@ func (m *Manager) specs(projectDir string) []pluginhost.Spec {
 	}
 	m.mu.Unlock()
 	locals := localPlugins(projectDir)
-	sort.Slice(locals, func(i, j int) bool { return filepath.Base(locals[i].Source.Path) < filepath.Base(locals[j].Source.Path) })
+	sort.Slice(locals, func(i, j int) bool {
+		return filepath.Base(locals[i].Source.Path) < filepath.Base(locals[j].Source.Path)
+	})
 	for _, l := range locals {
 		out = append(out, pluginhost.Spec{ID: localHostID(l.Source.Path), Entry: l.Source.Path})
 	}
