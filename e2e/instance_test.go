@@ -97,10 +97,13 @@ http://%s {
 		directory %q
 		plugin %s@1.0.0
 		registry %s
+		plugin_host {
+			bun %q
+		}
 		heartbeat 1s
 	}
 }
-`, s.adminAddr, filepath.Join(s.dir, "data"), s.httpAddr, project, pkg, reg.URL)
+`, s.adminAddr, filepath.Join(s.dir, "data"), s.httpAddr, project, pkg, reg.URL, bunBinary(t, ctx))
 	os.WriteFile(s.cfgPath, []byte(caddyfile), 0o600)
 	s.env = append(s.env, "AGENT_INSTANCE_PASSWORD=instance-secret")
 	s.start()
@@ -207,7 +210,8 @@ http://%s {
 			Type, Target, Version string
 			Outdated              bool
 		}
-		State struct{ Status, Error string }
+		State    struct{ Status, Error string }
+		Features map[string]any
 	}
 	findPkg := func(list []plugin) plugin {
 		for _, p := range list {
@@ -252,7 +256,8 @@ http://%s {
 	}
 	var after struct{ Data []plugin }
 	get("/api/plugin", auth, &after)
-	if p := findPkg(after.Data); p.State.Status != "active" || p.Source.Version != "1.1.0" || p.Source.Outdated {
+	// Installed and loaded in the plugin host: active, with what it hooks.
+	if p := findPkg(after.Data); p.State.Status != "active" || p.Source.Version != "1.1.0" || p.Source.Outdated || p.Features["server"] != true {
 		t.Fatalf("after update: %+v", p)
 	}
 	if st, _, _ := call(ctx, httpClient, "GET", base+"/api/agent", nil, nil); st != 401 {

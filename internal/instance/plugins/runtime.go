@@ -341,3 +341,11 @@ func (m *Manager) Reload() {
 		rt.Host.Reload()
 	}
 }
+
+// SetLogger replaces the manager's logger.
+func (m *Manager) SetLogger(l *zap.Logger) {
+	m = m.self()
+	m.mu.Lock()
+	m.log = l
+	m.mu.Unlock()
+}
