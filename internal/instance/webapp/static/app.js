@@ -89,14 +89,6 @@
     showStream();
   }
 
-  function confirmations() {
-    document.querySelectorAll('form[data-confirm]').forEach(function (form) {
-      form.addEventListener('submit', function (e) {
-        if (!window.confirm(form.getAttribute('data-confirm'))) e.preventDefault();
-      });
-    });
-  }
-
   // The stats page's time zone defaults to the browser's.
   function timeZone() {
     var input = document.querySelector('input[data-tz]');
@@ -122,7 +114,6 @@
   function init() {
     var root = document.querySelector('[data-session]');
     if (root) live(root);
-    confirmations();
     timeZone();
     promptKeys();
   }
