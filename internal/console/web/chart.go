@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/webpage"
 )
 
 // daySpend is one UTC day of spend.
@@ -62,7 +63,7 @@ func buildChart(days []daySpend, truncated bool) chart {
 			max = d.Cost
 		}
 	}
-	top := niceCeil(float64(max) / 1e12)
+	top := webpage.NiceCeil(float64(max) / 1e12)
 	widest := 0
 	for i := 0; i <= 4; i++ {
 		widest = maxInt(widest, len(axisUSD(top*float64(i)/4)))
@@ -96,20 +97,6 @@ func buildChart(days []daySpend, truncated bool) chart {
 		c.Ticks = append(c.Ticks, tick{Y: c.Bottom - plotH*float64(i)/4, Label: axisUSD(v)})
 	}
 	return c
-}
-
-// niceCeil rounds v up to 1, 2, 2.5 or 5 times a power of ten (1 for 0).
-func niceCeil(v float64) float64 {
-	if v <= 0 {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 2.5, 5, 10} {
-		if v <= m*p*(1+1e-9) {
-			return m * p
-		}
-	}
-	return 10 * p
 }
 
 // axisUSD formats an axis value with as few decimals as it needs.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/store"
+	"github.com/agentgate/agentgate/internal/webpage"
 )
 
 // parsePages parses each page template with the shared layout.
@@ -57,7 +58,7 @@ var funcs = template.FuncMap{
 	},
 	"eq2": func(a string, b *string) bool { return b != nil && *b == a },
 	// count writes a whole number with thousands separators.
-	"count": func(n int64) string { return commas(strconv.FormatInt(n, 10)) },
+	"count": func(n int64) string { return webpage.Commas(strconv.FormatInt(n, 10)) },
 }
 
 // usd formats an amount of dollars for people: cents from a cent up,
@@ -72,7 +73,7 @@ func usd(p money.Pico) string {
 		neg, f = "-", -f
 	}
 	if f >= 0.01 {
-		return neg + "$" + commas(strconv.FormatFloat(f, 'f', 2, 64))
+		return neg + "$" + webpage.Commas(strconv.FormatFloat(f, 'f', 2, 64))
 	}
 	dec := int(-math.Floor(math.Log10(f))) + 2
 	if dec > 6 {
@@ -90,22 +91,6 @@ func usdOr(p *money.Pico, none string) string {
 		return none
 	}
 	return usd(*p)
-}
-
-// commas groups the integer part of a decimal number by thousands.
-func commas(s string) string {
-	intPart, frac, hasDot := strings.Cut(s, ".")
-	var b strings.Builder
-	for i, r := range intPart {
-		if i > 0 && (len(intPart)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	if hasDot {
-		b.WriteString("." + frac)
-	}
-	return b.String()
 }
 
 // when formats a time or a *time.Time in UTC ("—" for none).

@@ -30,6 +30,7 @@ import (
 	"github.com/agentgate/agentgate/internal/ratelimit"
 	"github.com/agentgate/agentgate/internal/service"
 	"github.com/agentgate/agentgate/internal/store"
+	"github.com/agentgate/agentgate/internal/webpage"
 )
 
 //go:embed templates/*.html
@@ -112,15 +113,7 @@ func New(opts Options) *Web {
 		codeIP:      ratelimit.New(CodeFailuresPerIP, LimitWindow, opts.Clock),
 	}
 	sub, _ := fs.Sub(staticFS, "static")
-	files := http.StripPrefix("/static/", http.FileServerFS(sub))
-	h.static = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/") { // no directory listings
-			h.notFound(w, r)
-			return
-		}
-		w.Header().Set("Cache-Control", "public, max-age=3600")
-		files.ServeHTTP(w, r)
-	})
+	h.static = webpage.Static(sub, "/static/", h.notFound)
 
 	m := h.mux
 	m.Handle("GET /static/", h.static)

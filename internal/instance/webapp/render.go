@@ -2,7 +2,6 @@ package webapp
 
 import (
 	"bytes"
-	"embed"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/instance/agents"
 	"github.com/agentgate/agentgate/internal/instance/session"
+	"github.com/agentgate/agentgate/internal/webpage"
 )
 
 // markdown renders assistant text. Goldmark's defaults keep it inert: raw
@@ -34,8 +34,6 @@ func renderMarkdown(s string) template.HTML {
 	return template.HTML(b.String())
 }
 
-var _ embed.FS // the templates are embedded in webapp.go
-
 func parsePages() map[string]*template.Template {
 	funcs := template.FuncMap{
 		"markdown": renderMarkdown,
@@ -43,7 +41,7 @@ func parsePages() map[string]*template.Template {
 		"ms":       formatMS,
 		"when":     func(ms int64) string { return formatMS(float64(ms)) },
 		"usd":      formatUSD,
-		"int":      func(v int64) string { return groupDigits(v) },
+		"int":      func(v int64) string { return webpage.Commas(strconv.FormatInt(v, 10)) },
 		"json":     prettyJSON,
 		"modelref": modelRef,
 		"deref":    func(b *bool) bool { return b != nil && *b },
@@ -93,24 +91,6 @@ func formatUSD(v float64) string {
 	default:
 		return "$" + strconv.FormatFloat(v, 'f', 4, 64)
 	}
-}
-
-// groupDigits writes an integer with thousands separators.
-func groupDigits(v int64) string {
-	s := strconv.FormatInt(v, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
 }
 
 // prettyJSON is a tool input or metadata value, indented, for a <pre>

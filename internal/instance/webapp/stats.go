@@ -11,6 +11,7 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/agents"
 	"github.com/agentgate/agentgate/internal/instance/errs"
 	"github.com/agentgate/agentgate/internal/instance/session"
+	"github.com/agentgate/agentgate/internal/webpage"
 )
 
 // statsDays are the ranges the stats page offers, in days.
@@ -168,7 +169,7 @@ func buildChart(days []dayValue) chart {
 		top = max(top, d.Value)
 	}
 	c.Max = top
-	scale := niceCeil(float64(top))
+	scale := max(webpage.NiceCeil(float64(top)), 4) // quarter ticks of whole steps
 	plotW, plotH := c.Right-c.Left, c.Bottom-c.Top
 	slot := plotW / float64(max(len(days), 1))
 	w := math.Max(slot*0.7, 1)
@@ -186,21 +187,6 @@ func buildChart(days []dayValue) chart {
 		c.Labels = append(c.Labels, label{X: round1(c.Left + slot*float64(i) + slot/2), Text: days[i].Day.Format("Jan 2")})
 	}
 	return c
-}
-
-// niceCeil is the axis top: 4 at least, else v rounded up to 1, 2 or 5
-// times a power of ten, so that quarter ticks stay readable.
-func niceCeil(v float64) float64 {
-	if v <= 4 {
-		return 4
-	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 4, 5, 10} {
-		if m*p >= v {
-			return m * p
-		}
-	}
-	return 10 * p
 }
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }

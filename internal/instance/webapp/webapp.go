@@ -33,6 +33,7 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/errs"
 	"github.com/agentgate/agentgate/internal/instance/permission"
 	"github.com/agentgate/agentgate/internal/instance/session"
+	"github.com/agentgate/agentgate/internal/webpage"
 )
 
 //go:embed templates/*.html
@@ -115,15 +116,7 @@ func New(opts Options) *App {
 	m.Write([]byte("agentgate-instance-web-csrf-v1"))
 	a := &App{opts: opts, mux: http.NewServeMux(), pages: parsePages(), csrf: base64.RawURLEncoding.EncodeToString(m.Sum(nil))}
 	sub, _ := fs.Sub(staticFS, "static")
-	files := http.StripPrefix("/ui/static/", http.FileServerFS(sub))
-	a.static = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/") {
-			a.notFound(w, r)
-			return
-		}
-		w.Header().Set("Cache-Control", "public, max-age=3600")
-		files.ServeHTTP(w, r)
-	})
+	a.static = webpage.Static(sub, "/ui/static/", a.notFound)
 
 	mx := a.mux
 	mx.Handle("GET /ui/static/", a.static)

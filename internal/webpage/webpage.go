@@ -1,0 +1,63 @@
+// Package webpage holds what the server-rendered web pages share (the
+// Console's and the instance's web app): serving their embedded static
+// files, and the number formats of their tables and charts.
+package webpage
+
+import (
+	"io/fs"
+	"math"
+	"net/http"
+	"strings"
+)
+
+// Static serves the files of fsys under prefix (a path ending in "/"),
+// cacheable for an hour; a directory is answered by notFound, never
+// listed.
+func Static(fsys fs.FS, prefix string, notFound http.HandlerFunc) http.Handler {
+	files := http.StripPrefix(prefix, http.FileServerFS(fsys))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") {
+			notFound(w, r)
+			return
+		}
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		files.ServeHTTP(w, r)
+	})
+}
+
+// Commas groups the integer part of a decimal number by thousands
+// ("-1234567.5" → "-1,234,567.5").
+func Commas(s string) string {
+	sign := ""
+	if strings.HasPrefix(s, "-") {
+		sign, s = "-", s[1:]
+	}
+	intPart, frac, hasDot := strings.Cut(s, ".")
+	var b strings.Builder
+	b.WriteString(sign)
+	for i, r := range intPart {
+		if i > 0 && (len(intPart)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if hasDot {
+		b.WriteString("." + frac)
+	}
+	return b.String()
+}
+
+// NiceCeil rounds v up to 1, 2, 2.5 or 5 times a power of ten (1 for 0 or
+// less): the top of a chart's axis.
+func NiceCeil(v float64) float64 {
+	if v <= 0 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if v <= m*p*(1+1e-9) {
+			return m * p
+		}
+	}
+	return 10 * p
+}

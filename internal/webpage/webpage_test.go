@@ -1,0 +1,40 @@
+package webpage
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"testing/fstest"
+)
+
+func TestNiceCeil(t *testing.T) {
+	for v, want := range map[float64]float64{-3: 1, 0: 1, 0.8: 1, 1: 1, 1.2: 2, 2.2: 2.5, 3: 5, 7: 10, 0.000172: 0.0002, 42: 50, 6: 10} {
+		if got := NiceCeil(v); got < want*0.999999 || got > want*1.000001 {
+			t.Errorf("NiceCeil(%v) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+func TestCommas(t *testing.T) {
+	for in, want := range map[string]string{"0": "0", "999": "999", "1000": "1,000", "1234567": "1,234,567", "-123": "-123",
+		"-1234": "-1,234", "1234.5678": "1,234.5678", "-1234567.25": "-1,234,567.25"} {
+		if got := Commas(in); got != want {
+			t.Errorf("Commas(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestStaticListsNoDirectory(t *testing.T) {
+	fsys := fstest.MapFS{"app.css": {Data: []byte("body{}")}, "sub/x.js": {Data: []byte("1")}}
+	h := Static(fsys, "/static/", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "nope", 404) })
+	for path, want := range map[string]int{"/static/app.css": 200, "/static/sub/x.js": 200, "/static/": 404, "/static/sub/": 404, "/static/none.css": 404} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != want {
+			t.Errorf("%s: %d, want %d", path, rec.Code, want)
+		}
+		if want == 200 && rec.Header().Get("Cache-Control") != "public, max-age=3600" {
+			t.Errorf("%s: Cache-Control %q", path, rec.Header().Get("Cache-Control"))
+		}
+	}
+}
