@@ -46,12 +46,17 @@ func TestBrowserInstanceWebApp(t *testing.T) {
 	var mu sync.Mutex
 	var bodies []string
 	// A delay between stream events, so that the page sees the answer
-	// arrive in pieces.
-	p.SetBehavior(fakeprovider.Behavior{Delay: 150 * time.Millisecond, Script: func(body []byte) fakeprovider.Step {
+	// arrive in pieces; the first answer waits until the page that sent
+	// the prompt has surely connected its event stream.
+	p.SetBehavior(fakeprovider.Behavior{Delay: 200 * time.Millisecond, Script: func(body []byte) fakeprovider.Step {
 		mu.Lock()
-		defer mu.Unlock()
 		bodies = append(bodies, string(body))
-		if n := len(bodies) - 1; n < len(steps) {
+		n := len(bodies) - 1
+		mu.Unlock()
+		if n == 0 {
+			time.Sleep(2 * time.Second)
+		}
+		if n < len(steps) {
 			return steps[n]
 		}
 		return fakeprovider.Step{Text: "done"}
