@@ -36,7 +36,9 @@
         var doc = new DOMParser().parseFromString('<section>' + html + '</section>', 'text/html');
         var fresh = doc.body.firstElementChild;
         var atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;
+        var kept = keepInput(box);
         box.replaceChildren.apply(box, Array.prototype.slice.call(fresh.childNodes));
+        restoreInput(box, kept);
         showStream();
         if (atBottom) window.scrollTo(0, document.body.scrollHeight);
         document.body.setAttribute('data-refreshed', String(Date.now()));
@@ -45,6 +47,34 @@
           inflight = false;
           if (again) { again = false; schedule(); }
         });
+    }
+
+    // What a person typed or picked in an ask or a form survives the
+    // refresh of the live part (the new copy of the same form gets it).
+    function controlKey(el) {
+      var sec = el.closest('section[id]');
+      var key = (sec ? sec.id : '') + '|' + el.name;
+      if (el.type === 'radio' || el.type === 'checkbox') key += '|' + el.value;
+      return key;
+    }
+    function keepInput(root) {
+      var kept = { values: {}, focus: null };
+      root.querySelectorAll('input[name], textarea[name]').forEach(function (el) {
+        if (el.type === 'hidden' || el.type === 'submit') return;
+        var k = controlKey(el);
+        kept.values[k] = (el.type === 'radio' || el.type === 'checkbox') ? el.checked : el.value;
+        if (el === document.activeElement) kept.focus = k;
+      });
+      return kept;
+    }
+    function restoreInput(root, kept) {
+      root.querySelectorAll('input[name], textarea[name]').forEach(function (el) {
+        var k = controlKey(el);
+        if (!(k in kept.values)) return;
+        if (el.type === 'radio' || el.type === 'checkbox') el.checked = kept.values[k];
+        else el.value = kept.values[k];
+        if (kept.focus === k) el.focus();
+      });
     }
 
     function schedule() {
