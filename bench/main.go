@@ -208,7 +208,11 @@ func run(ctx context.Context, o options) (*results, error) {
 				if o.profile != "" && l.id == "c" && c.conc == o.profileConc && c.slow == 0 {
 					prof = r.profile(ctx, o.thrDur, o.profile)
 				}
+				trips0, tripsOK := r.roundTrips(ctx, l)
 				cr := closed(ctx, l, c.slow, body1k, c.conc, o.thrDur, 0)
+				if trips1, ok := r.roundTrips(ctx, l); ok && tripsOK && c.conc == 32 && c.slow == 0 && cr.ok > 0 {
+					res.pgTrips = append(res.pgTrips, float64(trips1-trips0)/float64(cr.ok))
+				}
 				if prof != nil {
 					if err := <-prof; err != nil {
 						logf("profile: %v", err)

@@ -62,6 +62,7 @@ type results struct {
 	usageWant, usageSpent, usageReserved         money.Pico
 	pgCount                                      int
 	pgWant, pgSpent, pgReserved                  money.Pico
+	pgTrips                                      []float64 // lane (p): database round trips per request, per repetition at c=32
 	elapsed                                      time.Duration
 }
 
@@ -249,6 +250,10 @@ func (res *results) targets() []target {
 			lat = fmt.Sprintf("; p99 %s vs %s", us(medianLat(res.lat["p"], p99)), us(medianLat(res.lat["c"], p99)))
 		}
 		ts = append(ts, target{"PostgreSQL", "(p) vs (c): the cost of a shared store", fmt.Sprintf("%.0f vs %.0f req/s = %s%s", p, c, ratio(p, c), lat), nil})
+		if len(res.pgTrips) > 0 {
+			trips := median(res.pgTrips)
+			ts = append(ts, target{"Round trips (p)", "≤ 0.1 database round trips per request, c=32", fmt.Sprintf("%.1f per request", trips), yes(trips <= 0.1)})
+		}
 		ts = append(ts, target{"Usage exactness (p)", "spend on PostgreSQL = counts × price",
 			fmt.Sprintf("%d answers × %s USD = %s USD; spend %s USD, reserved %s USD", res.pgCount, costPerAnswer, res.pgWant, res.pgSpent, res.pgReserved),
 			yes(res.pgSpent == res.pgWant && res.pgReserved == 0)})
@@ -312,7 +317,7 @@ func (res *results) markdown(svgName string) string {
 	w("\nLane (i) is lane (c)'s process and connections reached through the Inference API (`/v1/chat/completions`, routed by a workspace model with one target): the cost of routing by model. ")
 	w("Lane (c) runs with the workspace key checked on every request, a budget on the key's service account (so each request is reserved and settled in the ledger), the usage tee parsing every answer, and the gateway's Prometheus metrics. Lanes (b) and (c) are two processes of the same binary (so each lane's RSS is its own), pinned to the same core; no access logs. ")
 	if res.has("p") {
-		w("Lane (p) is the same `llm_gateway` site in a third process that stores in PostgreSQL (`storage postgres`), as every node of a fleet does: a throwaway cluster on loopback started by `internal/pgtest` (fsync off, on the load generator's core). On PostgreSQL nothing is cached, so each request reads its key, service account, workspace and connection from the database, and its reservation and settlement take the member's lock there: lane (p) measures that cost, in throughput and latency only. ")
+		w("Lane (p) is the same `llm_gateway` site in a third process that stores in PostgreSQL (`storage postgres`), as every node of a fleet does: a throwaway cluster on loopback started by `internal/pgtest` (fsync off, on the load generator's core). On PostgreSQL nothing is cached, so each request reads its key, service account, workspace and connection from the database, and its reservation and settlement take the member's lock there: lane (p) measures that cost, in throughput and latency only, and counts its database round trips per request from its `agentgate_store_round_trips_total` metric. ")
 	}
 	if res.r.portkeyMsg != "" {
 		w("%s.", res.r.portkeyMsg)

@@ -680,3 +680,23 @@ func cpuModel() string {
 	}
 	return "unknown"
 }
+
+// roundTrips reads lane (p)'s count of database round trips from its
+// Caddy metrics (agentgate_store_round_trips_total); ok is false for
+// other lanes, or when the binary has no such metric.
+func (r *rig) roundTrips(ctx context.Context, l *lane) (n uint64, ok bool) {
+	if l.id != "p" || r.pg == nil {
+		return 0, false
+	}
+	st, b, err := r.pg.admin(ctx, "GET", "/metrics", nil)
+	if err != nil || st != 200 {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, found := strings.CutPrefix(line, "agentgate_store_round_trips_total "); found {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return uint64(f), err == nil
+		}
+	}
+	return 0, false
+}

@@ -51,7 +51,27 @@ type Postgres struct {
 	logger *zap.Logger
 	closed atomic.Bool
 	once   sync.Once
+	trips  *roundTrips
 }
+
+// roundTrips counts the statements and batches sent to the database, each
+// one network round trip (BEGIN and COMMIT included).
+type roundTrips struct{ n atomic.Uint64 }
+
+func (t *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	t.n.Add(1)
+	return ctx
+}
+func (*roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (t *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	t.n.Add(1)
+	return ctx
+}
+func (*roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (*roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// RoundTrips is the number of round trips to the database so far.
+func (s *Postgres) RoundTrips() uint64 { return s.trips.n.Load() }
 
 // postgresMigrations are the schema steps, by version (index 0 is unused).
 // Each is applied once, in its own transaction, under pgMigrationLock.
@@ -91,11 +111,13 @@ func OpenPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error) 
 	if logger == nil {
 		logger = zap.NewNop()
 	}
+	trips := &roundTrips{}
+	cfg.ConnConfig.Tracer = trips
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: PostgreSQL pool: %w", err)
 	}
-	s := &Postgres{pool: pool, logger: logger}
+	s := &Postgres{pool: pool, logger: logger, trips: trips}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err

@@ -545,3 +545,39 @@ func TestPostgresUpdateLockedOrdersWriters(t *testing.T) {
 		return nil
 	})
 }
+
+// TestPostgresCountsRoundTrips: every statement a transaction sends (its
+// BEGIN and COMMIT included) counts one round trip.
+func TestPostgresCountsRoundTrips(t *testing.T) {
+	s, _ := newPG(t)
+	ctx := t.Context()
+	before := s.RoundTrips()
+	if err := s.View(ctx, func(tx Tx) error { _, err := tx.Meta("nothing"); return ignoreNotFound(err) }); err != nil {
+		t.Fatal(err)
+	}
+	view := s.RoundTrips() - before
+	if view < 3 || view > 4 { // BEGIN, one SELECT, COMMIT (and the isolation level)
+		t.Fatalf("a one-read view took %d round trips", view)
+	}
+	before = s.RoundTrips()
+	if err := s.View(ctx, func(tx Tx) error {
+		for i := range 5 {
+			if _, err := tx.Meta(fmt.Sprint("m", i)); ignoreNotFound(err) != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if five := s.RoundTrips() - before; five != view+4 {
+		t.Fatalf("five reads took %d round trips, one took %d", five, view)
+	}
+}
+
+func ignoreNotFound(err error) error {
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}

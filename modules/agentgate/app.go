@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/agentgate/agentgate/internal/apierr"
@@ -86,6 +88,7 @@ type App struct {
 	masterKeyText string
 	ready         chan struct{}
 	svc           *service.Service
+	roundTrips    atomic.Pointer[store.Postgres] // the PostgreSQL store, for the round-trip metric
 	startErr      error
 	pooled        bool
 	logger        *zap.Logger
@@ -152,6 +155,21 @@ func (*App) CaddyModule() caddy.ModuleInfo {
 // `caddy validate` works while a server runs on the same data directory.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
+	// Registered per config: a reload's registry is new.
+	if err := ctx.GetMetricsRegistry().Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: "agentgate", Subsystem: "store", Name: "round_trips_total",
+		Help: "Statements and batches sent to the PostgreSQL store, each a network round trip (0 on Badger).",
+	}, func() float64 {
+		if pg := a.roundTrips.Load(); pg != nil {
+			return float64(pg.RoundTrips())
+		}
+		return 0
+	})); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return err
+		}
+	}
 	a.ready = make(chan struct{})
 	if a.Clock == nil {
 		a.Clock = clock.Real{}
@@ -355,6 +373,9 @@ func (a *App) start() error {
 		}
 	}
 	a.svc = svc
+	if pg, ok := st.(*store.Postgres); ok {
+		a.roundTrips.Store(pg)
+	}
 	if a.Storage.Backend == "postgres" {
 		a.logger.Info("store ready", zap.String("backend", "postgres"), zap.String("database", store.PostgresTarget(a.dsn)),
 			zap.Bool("shared_with_previous_config", loaded))
