@@ -124,6 +124,10 @@ type Host struct {
 	gen       int // starts of the process; loaded locations are of one
 	locs      map[string]*location
 	closed    bool
+
+	eventsOnce sync.Once
+	events     chan hostEvent
+	quit       chan struct{} // closed by Close
 }
 
 type location struct {
@@ -169,7 +173,7 @@ func New(opts Options) (*Host, error) {
 			return nil, err
 		}
 	}
-	return &Host{opts: opts, log: opts.Logger, locs: map[string]*location{}}, nil
+	return &Host{opts: opts, log: opts.Logger, locs: map[string]*location{}, quit: make(chan struct{})}, nil
 }
 
 // ErrRestarting is a call made while the host waits to start again after
@@ -546,13 +550,39 @@ func hasHook(st []Status, hook string) bool {
 	return false
 }
 
-// Event hands an event to the event hooks of a loaded location, without
-// waiting for them.
+// eventQueue bounds the events waiting for the host; more are dropped, as
+// a slow event stream drops a subscriber's events.
+const eventQueue = 1024
+
+type hostEvent struct {
+	dir string
+	ev  json.RawMessage
+}
+
+// Event hands an event to the event hooks of a loaded location without
+// waiting: events go to the host in order, one at a time, from a bounded
+// queue (dropped when it is full).
 func (h *Host) Event(dir string, ev json.RawMessage) {
 	if st, ok := h.Loaded(dir); !ok || !hasHook(st, "event") {
 		return
 	}
-	go h.call(context.Background(), "event", map[string]any{"directory": dir, "event": ev}, h.opts.CallTimeout)
+	h.eventsOnce.Do(func() {
+		h.events = make(chan hostEvent, eventQueue)
+		go func() {
+			for {
+				select {
+				case e := <-h.events:
+					h.call(context.Background(), "event", map[string]any{"directory": e.dir, "event": e.ev}, h.opts.CallTimeout)
+				case <-h.quit:
+					return
+				}
+			}
+		}()
+	})
+	select {
+	case h.events <- hostEvent{dir, ev}:
+	default:
+	}
 }
 
 // Reload stops the process: every location loads its plugins afresh on
@@ -572,6 +602,9 @@ func (h *Host) Reload() {
 // Close stops the host for good.
 func (h *Host) Close() {
 	h.mu.Lock()
+	if !h.closed {
+		close(h.quit)
+	}
 	h.closed = true
 	h.mu.Unlock()
 	h.Reload()
