@@ -101,13 +101,25 @@ func testContext(t *testing.T, max time.Duration) context.Context {
 // freeAddr returns a loopback address with a port that was free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		// The kernel may hand a closed port out again; two Caddy
+		// processes would then both listen on it (Caddy sets
+		// SO_REUSEPORT) and split its connections. No address is given
+		// twice in one run.
+		if _, taken := handedOut.LoadOrStore(addr, true); !taken {
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
+
+// handedOut are the addresses freeAddr gave.
+var handedOut sync.Map
 
 func randomHex(n int) string {
 	b := make([]byte, n)
