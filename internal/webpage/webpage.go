@@ -1,12 +1,17 @@
 // Package webpage holds what the server-rendered web pages share (the
-// Console's and the instance's web app): serving their embedded static
-// files, and the number formats of their tables and charts.
+// Console's and the instance's web app): parsing and rendering their
+// embedded templates, serving their static files, and the number formats
+// of their tables and charts.
 package webpage
 
 import (
+	"bytes"
+	"html/template"
 	"io/fs"
 	"math"
 	"net/http"
+	"path"
+	"slices"
 	"strings"
 )
 
@@ -60,4 +65,37 @@ func NiceCeil(v float64) float64 {
 		}
 	}
 	return 10 * p
+}
+
+// ParsePages parses every templates/*.html page of fsys with the shared
+// templates (the layout and parts every page uses), one template set per
+// page, keyed by the page's file name without .html.
+func ParsePages(fsys fs.FS, funcs template.FuncMap, shared ...string) map[string]*template.Template {
+	names, err := fs.Glob(fsys, "templates/*.html")
+	if err != nil {
+		panic(err)
+	}
+	base := template.Must(template.New("").Funcs(funcs).ParseFS(fsys, shared...))
+	out := map[string]*template.Template{}
+	for _, n := range names {
+		if slices.Contains(shared, n) {
+			continue
+		}
+		out[strings.TrimSuffix(path.Base(n), ".html")] = template.Must(template.Must(base.Clone()).ParseFS(fsys, n))
+	}
+	return out
+}
+
+// Render executes the named template of t into a buffer and writes it
+// with status. When the template fails nothing is written and its error
+// is returned: the caller logs it and answers 500.
+func Render(w http.ResponseWriter, t *template.Template, name string, status int, data any) error {
+	var b bytes.Buffer
+	if err := t.ExecuteTemplate(&b, name, data); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(b.Bytes()) // a client gone away is no error of the page
+	return nil
 }

@@ -38,3 +38,27 @@ func TestStaticListsNoDirectory(t *testing.T) {
 		}
 	}
 }
+
+// TestParsePagesAndRender: every page but the shared ones gets its own
+// set with the shared templates; a failing template writes nothing.
+func TestParsePagesAndRender(t *testing.T) {
+	fsys := fstest.MapFS{
+		"templates/layout.html": {Data: []byte(`{{define "layout"}}<main>{{template "content" .}}</main>{{end}}`)},
+		"templates/parts.html":  {Data: []byte(`{{define "name"}}<b>{{.}}</b>{{end}}`)},
+		"templates/home.html":   {Data: []byte(`{{define "content"}}home {{template "name" .}}{{end}}`)},
+		"templates/broken.html": {Data: []byte(`{{define "content"}}{{.Missing.Field}}{{end}}`)},
+	}
+	pages := ParsePages(fsys, nil, "templates/layout.html", "templates/parts.html")
+	if len(pages) != 2 || pages["home"] == nil || pages["broken"] == nil {
+		t.Fatalf("pages: %v", pages)
+	}
+	rec := httptest.NewRecorder()
+	if err := Render(rec, pages["home"], "layout", 201, "<x>"); err != nil || rec.Code != 201 ||
+		rec.Body.String() != "<main>home <b>&lt;x&gt;</b></main>" || rec.Header().Get("Content-Type") != "text/html; charset=utf-8" {
+		t.Fatalf("home: %v %d %q", err, rec.Code, rec.Body.String())
+	}
+	rec = httptest.NewRecorder()
+	if err := Render(rec, pages["broken"], "layout", 200, 42); err == nil || rec.Body.Len() != 0 || rec.Header().Get("Content-Type") != "" {
+		t.Fatalf("broken: %v %q", err, rec.Body.String())
+	}
+}

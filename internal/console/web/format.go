@@ -3,9 +3,7 @@ package web
 import (
 	"fmt"
 	"html/template"
-	"io/fs"
 	"math"
-	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -17,19 +15,7 @@ import (
 
 // parsePages parses each page template with the shared layout.
 func parsePages() map[string]*template.Template {
-	names, err := fs.Glob(templateFS, "templates/*.html")
-	if err != nil {
-		panic(err)
-	}
-	out := map[string]*template.Template{}
-	for _, n := range names {
-		base := strings.TrimSuffix(path.Base(n), ".html")
-		if base == "layout" {
-			continue
-		}
-		out[base] = template.Must(template.New(base).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", n))
-	}
-	return out
+	return webpage.ParsePages(templateFS, funcs, "templates/layout.html")
 }
 
 var funcs = template.FuncMap{

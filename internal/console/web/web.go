@@ -11,7 +11,6 @@
 package web
 
 import (
-	"bytes"
 	"context"
 	"embed"
 	"errors"
@@ -233,15 +232,10 @@ func (h *Web) render(w http.ResponseWriter, status int, name string, d *pageData
 	if t == nil {
 		panic("web: no template " + name)
 	}
-	var buf bytes.Buffer
-	if err := t.ExecuteTemplate(&buf, "layout", d); err != nil {
+	if err := webpage.Render(w, t, "layout", status, d); err != nil {
 		h.opts.Logger.Error("rendering a Console page", zap.String("page", name), zap.Error(err))
 		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
 	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.WriteHeader(status)
-	w.Write(buf.Bytes())
 }
 
 // fail shows an error page with the status and message of err (a generic

@@ -26,7 +26,7 @@ func (b webBackend) Models() []webapp.Model {
 	_, list := b.s.catalog()
 	out := make([]webapp.Model, 0, len(list))
 	for _, m := range list {
-		out = append(out, webapp.Model{ProviderID: m.ProviderID, ID: m.ID, Name: m.Name})
+		out = append(out, webapp.Model{ProviderID: m.ProviderID, ID: m.ID})
 	}
 	return out
 }

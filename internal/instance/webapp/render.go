@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"math"
-	"path"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/yuin/goldmark"
@@ -46,31 +44,7 @@ func parsePages() map[string]*template.Template {
 		"modelref": modelRef,
 		"deref":    func(b *bool) bool { return b != nil && *b },
 	}
-	base := template.Must(template.New("").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/parts.html"))
-	pages := map[string]*template.Template{}
-	names, _ := fsGlob("templates/*.html")
-	for _, n := range names {
-		name := strings.TrimSuffix(path.Base(n), ".html")
-		if name == "layout" || name == "parts" {
-			continue
-		}
-		pages[name] = template.Must(template.Must(base.Clone()).ParseFS(templateFS, n))
-	}
-	return pages
-}
-
-func fsGlob(pattern string) ([]string, error) {
-	entries, err := templateFS.ReadDir("templates")
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range entries {
-		if ok, _ := path.Match(pattern, "templates/"+e.Name()); ok {
-			out = append(out, "templates/"+e.Name())
-		}
-	}
-	return out, nil
+	return webpage.ParsePages(templateFS, funcs, "templates/layout.html", "templates/parts.html")
 }
 
 // formatMS is an epoch-millisecond time in UTC.
@@ -130,7 +104,6 @@ type message struct {
 	Text        string           `json:"text"`
 	Description string           `json:"description"`
 	Agent       string           `json:"agent"`
-	Previous    json.RawMessage  `json:"previous"`
 	Model       *agents.ModelRef `json:"model"`
 	Content     []content        `json:"content"`
 	Finish      string           `json:"finish"`
@@ -148,7 +121,6 @@ type message struct {
 	Output  *struct {
 		Output string `json:"output"`
 	} `json:"output"`
-	Skill    string `json:"skill"`
 	Name     string `json:"name"`
 	Location *struct {
 		Directory string `json:"directory"`

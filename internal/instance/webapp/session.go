@@ -12,6 +12,7 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/errs"
 	"github.com/agentgate/agentgate/internal/instance/permission"
 	"github.com/agentgate/agentgate/internal/instance/session"
+	"github.com/agentgate/agentgate/internal/webpage"
 )
 
 // transcriptPage is how many messages a session page shows; older ones
@@ -60,13 +61,9 @@ func (a *App) livePart(w http.ResponseWriter, r *http.Request, info *session.Inf
 	}
 	pd := a.data(r, "", "")
 	pd.Data = d
-	var b strings.Builder
-	if err := a.pages["session"].ExecuteTemplate(&b, "live", pd); err != nil {
+	if err := webpage.Render(w, a.pages["session"], "live", http.StatusOK, pd); err != nil {
 		a.fail(w, r, err)
-		return
 	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Write([]byte(b.String()))
 }
 
 func (a *App) sessionData(r *http.Request, info *session.Info) (*sessionData, error) {

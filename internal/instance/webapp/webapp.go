@@ -53,7 +53,7 @@ const maxForm = 1 << 20
 
 // Model is a model the instance can run, as the pages offer it.
 type Model struct {
-	ProviderID, ID, Name string
+	ProviderID, ID string
 }
 
 // Ref is the model's "provider/model" form value.
@@ -202,15 +202,10 @@ func (a *App) render(w http.ResponseWriter, status int, name string, d *pageData
 		http.Error(w, "no such page", http.StatusInternalServerError)
 		return
 	}
-	var b strings.Builder
-	if err := t.ExecuteTemplate(&b, "layout", d); err != nil {
+	if err := webpage.Render(w, t, "layout", status, d); err != nil {
 		a.opts.Logger.Error("rendering a page", zap.String("page", name), zap.Error(err))
 		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
-		return
 	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.WriteHeader(status)
-	w.Write([]byte(b.String()))
 }
 
 // fail shows an error page with the operation's status and message.
