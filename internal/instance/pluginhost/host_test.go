@@ -2,9 +2,11 @@ package pluginhost
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +57,7 @@ func writePlugins(t *testing.T, dir string, files map[string]string) []Spec {
 	pd := filepath.Join(dir, ".opencode", "plugin")
 	os.MkdirAll(pd, 0o755)
 	var specs []Spec
-	for _, name := range sortedKeys(files) {
+	for _, name := range slices.Sorted(maps.Keys(files)) {
 		p := filepath.Join(pd, name)
 		if err := os.WriteFile(p, []byte(files[name]), 0o644); err != nil {
 			t.Fatal(err)
@@ -63,21 +65,6 @@ func writePlugins(t *testing.T, dir string, files map[string]string) []Spec {
 		specs = append(specs, Spec{ID: strings.TrimSuffix(name, filepath.Ext(name)), Entry: p})
 	}
 	return specs
-}
-
-func sortedKeys(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	return out
 }
 
 func load(t *testing.T, h *Host, dir string, specs []Spec) map[string]Status {
@@ -166,6 +153,8 @@ func TestHostBadPlugins(t *testing.T) {
 		"c-nothing.js": `export const notAPlugin = 42;`,
 		"d-schema.js":  `export const P = async () => ({ tool: { bad: { description: "x", args: { n: { notASchema: true } }, execute: async () => "" } } });`,
 		"e-syntax.js":  `export const P = async () => ({ ;`,
+		"g-import.js": `import pad from "agentgate-no-such-package-zz";
+export const P = async () => ({});`,
 	})
 	specs = append(specs, Spec{ID: "f-missing", Entry: filepath.Join(dir, "node_modules", "nope", "index.js")})
 	st := load(t, h, dir, specs)
@@ -173,7 +162,9 @@ func TestHostBadPlugins(t *testing.T) {
 		t.Fatalf("the good plugin: %+v", st["a-good"])
 	}
 	for id, want := range map[string]string{"b-throws": "boom at load", "c-nothing": "exports no plugin function",
-		"d-schema": "tool bad: invalid args schema", "e-syntax": "", "f-missing": ""} {
+		"d-schema": "tool bad: invalid args schema", "e-syntax": "", "f-missing": "",
+		// an unknown package is an error, never a download
+		"g-import": "Cannot find package 'agentgate-no-such-package-zz'"} {
 		if s := st[id]; s.OK || s.Error == "" || !strings.Contains(s.Error, want) {
 			t.Errorf("%s: %+v, want an error with %q", id, s, want)
 		}

@@ -134,9 +134,10 @@ func packageEntry(dir string) (string, error) {
 	return "", errors.New("the package has no entry point (package.json exports, module or main, or index.js)")
 }
 
-// load loads a location's plugins in the host and returns their statuses
-// by host id; err when no host runs them.
-func (m *Manager) load(ctx context.Context, loc Location) (map[string]pluginhost.Status, error) {
+// load loads a location's plugins in the host (once per host process:
+// a loaded location answers without reading the plugins again) and returns
+// their statuses in load order; err when no host runs them.
+func (m *Manager) load(ctx context.Context, loc Location) ([]pluginhost.Status, error) {
 	rt := m.runtime()
 	if rt == nil || rt.Host == nil {
 		why := "no plugin host"
@@ -145,11 +146,14 @@ func (m *Manager) load(ctx context.Context, loc Location) (map[string]pluginhost
 		}
 		return nil, errors.New(why)
 	}
+	if st, ok := rt.Host.Loaded(loc.Dir); ok {
+		return st, nil
+	}
 	specs := m.specs(loc.ProjectDir)
 	if len(specs) == 0 {
-		return map[string]pluginhost.Status{}, nil
+		return nil, nil // no plugin: the host is not started for nothing
 	}
-	list, err := rt.Host.Load(ctx, loc.Dir, func() pluginhost.LoadInput {
+	return rt.Host.Load(ctx, loc.Dir, func() pluginhost.LoadInput {
 		in := pluginhost.LoadInput{Directory: loc.Dir, Worktree: loc.ProjectDir, Plugins: specs,
 			Project: map[string]any{"id": loc.ProjectID, "worktree": loc.ProjectDir}}
 		if rt.ServerURL != nil {
@@ -163,14 +167,6 @@ func (m *Manager) load(ctx context.Context, loc Location) (map[string]pluginhost
 		}
 		return in
 	})
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]pluginhost.Status, len(list))
-	for _, s := range list {
-		out[s.ID] = s
-	}
-	return out, nil
 }
 
 // Running lists the inventory as it runs in a location: built-in plugins
@@ -180,7 +176,11 @@ func (m *Manager) load(ctx context.Context, loc Location) (map[string]pluginhost
 func (m *Manager) Running(ctx context.Context, loc Location) []Info {
 	m = m.self()
 	list := m.List(loc.ProjectDir)
-	st, err := m.load(ctx, loc)
+	loaded, err := m.load(ctx, loc)
+	st := make(map[string]pluginhost.Status, len(loaded))
+	for _, s := range loaded {
+		st[s.ID] = s
+	}
 	for i := range list {
 		info := &list[i]
 		var id string
@@ -267,21 +267,20 @@ type Tool struct {
 // name). Errors (no host, a failed load) leave none.
 func (m *Manager) Tools(ctx context.Context, loc Location) []Tool {
 	m = m.self()
-	st, err := m.load(ctx, loc)
+	loaded, err := m.load(ctx, loc)
 	if err != nil {
 		return nil
 	}
 	var out []Tool
 	seen := map[string]bool{}
-	for _, sp := range m.specs(loc.ProjectDir) {
-		s := st[sp.ID]
+	for _, s := range loaded { // in load order
 		if !s.OK {
 			continue
 		}
 		for _, t := range s.Tools {
 			if !seen[t.Name] {
 				seen[t.Name] = true
-				out = append(out, Tool{ToolDef: t, Plugin: sp.ID})
+				out = append(out, Tool{ToolDef: t, Plugin: s.ID})
 			}
 		}
 	}
