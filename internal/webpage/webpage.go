@@ -6,6 +6,7 @@ package webpage
 
 import (
 	"bytes"
+	"errors"
 	"html/template"
 	"io/fs"
 	"math"
@@ -98,4 +99,19 @@ func Render(w http.ResponseWriter, t *template.Template, name string, status int
 	w.WriteHeader(status)
 	w.Write(b.Bytes()) // a client gone away is no error of the page
 	return nil
+}
+
+// ReadForm parses a POSTed form of at most max bytes; on failure it
+// returns the status to answer (413 for a form too large, else 400), 0
+// when the form was read.
+func ReadForm(w http.ResponseWriter, r *http.Request, max int64) int {
+	r.Body = http.MaxBytesReader(w, r.Body, max)
+	if err := r.ParseForm(); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return http.StatusRequestEntityTooLarge
+		}
+		return http.StatusBadRequest
+	}
+	return 0
 }

@@ -3,6 +3,7 @@ package webpage
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"testing/fstest"
 )
@@ -60,5 +61,18 @@ func TestParsePagesAndRender(t *testing.T) {
 	rec = httptest.NewRecorder()
 	if err := Render(rec, pages["broken"], "layout", 200, 42); err == nil || rec.Body.Len() != 0 || rec.Header().Get("Content-Type") != "" {
 		t.Fatalf("broken: %v %q", err, rec.Body.String())
+	}
+}
+
+func TestReadForm(t *testing.T) {
+	for body, want := range map[string]int{"a=1&b=2": 0, "a=%zz": http.StatusBadRequest, "a=" + strings.Repeat("x", 100): http.StatusRequestEntityTooLarge} {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if got := ReadForm(httptest.NewRecorder(), r, 64); got != want {
+			t.Errorf("%.20q: %d, want %d", body, got, want)
+		}
+		if want == 0 && r.PostForm.Get("b") != "2" {
+			t.Errorf("the form was not parsed: %v", r.PostForm)
+		}
 	}
 }

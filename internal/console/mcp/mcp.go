@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/jsonio"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
@@ -96,13 +97,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != Path {
 		// Protected-resource metadata (RFC 9728), also at the path-suffixed
 		// location clients derive from the resource URL.
-		writeJSON(w, http.StatusOK, map[string]any{"resource": b + Path, "authorization_servers": []string{b},
+		jsonio.WriteRaw(w, http.StatusOK, map[string]any{"resource": b + Path, "authorization_servers": []string{b},
 			"bearer_methods_supported": []string{"header"}, "resource_name": "agentgate Console"})
 		return
 	}
 	svc, err := s.opts.Service(r.Context())
 	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"_tag": "ServiceUnavailable", "message": apierr.As(err).Message})
+		jsonio.WriteRaw(w, http.StatusServiceUnavailable, map[string]any{"_tag": "ServiceUnavailable", "message": apierr.As(err).Message})
 		return
 	}
 	cred := service.BearerToken(r.Header)
@@ -122,7 +123,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			w.Header().Set("WWW-Authenticate", challenge)
 		}
-		writeJSON(w, e.Status, map[string]any{"_tag": e.Tag, "message": e.Message})
+		jsonio.WriteRaw(w, e.Status, map[string]any{"_tag": e.Tag, "message": e.Message})
 		return
 	}
 	owner := ownerOf(p)
@@ -132,7 +133,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.post(w, r, svc, p, owner, now, b)
 	case http.MethodDelete:
 		if !s.end(r.Header.Get("Mcp-Session-Id"), owner) {
-			writeJSON(w, http.StatusNotFound, rpcError(nil, -32001, "session not found"))
+			jsonio.WriteRaw(w, http.StatusNotFound, rpcError(nil, -32001, "session not found"))
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -140,7 +141,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// No server-sent stream is offered: every answer is the response
 		// to its request.
 		w.Header().Set("Allow", "POST, DELETE")
-		writeJSON(w, http.StatusMethodNotAllowed, rpcError(nil, -32000, "use POST (no server stream is offered)"))
+		jsonio.WriteRaw(w, http.StatusMethodNotAllowed, rpcError(nil, -32000, "use POST (no server stream is offered)"))
 	}
 }
 
@@ -164,15 +165,15 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request, svc *service.Servi
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, rpcError(nil, -32600, "the request is larger than 1 MiB"))
+			jsonio.WriteRaw(w, http.StatusRequestEntityTooLarge, rpcError(nil, -32600, "the request is larger than 1 MiB"))
 			return
 		}
-		writeJSON(w, http.StatusBadRequest, rpcError(nil, -32700, "the request cannot be read"))
+		jsonio.WriteRaw(w, http.StatusBadRequest, rpcError(nil, -32700, "the request cannot be read"))
 		return
 	}
 	var req request
 	if err := json.Unmarshal(body, &req); err != nil || req.JSONRPC != "2.0" || req.Method == "" {
-		writeJSON(w, http.StatusBadRequest, rpcError(nil, -32600, "expected one JSON-RPC 2.0 request or notification"))
+		jsonio.WriteRaw(w, http.StatusBadRequest, rpcError(nil, -32600, "expected one JSON-RPC 2.0 request or notification"))
 		return
 	}
 	if req.Method == "initialize" {
@@ -186,7 +187,7 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request, svc *service.Servi
 		}
 		id := s.open(owner, now)
 		w.Header().Set("Mcp-Session-Id", id)
-		writeJSON(w, http.StatusOK, rpcResult(req.ID, map[string]any{
+		jsonio.WriteRaw(w, http.StatusOK, rpcResult(req.ID, map[string]any{
 			"protocolVersion": version,
 			"capabilities":    map[string]any{"tools": map[string]any{"listChanged": false}},
 			"serverInfo":      map[string]any{"name": "agentgate", "version": "1"},
@@ -196,11 +197,11 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request, svc *service.Servi
 	}
 	sid := r.Header.Get("Mcp-Session-Id")
 	if sid == "" {
-		writeJSON(w, http.StatusBadRequest, rpcError(req.ID, -32600, "Mcp-Session-Id is required after initialize"))
+		jsonio.WriteRaw(w, http.StatusBadRequest, rpcError(req.ID, -32600, "Mcp-Session-Id is required after initialize"))
 		return
 	}
 	if !s.touch(sid, owner, now) {
-		writeJSON(w, http.StatusNotFound, rpcError(req.ID, -32001, "session not found: initialize again"))
+		jsonio.WriteRaw(w, http.StatusNotFound, rpcError(req.ID, -32001, "session not found: initialize again"))
 		return
 	}
 	if len(req.ID) == 0 {
@@ -209,32 +210,32 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request, svc *service.Servi
 	}
 	switch req.Method {
 	case "ping":
-		writeJSON(w, http.StatusOK, rpcResult(req.ID, map[string]any{}))
+		jsonio.WriteRaw(w, http.StatusOK, rpcResult(req.ID, map[string]any{}))
 	case "tools/list":
 		list := toolList
 		if ws, err := svc.WebsearchSetting(r.Context(), p); err == nil && ws.Enabled {
 			list = append(slices.Clip(list), websearchTool)
 		}
-		writeJSON(w, http.StatusOK, rpcResult(req.ID, map[string]any{"tools": list}))
+		jsonio.WriteRaw(w, http.StatusOK, rpcResult(req.ID, map[string]any{"tools": list}))
 	case "tools/call":
 		var call struct {
 			Name      string          `json:"name"`
 			Arguments json.RawMessage `json:"arguments"`
 		}
 		if err := json.Unmarshal(req.Params, &call); err != nil {
-			writeJSON(w, http.StatusOK, rpcError(req.ID, -32602, "params must be {name, arguments}"))
+			jsonio.WriteRaw(w, http.StatusOK, rpcError(req.ID, -32602, "params must be {name, arguments}"))
 			return
 		}
 		t := tools[call.Name]
 		if t == nil {
-			writeJSON(w, http.StatusOK, rpcError(req.ID, -32602, "unknown tool "+call.Name))
+			jsonio.WriteRaw(w, http.StatusOK, rpcError(req.ID, -32602, "unknown tool "+call.Name))
 			return
 		}
 		env := &toolEnv{ctx: r.Context(), svc: svc, p: p, now: now, inferenceURL: base(s.opts.InferenceURL, r)}
 		out, err := t(env, call.Arguments)
-		writeJSON(w, http.StatusOK, rpcResult(req.ID, toolResult(out, err)))
+		jsonio.WriteRaw(w, http.StatusOK, rpcResult(req.ID, toolResult(out, err)))
 	default:
-		writeJSON(w, http.StatusOK, rpcError(req.ID, -32601, "method not found: "+req.Method))
+		jsonio.WriteRaw(w, http.StatusOK, rpcError(req.ID, -32601, "method not found: "+req.Method))
 	}
 }
 
@@ -295,14 +296,6 @@ func rpcError(id json.RawMessage, code int, msg string) map[string]any {
 		id = json.RawMessage("null")
 	}
 	return map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": code, "message": msg}}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
 }
 
 // toolResult is a tool's answer: its JSON as text and as structured

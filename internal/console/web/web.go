@@ -13,7 +13,6 @@ package web
 import (
 	"context"
 	"embed"
-	"errors"
 	"html/template"
 	"io/fs"
 	"net"
@@ -353,13 +352,7 @@ func crossSite(r *http.Request) bool {
 }
 
 func (h *Web) parseForm(w http.ResponseWriter, r *http.Request, q *req) bool {
-	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-	if err := r.ParseForm(); err != nil {
-		status := http.StatusBadRequest
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			status = http.StatusRequestEntityTooLarge
-		}
+	if status := webpage.ReadForm(w, r, maxForm); status != 0 {
 		h.fail(w, q, apierr.New(status, "InvalidRequest", "the form could not be read"))
 		return false
 	}

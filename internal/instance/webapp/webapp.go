@@ -237,13 +237,7 @@ func (a *App) form(fn http.HandlerFunc) http.HandlerFunc {
 			a.fail(w, r, errs.New(http.StatusForbidden, "ForbiddenError", "This form did not come from this instance's pages."))
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-		if err := r.ParseForm(); err != nil {
-			status := http.StatusBadRequest
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				status = http.StatusRequestEntityTooLarge
-			}
+		if status := webpage.ReadForm(w, r, maxForm); status != 0 {
 			a.fail(w, r, errs.New(status, "InvalidRequestError", "The form could not be read."))
 			return
 		}
