@@ -50,6 +50,10 @@ type Ledger struct {
 	// shared: reservations are holds in the store (several nodes).
 	shared bool
 	node   string
+	// fleet: a shared store that keeps caches coherent: admissions come
+	// from budget slices (lease.go).
+	fleet  Fleet
+	linger time.Duration
 
 	mu      sync.Mutex
 	members map[string]*member // workspace/member → state
@@ -76,6 +80,10 @@ type settlement struct {
 	rec  *store.UsageRecord
 	done func(error)
 	sync bool // a caller waits for it (Settle): written without lingering
+	// A fleet node's writer also decides admissions that do not fit a
+	// slice (ext) and keeps slices (up); such an entry settles nothing.
+	ext *extension
+	up  *upkeep
 }
 
 // maxBatch bounds how many settlements share one transaction.
@@ -87,6 +95,7 @@ var ErrClosed = errors.New("ledger is closed")
 type member struct {
 	budget   *store.Budget // nil: no budget (unlimited); a cached copy
 	reserved money.Pico
+	lease    lease // a fleet node's slice (lease.go)
 }
 
 // New returns a ledger over st.
@@ -96,8 +105,13 @@ func New(st store.Store, clk clock.Clock) *Ledger {
 	}
 	l := &Ledger{store: st, clock: clk, members: map[string]*member{},
 		queue: make(chan *settlement, 4*maxBatch), stop: make(chan struct{}), writerEnd: make(chan struct{})}
+	l.linger = linger
 	if sh, ok := st.(interface{ Shared() bool }); ok && sh.Shared() {
 		l.shared, l.node = true, newNodeID()
+		if f, ok := st.(Fleet); ok && f.Coherent() {
+			l.startFleet(f)
+			l.linger = fleetLinger
+		}
 	}
 	go l.writer()
 	return l
@@ -112,6 +126,7 @@ func (l *Ledger) Close() {
 		l.sendMu.Unlock()
 		close(l.stop)
 		<-l.writerEnd
+		l.giveBack()
 	})
 }
 
@@ -162,6 +177,9 @@ func roll(b *store.Budget, now time.Time) {
 func (l *Ledger) Reserve(ctx context.Context, ws, memberID string, amount money.Pico) (*Reservation, error) {
 	if amount < 0 {
 		amount = 0
+	}
+	if l.fleet != nil {
+		return l.reserveFleet(ctx, ws, memberID, amount)
 	}
 	if l.shared {
 		return l.reserveShared(ctx, ws, memberID, amount)
@@ -233,10 +251,21 @@ func (r *Reservation) enqueue(rec *store.UsageRecord, done func(error), sync boo
 // then writes what is still queued.
 func (l *Ledger) writer() {
 	defer close(l.writerEnd)
+	var tick <-chan time.Time
+	if l.fleet != nil {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		var first *settlement
 		select {
 		case first = <-l.queue:
+		case <-tick:
+			if up := l.upkeepFleet(); len(up) > 0 {
+				l.write(up)
+			}
+			continue
 		case <-l.stop:
 			for {
 				select {
@@ -280,7 +309,7 @@ func (l *Ledger) fill(first *settlement) []*settlement {
 			return batch
 		}
 		if timer == nil {
-			timer = time.NewTimer(linger)
+			timer = time.NewTimer(l.linger)
 		}
 		select {
 		case s := <-l.queue:
@@ -299,9 +328,14 @@ func (l *Ledger) fill(first *settlement) []*settlement {
 // settlement is retried on its own so that one bad record costs no other.
 func (l *Ledger) write(batch []*settlement) {
 	var err error
+	var groups []*fleetGroup
 	for attempt := 0; ; attempt++ {
 		l.settling.RLock()
-		err = l.commit(batch)
+		if l.fleet != nil {
+			groups, err = l.commitFleet(batch)
+		} else {
+			err = l.commit(batch)
+		}
 		l.settling.RUnlock()
 		if err == nil || !unavailable(err) || !l.backoff(attempt) {
 			break
@@ -312,6 +346,9 @@ func (l *Ledger) write(batch []*settlement) {
 			l.write([]*settlement{s})
 		}
 		return
+	}
+	if l.fleet != nil {
+		l.applyFleet(groups, l.clock.Now(), err)
 	}
 	l.finish(batch, err)
 }
@@ -403,6 +440,9 @@ func (l *Ledger) commit(batch []*settlement) error {
 func (l *Ledger) finish(batch []*settlement, err error) {
 	l.mu.Lock()
 	for _, s := range batch {
+		if l.fleet != nil || s.r == nil {
+			continue // applyFleet did it
+		}
 		if m, ok := l.members[key(s.r.Workspace, s.r.MemberID)]; ok {
 			m.reserved -= s.r.Amount
 			if err == nil && m.budget != nil {
@@ -415,6 +455,9 @@ func (l *Ledger) finish(batch []*settlement, err error) {
 	}
 	l.mu.Unlock()
 	for _, s := range batch {
+		if s.r == nil {
+			continue // an admission or a slice's upkeep: no settlement
+		}
 		if s.done != nil {
 			s.done(err)
 		}
@@ -482,11 +525,19 @@ func (l *Ledger) Status(ctx context.Context, ws, memberID string) (Status, error
 func (l *Ledger) SetBudget(ctx context.Context, ws, memberID, memberKind string, limit money.Pico, period string) (*store.Budget, error) {
 	l.settling.Lock()
 	defer l.settling.Unlock()
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	if !l.shared {
+		// A fleet node must not hold it: the write's invalidation reaches
+		// this node's forget before the write returns.
+		l.mu.Lock()
+		defer l.mu.Unlock()
+	}
 	now := l.clock.Now().UTC()
 	var out *store.Budget
 	err := l.update(ctx, []string{lockName(ws, memberID)}, func(tx store.Tx) error {
+		// Every node that knows the budget forgets it before this returns.
+		if inv, ok := tx.(interface{ Invalidate() }); ok {
+			inv.Invalidate()
+		}
 		if limit < 0 {
 			out = nil
 			return tx.DeleteBudget(ws, memberID)

@@ -16,8 +16,10 @@ import (
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
 // pgNodes opens n stores on one fresh PostgreSQL database, as n gateway
-// nodes would, with a ledger each on one shared fake clock.
-func pgNodes(t *testing.T, n int) ([]*Ledger, []*store.Postgres, *clock.Fake, *pgtest.Server) {
+// nodes would, with a ledger each on one shared fake clock. A fleet's
+// stores are coherent, and their ledgers lease budget slices; the others
+// hold every reservation in the store.
+func pgNodes(t *testing.T, n int, fleet bool) ([]*Ledger, []*store.Postgres, *clock.Fake, *pgtest.Server) {
 	t.Helper()
 	srv := pgtest.Shared(t)
 	dsn := srv.NewDatabase(t)
@@ -25,13 +27,13 @@ func pgNodes(t *testing.T, n int) ([]*Ledger, []*store.Postgres, *clock.Fake, *p
 	var ls []*Ledger
 	var sts []*store.Postgres
 	for range n {
-		st, err := store.OpenPostgres(ctx, store.PostgresOptions{DSN: dsn})
+		st, err := store.OpenPostgres(ctx, store.PostgresOptions{DSN: dsn, Coherent: fleet})
 		if err != nil {
 			t.Fatal(err)
 		}
 		l := New(st, clk)
-		if !l.shared {
-			t.Fatal("a ledger over PostgreSQL is not in shared mode")
+		if !l.shared || (l.fleet != nil) != fleet {
+			t.Fatalf("a ledger over PostgreSQL: shared %v, fleet %v", l.shared, l.fleet != nil)
 		}
 		t.Cleanup(func() { l.Close(); st.Close() })
 		ls, sts = append(ls, l), append(sts, st)
@@ -42,8 +44,10 @@ func pgNodes(t *testing.T, n int) ([]*Ledger, []*store.Postgres, *clock.Fake, *p
 // Two nodes admit 200 concurrent requests against one budget with room for
 // exactly 37: exactly 37 are admitted across both, and after settlement the
 // spend is the exact sum of their actual costs with no hold left.
-func TestSharedBudgetRaceAcrossNodes(t *testing.T) {
-	nodes, _, clk, _ := pgNodes(t, 2)
+func TestSharedBudgetRaceAcrossNodes(t *testing.T) { bothModes(t, testSharedBudgetRaceAcrossNodes) }
+
+func testSharedBudgetRaceAcrossNodes(t *testing.T, fleet bool) {
+	nodes, _, clk, _ := pgNodes(t, 2, fleet)
 	const n = 37
 	reservation := usd("0.20")
 	if _, err := nodes[0].SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, reservation*n, store.PeriodMonthly); err != nil {
@@ -86,6 +90,9 @@ func TestSharedBudgetRaceAcrossNodes(t *testing.T) {
 	if admitted.Load() != n || refused.Load() != 200-n {
 		t.Fatalf("admitted %d, refused %d; want %d and %d", admitted.Load(), refused.Load(), n, 200-n)
 	}
+	for _, l := range nodes {
+		l.giveBack() // a fleet node's idle slice
+	}
 	for i, l := range nodes {
 		st, err := l.Status(ctx, "wrk_a", "sa_x")
 		if err != nil {
@@ -99,8 +106,10 @@ func TestSharedBudgetRaceAcrossNodes(t *testing.T) {
 
 // A node that dies with a request in flight leaves a hold; it stops
 // counting after HoldTTL, and a released hold stops counting at once.
-func TestSharedHoldsExpireAndRelease(t *testing.T) {
-	nodes, _, clk, _ := pgNodes(t, 2)
+func TestSharedHoldsExpireAndRelease(t *testing.T) { bothModes(t, testSharedHoldsExpireAndRelease) }
+
+func testSharedHoldsExpireAndRelease(t *testing.T, fleet bool) {
+	nodes, _, clk, _ := pgNodes(t, 2, fleet)
 	a, b := nodes[0], nodes[1]
 	if _, err := a.SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, usd("1.00"), store.PeriodMonthly); err != nil {
 		t.Fatal(err)
@@ -116,18 +125,21 @@ func TestSharedHoldsExpireAndRelease(t *testing.T) {
 		t.Fatalf("room for 0.20: %v", err)
 	}
 	r.Release()
+	b.giveBack()
 	if st, _ := b.Status(ctx, "wrk_a", "sa_x"); st.Reserved != usd("0.80") {
 		t.Fatalf("reserved after release: %s, want 0.80", st.Reserved)
 	}
-	clk.Advance(HoldTTL)
+	clk.Advance(max(HoldTTL, SliceTTL))
 	if _, err := b.Reserve(ctx, "wrk_a", "sa_x", usd("1.00")); err != nil {
 		t.Fatalf("after the dead node's hold expired: %v", err)
 	}
 }
 
 // A budget set on one node binds the other at once (no cached copy).
-func TestSharedBudgetSeenByEveryNode(t *testing.T) {
-	nodes, _, _, _ := pgNodes(t, 2)
+func TestSharedBudgetSeenByEveryNode(t *testing.T) { bothModes(t, testSharedBudgetSeenByEveryNode) }
+
+func testSharedBudgetSeenByEveryNode(t *testing.T, fleet bool) {
+	nodes, _, _, _ := pgNodes(t, 2, fleet)
 	if _, err := nodes[1].Reserve(ctx, "wrk_a", "sa_x", usd("5")); err != nil {
 		t.Fatalf("no budget yet: %v", err)
 	}
@@ -141,8 +153,10 @@ func TestSharedBudgetSeenByEveryNode(t *testing.T) {
 
 // Settlements made while PostgreSQL is down are written once it is back:
 // no settled spend is lost.
-func TestSharedSettlementWaitsForTheDatabase(t *testing.T) {
-	nodes, _, clk, srv := pgNodes(t, 1)
+func TestSharedSettlementWaitsForTheDatabase(t *testing.T) { bothModes(t, testSharedSettlementWaitsForTheDatabase) }
+
+func testSharedSettlementWaitsForTheDatabase(t *testing.T, fleet bool) {
+	nodes, _, clk, srv := pgNodes(t, 1, fleet)
 	if !srv.CanStop() {
 		t.Skip("an external server cannot be restarted")
 	}
@@ -171,6 +185,7 @@ func TestSharedSettlementWaitsForTheDatabase(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("settlement after restart: %v", err)
 	}
+	l.giveBack()
 	st, err := l.Status(ctx, "wrk_a", "sa_x")
 	if err != nil {
 		t.Fatal(err)
@@ -178,4 +193,9 @@ func TestSharedSettlementWaitsForTheDatabase(t *testing.T) {
 	if st.Budget.Spent != usd("0.25") || st.Reserved != 0 {
 		t.Fatalf("spent %s reserved %s, want 0.25 and 0", st.Budget.Spent, st.Reserved)
 	}
+}
+
+func bothModes(t *testing.T, test func(t *testing.T, fleet bool)) {
+	t.Run("holds", func(t *testing.T) { test(t, false) })
+	t.Run("fleet", func(t *testing.T) { test(t, true) })
 }

@@ -10,9 +10,11 @@ import (
 )
 
 // generational is a store that counts committed writes to the records
-// behind authentication and routing (store.Tracked). Only such a store,
-// written by this process alone, lets the hot path cache what it reads.
-type generational interface{ Generation() uint64 }
+// behind authentication and routing: store.Tracked (one process writes
+// it), or a coherent PostgreSQL store (every node's writes reach every
+// node before the writing call returns). Only such a store lets the hot
+// path cache what it reads, and only while it says so.
+type generational interface{ CacheGeneration() (uint64, bool) }
 
 // hotCache keeps what the gateway's hot path derives from the store: the
 // verdict of a credential and the connection it routes to. An entry is
@@ -23,8 +25,9 @@ type generational interface{ Generation() uint64 }
 // verdicts are never cached, so an unknown credential always goes to the
 // store (and costs what it costs without the cache).
 //
-// A store without a generation (one shared by several nodes) gets no cache
-// at all: every request reads the store.
+// A store without a generation, or one that cannot vouch for it now (a
+// node of a fleet that lost its listening connection), gets no cache at
+// all: every request reads the store.
 type hotCache struct {
 	creds    sync.Map // credential id (+ "\x00" + x-org-id for tokens) → *credEntry
 	conns    sync.Map // connection id → *connEntry
@@ -65,7 +68,7 @@ func (s *Service) gen() (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return g.Generation(), true
+	return g.CacheGeneration()
 }
 
 // cachedCred returns the cached verdict of a credential, or nil.

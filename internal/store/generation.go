@@ -41,6 +41,9 @@ func (t *Tracked) Update(ctx context.Context, fn func(Tx) error) error {
 	return err
 }
 
+// CacheGeneration is Generation, always trusted: one process writes the store.
+func (t *Tracked) CacheGeneration() (uint64, bool) { return t.gen.Load(), true }
+
 // Shared reports whether the wrapped store is shared by several processes;
 // a tracked store never is.
 func (t *Tracked) Shared() bool { return false }
@@ -52,6 +55,11 @@ type trackingTx struct {
 }
 
 func (t trackingTx) mark(err error) error { t.dirty.Store(true); return err }
+
+// Invalidate marks the transaction as one that every node's cache must
+// see: a write the caches depend on without being one of the tracked
+// records (a budget's limit, say).
+func (t trackingTx) Invalidate() { t.dirty.Store(true) }
 
 func (t trackingTx) PutWorkspace(w *Workspace) error { return t.mark(t.Tx.PutWorkspace(w)) }
 func (t trackingTx) PutPerson(p *Person) error       { return t.mark(t.Tx.PutPerson(p)) }

@@ -27,6 +27,13 @@ type kvTxn interface {
 	Iterate(r kvRange, fn func(key, value []byte) (bool, error)) error
 }
 
+// kvInserter is a kvTxn that can write a key that must be new without
+// reading it first. The check may be deferred to the commit: a taken key
+// then fails the whole transaction with ErrExists.
+type kvInserter interface {
+	Insert(key string, value []byte) error
+}
+
 // kvRange is a range of keys sharing a prefix.
 type kvRange struct {
 	// Prefix selects the keys that start with it.

@@ -34,6 +34,14 @@ type PostgresOptions struct {
 	// ConnectTimeout bounds one connection attempt. 0 means connect_timeout
 	// from the DSN, else 5s.
 	ConnectTimeout time.Duration
+	// Coherent joins the fleet's cache coherence (coherence.go): the store
+	// reports a cache generation that follows every node's writes, and
+	// carries signals between nodes.
+	Coherent bool
+	// CacheLease is how long a heartbeat vouches for a coherent node's
+	// cache; a write waits at most about this long for a node that stopped
+	// answering. 0 means DefaultCacheLease.
+	CacheLease time.Duration
 }
 
 // Postgres is the Store on a PostgreSQL database, which several agentgate
@@ -52,6 +60,9 @@ type Postgres struct {
 	closed atomic.Bool
 	once   sync.Once
 	trips  *roundTrips
+	// coh keeps this node's cache coherent with the fleet's writes (nil:
+	// the store offers no cache generation).
+	coh *coherence
 }
 
 // roundTrips counts the statements and batches sent to the database, each
@@ -77,6 +88,12 @@ func (s *Postgres) RoundTrips() uint64 { return s.trips.n.Load() }
 // Each is applied once, in its own transaction, under pgMigrationLock.
 var postgresMigrations = []string{
 	1: `CREATE TABLE agentgate_kv (k bytea PRIMARY KEY, v bytea NOT NULL)`,
+	// The fleet's cache generation (coherence.go): one row.
+	2: `CREATE TABLE agentgate_cache (id integer PRIMARY KEY, gen bigint NOT NULL)`,
+	3: `INSERT INTO agentgate_cache (id, gen) VALUES (1, 0)`,
+	// The nodes: the generation each has applied, and until when its
+	// heartbeat vouches for its cache.
+	4: `CREATE TABLE agentgate_nodes (node text PRIMARY KEY, acked bigint NOT NULL, expires_at timestamptz NOT NULL)`,
 }
 
 // pgMigrationLock is the advisory lock key that serialises migrations
@@ -125,6 +142,10 @@ func OpenPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error) 
 	if err := checkSchemaVersion(s); err != nil {
 		pool.Close()
 		return nil, err
+	}
+	if opts.Coherent {
+		s.coh = newCoherence(s, cfg.ConnConfig.Copy(), opts.CacheLease, logger)
+		s.coh.start(ctx)
 	}
 	logger.Info("PostgreSQL store open", zap.String("host", cfg.ConnConfig.Host), zap.Uint16("port", cfg.ConnConfig.Port),
 		zap.String("database", cfg.ConnConfig.Database), zap.Int32("max_conns", cfg.MaxConns))
@@ -187,6 +208,9 @@ func (*Postgres) Shared() bool { return true }
 // of View and Update return ErrClosed.
 func (s *Postgres) Close() error {
 	s.once.Do(func() {
+		if s.coh != nil {
+			s.coh.close()
+		}
 		s.closed.Store(true)
 		s.pool.Close()
 	})
@@ -282,7 +306,12 @@ func (s *Postgres) attempt(ctx context.Context, mode pgMode, locks []int64, fn f
 	if err != nil {
 		return false, s.wrap(ctx, err, true)
 	}
-	defer conn.Release()
+	released := false
+	defer func() {
+		if !released {
+			conn.Release()
+		}
+	}()
 	readOnly := mode == pgView
 	opts := pgSerializable
 	switch mode {
@@ -295,20 +324,39 @@ func (s *Postgres) attempt(ctx context.Context, mode pgMode, locks []int64, fn f
 	if err != nil {
 		return s.failed(ctx, conn, err, true, true)
 	}
-	for _, k := range locks {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", k); err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			tx.Rollback(rctx)
-			cancel()
+	rollback := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		tx.Rollback(rctx)
+		cancel()
+	}
+	if len(locks) > 0 {
+		// One statement takes every lock, in the array's (sorted) order.
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(l) FROM unnest($1::bigint[]) AS l", locks); err != nil {
+			rollback()
 			return s.failed(ctx, conn, err, true, false)
 		}
 	}
 	kv := &pgKV{ctx: ctx, tx: tx, readOnly: readOnly}
-	ferr := fn(&btx{kv: kv})
+	var dirty atomic.Bool
+	var rtx Tx = &btx{kv: kv}
+	if s.coh != nil && !readOnly {
+		rtx = trackingTx{Tx: rtx, dirty: &dirty}
+	}
+	ferr := fn(rtx)
+	if ferr == nil {
+		kv.flush()
+	}
+	var gen int64
+	if ferr == nil && kv.err == nil && dirty.Load() {
+		// The fleet's cache generation is raised in the same transaction as
+		// the write it announces, so that no node can miss one without
+		// missing the other; NOTIFY is delivered at the commit.
+		if err := tx.QueryRow(ctx, coherenceBump).Scan(&gen); err != nil {
+			kv.fail(err)
+		}
+	}
 	if kv.err != nil || ferr != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		tx.Rollback(rctx)
-		cancel()
+		rollback()
 		if kv.err != nil {
 			// A statement failed, so the transaction is aborted whatever fn
 			// made of the error.
@@ -319,7 +367,15 @@ func (s *Postgres) attempt(ctx context.Context, mode pgMode, locks []int64, fn f
 	if err := tx.Commit(ctx); err != nil {
 		// A serialization failure at commit is retried; a connection lost
 		// during the commit is not (the commit may have happened).
+		if dirty.Load() {
+			s.coh.drop() // whatever happened, nothing cached may outlive it
+		}
 		return s.failed(ctx, conn, err, false, false)
+	}
+	if dirty.Load() {
+		conn.Release()
+		released = true
+		s.coh.published(ctx, gen)
 	}
 	return false, nil
 }
@@ -402,14 +458,18 @@ func (e *unavailableError) Error() string {
 func (e *unavailableError) Unwrap() error     { return e.err }
 func (e *unavailableError) Unavailable() bool { return true }
 
-// pgKV is kvTxn over a PostgreSQL transaction. The first failed statement
-// is kept: the transaction is aborted from then on, whatever the record
+// pgKV is kvTxn over a PostgreSQL transaction. Writes are queued and sent
+// together, in one round trip, before the next read or the commit: a
+// transaction that writes many records (a batch of usage records) costs
+// a few round trips, not one per record. The first failed statement is
+// kept: the transaction is aborted from then on, whatever the record
 // logic does with the error.
 type pgKV struct {
 	ctx      context.Context
 	tx       pgx.Tx
 	readOnly bool
 	err      error
+	writes   pgx.Batch
 }
 
 func (k *pgKV) fail(err error) error {
@@ -419,9 +479,41 @@ func (k *pgKV) fail(err error) error {
 	return err
 }
 
-func (k *pgKV) Get(key string, fn func([]byte) error) error {
+// flush sends the queued writes. A unique violation (an Insert of a taken
+// key) is ErrExists.
+func (k *pgKV) flush() error {
 	if k.err != nil {
 		return k.err
+	}
+	n := k.writes.Len()
+	if n == 0 {
+		return nil
+	}
+	b := k.writes
+	k.writes = pgx.Batch{}
+	br := k.tx.SendBatch(k.ctx, &b)
+	var err error
+	for range n {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "23505" {
+			err = fmt.Errorf("record %w", ErrExists)
+		}
+		return k.fail(err)
+	}
+	return nil
+}
+
+func (k *pgKV) Get(key string, fn func([]byte) error) error {
+	if err := k.flush(); err != nil {
+		return err
 	}
 	var v []byte
 	var err error
@@ -453,10 +545,21 @@ func (k *pgKV) Set(key string, value []byte) error {
 	if value == nil {
 		value = []byte{} // NOT NULL: an empty value, not SQL NULL
 	}
-	_, err := k.tx.Exec(k.ctx, `INSERT INTO agentgate_kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, []byte(key), value)
-	if err != nil {
-		return k.fail(err)
+	k.writes.Queue(`INSERT INTO agentgate_kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, []byte(key), value)
+	return nil
+}
+
+// Insert implements kvInserter: the key must not exist. The check is the
+// table's primary key, made when the queued writes are sent: a taken key
+// fails the transaction with ErrExists.
+func (k *pgKV) Insert(key string, value []byte) error {
+	if k.readOnly {
+		return errReadOnly
 	}
+	if k.err != nil {
+		return k.err
+	}
+	k.writes.Queue(`INSERT INTO agentgate_kv (k, v) VALUES ($1, $2)`, []byte(key), value)
 	return nil
 }
 
@@ -467,9 +570,7 @@ func (k *pgKV) Delete(key string) error {
 	if k.err != nil {
 		return k.err
 	}
-	if _, err := k.tx.Exec(k.ctx, `DELETE FROM agentgate_kv WHERE k = $1`, []byte(key)); err != nil {
-		return k.fail(err)
-	}
+	k.writes.Queue(`DELETE FROM agentgate_kv WHERE k = $1`, []byte(key))
 	return nil
 }
 
@@ -485,8 +586,8 @@ type pgRow struct{ k, v []byte }
 // BY k LIMIT n, then after the last key) and calls fn for a whole page
 // after reading it, so fn may query the same transaction.
 func (k *pgKV) Iterate(r kvRange, fn func(key, value []byte) (bool, error)) error {
-	if k.err != nil {
-		return k.err
+	if err := k.flush(); err != nil {
+		return err
 	}
 	prefix := []byte(r.Prefix)
 	end := prefixEnd(prefix)
@@ -581,7 +682,8 @@ func (k *pgKV) Iterate(r kvRange, fn func(key, value []byte) (bool, error)) erro
 // Interface guards
 var (
 	_ Store = (*Postgres)(nil)
-	_ kvTxn = (*pgKV)(nil)
+	_ kvTxn      = (*pgKV)(nil)
+	_ kvInserter = (*pgKV)(nil)
 )
 
 // PostgresTarget describes the server and database of a DSN for logs:

@@ -82,9 +82,10 @@ func TestPostgresConcurrentMigrations(t *testing.T) {
 		}
 		defer stores[i].Close()
 	}
-	equal(t, "applied migrations", sqlQuery[int32](t, dsn, `SELECT version FROM agentgate_schema_migrations ORDER BY version`), []int32{1})
+	equal(t, "applied migrations", sqlQuery[int32](t, dsn, `SELECT version FROM agentgate_schema_migrations ORDER BY version`), []int32{1, 2, 3, 4})
 	equal(t, "tables", sqlQuery[string](t, dsn, `SELECT tablename::text FROM pg_tables WHERE tablename LIKE 'agentgate%' ORDER BY 1`),
-		[]string{"agentgate_kv", "agentgate_schema_migrations"})
+		[]string{"agentgate_cache", "agentgate_kv", "agentgate_nodes", "agentgate_schema_migrations"})
+	equal(t, "cache generation rows", sqlQuery[int64](t, dsn, `SELECT gen FROM agentgate_cache`), []int64{0})
 	// All of them work on the one database.
 	for i, s := range stores {
 		update(t, s, func(tx Tx) error { return tx.PutWorkspace(&Workspace{ID: fmt.Sprintf("ws%d", i)}) })
@@ -102,7 +103,7 @@ func TestPostgresConcurrentMigrations(t *testing.T) {
 	})
 	// Opening again applies nothing more.
 	openPG(t, dsn)
-	equal(t, "migrations after reopen", len(sqlQuery[int32](t, dsn, `SELECT version FROM agentgate_schema_migrations`)), 1)
+	equal(t, "migrations after reopen", len(sqlQuery[int32](t, dsn, `SELECT version FROM agentgate_schema_migrations`)), len(postgresMigrations)-1)
 }
 
 func TestPostgresRefusesNewerMigration(t *testing.T) {

@@ -334,6 +334,9 @@ type Hold struct {
 	Amount    money.Pico `json:"amount"`
 	Node      string     `json:"node,omitempty"`
 	ExpiresAt time.Time  `json:"expires_at"`
+	// Exact marks a node's budget slice that holds exactly what its node
+	// has in flight (no idle room to recall).
+	Exact bool `json:"exact,omitempty"`
 }
 
 // Tokens are the token counts of one request, normalised across formats.

@@ -386,12 +386,18 @@ func (t *btx) DeleteHold(ws, member, id string) error {
 
 func (t *btx) PutUsage(u *UsageRecord) error {
 	key := pUsage + u.Workspace + "/" + u.ID
-	if ok, err := t.exists(key); err != nil || ok {
-		return errors.Join(err, fmt.Errorf("usage record %w", ErrExists))
+	ins, insert := t.kv.(kvInserter)
+	if !insert {
+		if ok, err := t.exists(key); err != nil || ok {
+			return errors.Join(err, fmt.Errorf("usage record %w", ErrExists))
+		}
 	}
 	b, err := u.AppendJSON(make([]byte, 0, 512))
 	if err != nil {
 		return err
+	}
+	if insert {
+		return ins.Insert(key, b)
 	}
 	return t.kv.Set(key, b)
 }

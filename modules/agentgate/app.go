@@ -309,11 +309,12 @@ func (a *App) Start() error {
 func (a *App) start() error {
 	val, loaded, err := storePool.LoadOrNew(a.poolKey, func() (caddy.Destructor, error) {
 		if a.Storage.Backend == "postgres" {
-			// Several processes write the database: nothing may be cached
-			// in this one, so it is not tracked.
+			// Several processes write the database: this node caches only
+			// what the fleet's coherence (LISTEN/NOTIFY, heartbeats and
+			// acknowledgments) keeps current.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			pg, err := store.OpenPostgres(ctx, store.PostgresOptions{DSN: a.dsn, Logger: a.logger.Named("postgres")})
+			pg, err := store.OpenPostgres(ctx, store.PostgresOptions{DSN: a.dsn, Logger: a.logger.Named("postgres"), Coherent: true})
 			if err != nil {
 				return nil, err
 			}

@@ -1,0 +1,480 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/store"
+)
+
+// Budget leases: the ledger of a node of a fleet on a coherent shared
+// store (store.Postgres with Coherent) admits requests without a database
+// round trip.
+//
+// The node holds a slice of each busy member's room: a hold in the store
+// with the id "slice_<node>", counted against the budget by every node
+// like any hold. It admits locally while its requests in flight fit the
+// slice. A request that does not fit goes to the settlement writer, which
+// in one transaction under the member's lock reads the budget and every
+// live hold and grows the slice by the request and, when the room allows,
+// by about a second of the member's traffic (half the free room at most).
+// Settlements shrink the slice by their cost as they move it into spend,
+// so spend plus every live hold never passes the limit.
+//
+// A node that cannot fit a request while another node's slice has idle
+// room signals a recall: every holder shrinks its slice to exactly what it
+// has in flight (marked Exact) and keeps it exact for a while; the caller
+// retries, and is refused only once the others hold no idle room, so a
+// race across nodes admits exactly the room, as one node would. Idle
+// slices are given back after SliceIdle; a slice lives SliceTTL past its
+// last write (renewed while in use), so a dead node's slice expires.
+//
+// Whether a member has a budget, and its limit, are known from the last
+// transaction; every write to a budget (SetBudget) invalidates the fleet's
+// caches before it returns, and an invalidation makes this node forget
+// what it knew and shrink its slices to what is in flight.
+const (
+	// SliceTTL is how long a slice counts after its last write.
+	SliceTTL = 10 * time.Second
+	// SliceIdle is how long a slice may go unused before it is given back.
+	SliceIdle = 2 * time.Second
+	// exactFor is how long a recalled slice stays exact.
+	exactFor = 5 * time.Second
+	// fleetLinger batches settlements longer than one node does: the
+	// client never waits for them, and each batch costs a few round trips.
+	fleetLinger = 50 * time.Millisecond
+	// maxRecalls bounds the retries of a request after a recall.
+	maxRecalls = 8
+)
+
+// Fleet is the coherent shared store the leases need.
+type Fleet interface {
+	store.Locker
+	Coherent() bool
+	OnInvalidate(fn func())
+	Signal(ctx context.Context, topic, payload string) error
+	OnSignal(topic string, fn func(payload string))
+}
+
+const recallTopic = "budget-recall"
+
+// lease is a member's slice on this node, in member.
+type lease struct {
+	known   bool // the budget's existence was read since the last invalidation
+	limited bool
+	// slice bounds what may be in flight here (reserved); the hold in the
+	// store is at least this much until `until`.
+	slice money.Pico
+	until time.Time
+	exact time.Time // kept exact until then (recalled)
+	// rate: amounts admitted in the current and the previous second.
+	sec      int64
+	cur, prv money.Pico
+	lastUse  time.Time
+}
+
+func (ls *lease) count(now time.Time, amount money.Pico) {
+	s := now.Unix()
+	switch {
+	case s == ls.sec:
+	case s == ls.sec+1:
+		ls.prv, ls.cur = ls.cur, 0
+	default:
+		ls.prv, ls.cur = 0, 0
+	}
+	ls.sec = s
+	ls.cur += amount
+	ls.lastUse = now
+}
+
+// headroom is about a second of the member's admitted amounts.
+func (ls *lease) headroom() money.Pico { return max(ls.cur, ls.prv) }
+
+// extension is an admission that did not fit the slice, decided by the
+// writer.
+type extension struct {
+	ws, member string
+	amount     money.Pico
+	r          *Reservation
+	err        error
+	recall     bool // refused while another node's slice has idle room
+	done       chan struct{}
+}
+
+// upkeep asks the writer to rewrite a member's slice: renew it, or shrink
+// it to what is in flight.
+type upkeep struct {
+	ws, member string
+	shrink     bool
+}
+
+func (l *Ledger) sliceID() string { return "slice_" + l.node }
+
+func (l *Ledger) startFleet(f Fleet) {
+	l.fleet = f
+	f.OnInvalidate(l.forget)
+	f.OnSignal(recallTopic, l.recalled)
+}
+
+// forget drops what the node knows of budgets and shrinks every slice to
+// what is in flight: the next admission of each member reads the store.
+func (l *Ledger) forget() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.members {
+		m.lease.known = false
+		m.lease.slice = min(m.lease.slice, m.reserved)
+	}
+}
+
+// recalled answers another node's recall of a member's idle room.
+func (l *Ledger) recalled(k string) {
+	ws, member, ok := strings.Cut(k, "/")
+	if !ok {
+		return
+	}
+	now := l.clock.Now()
+	l.mu.Lock()
+	m, ok := l.members[k]
+	if !ok || !m.lease.limited {
+		l.mu.Unlock()
+		return
+	}
+	m.lease.exact = now.Add(exactFor)
+	idle := m.lease.slice > m.reserved
+	l.mu.Unlock()
+	if idle {
+		l.send(&settlement{up: &upkeep{ws: ws, member: member, shrink: true}, sync: true})
+	}
+}
+
+// reserveFleet admits from the slice, or through the writer.
+func (l *Ledger) reserveFleet(ctx context.Context, ws, memberID string, amount money.Pico) (*Reservation, error) {
+	now := l.clock.Now()
+	k := key(ws, memberID)
+	l.mu.Lock()
+	m := l.members[k]
+	if m == nil {
+		m = &member{}
+		l.members[k] = m
+	}
+	m.lease.count(now, amount)
+	if ls := &m.lease; ls.known && (!ls.limited || (now.Before(ls.until) && m.reserved+amount <= ls.slice)) {
+		m.reserved += amount
+		l.mu.Unlock()
+		return &Reservation{Workspace: ws, MemberID: memberID, Amount: amount, l: l}, nil
+	}
+	l.mu.Unlock()
+	wait := time.Millisecond
+	for attempt := 0; ; attempt++ {
+		e := &extension{ws: ws, member: memberID, amount: amount, done: make(chan struct{})}
+		if !l.send(&settlement{ext: e, sync: true}) {
+			return nil, ErrClosed
+		}
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			// The writer still decides it; an admission nobody takes is
+			// given back.
+			go func() {
+				<-e.done
+				if e.r != nil {
+					e.r.Release()
+				}
+			}()
+			return nil, ctx.Err()
+		}
+		if e.err == nil || !e.recall || attempt >= maxRecalls {
+			return e.r, e.err
+		}
+		if attempt == 0 {
+			l.mu.Lock()
+			m.lease.exact = l.clock.Now().Add(exactFor) // contended: hoard nothing either
+			l.mu.Unlock()
+			if err := l.fleet.Signal(ctx, recallTopic, k); err != nil {
+				return nil, err
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		wait = min(wait*2, 100*time.Millisecond)
+	}
+}
+
+// send hands an operation to the writer; false after Close.
+func (l *Ledger) send(s *settlement) bool {
+	l.sendMu.RLock()
+	defer l.sendMu.RUnlock()
+	if l.closed {
+		return false
+	}
+	l.queue <- s
+	return true
+}
+
+// fleetGroup is what one batch does to one member.
+type fleetGroup struct {
+	ws, member string
+	settled    []*settlement
+	exts       []*extension
+	shrink     bool
+	// planned in the transaction
+	limited  bool
+	hold     money.Pico
+	exact    bool
+	admitted money.Pico // granted extensions
+}
+
+// commitFleet writes a batch of a fleet node: usage records, spend, and
+// the new slice of every member it touches, in one transaction holding
+// their locks. It returns what to apply once the batch is committed.
+func (l *Ledger) commitFleet(batch []*settlement) ([]*fleetGroup, error) {
+	groups := map[string]*fleetGroup{}
+	var order []string
+	group := func(ws, member string) *fleetGroup {
+		k := key(ws, member)
+		g, ok := groups[k]
+		if !ok {
+			g = &fleetGroup{ws: ws, member: member}
+			groups[k] = g
+			order = append(order, k)
+		}
+		return g
+	}
+	var usage []*store.UsageRecord
+	for _, s := range batch {
+		switch {
+		case s.ext != nil:
+			g := group(s.ext.ws, s.ext.member)
+			g.exts = append(g.exts, s.ext)
+		case s.up != nil:
+			g := group(s.up.ws, s.up.member)
+			g.shrink = g.shrink || s.up.shrink
+		default:
+			g := group(s.r.Workspace, s.r.MemberID)
+			g.settled = append(g.settled, s)
+			usage = append(usage, s.rec)
+		}
+	}
+	slices.Sort(order)
+	locks := make([]string, len(order))
+	for i, k := range order {
+		g := groups[k]
+		locks[i] = lockName(g.ws, g.member)
+	}
+	now := l.clock.Now().UTC()
+	err := l.update(context.Background(), locks, func(tx store.Tx) error {
+		for _, u := range usage {
+			if err := tx.PutUsage(u); err != nil {
+				return err
+			}
+		}
+		for _, k := range order {
+			if err := l.planFleet(tx, groups[k], now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	out := make([]*fleetGroup, len(order))
+	for i, k := range order {
+		out[i] = groups[k]
+	}
+	return out, err
+}
+
+// planFleet settles a member's part of the batch and writes its slice.
+func (l *Ledger) planFleet(tx store.Tx, g *fleetGroup, now time.Time) error {
+	b, err := tx.Budget(g.ws, g.member)
+	if errors.Is(err, store.ErrNotFound) {
+		g.limited, g.hold = false, 0
+		return tx.DeleteHold(g.ws, g.member, l.sliceID())
+	}
+	if err != nil {
+		return err
+	}
+	g.limited = true
+	roll(b, now)
+	var settledA, settledC money.Pico
+	for _, s := range g.settled {
+		settledA += s.r.Amount
+		settledC += s.rec.Cost
+		if !s.rec.Time.Before(b.PeriodStart) {
+			b.Spent += s.rec.Cost
+		}
+	}
+	if len(g.settled) > 0 {
+		if err := tx.PutBudget(b); err != nil {
+			return err
+		}
+	}
+	// What the slice must keep: with the slice kept, every admission the
+	// node may still make from it (the slice less what settles); exact,
+	// what is in flight once the batch is settled, with no admission from
+	// the slice meanwhile.
+	k := key(g.ws, g.member)
+	l.mu.Lock()
+	m := l.members[k]
+	if m == nil {
+		m = &member{}
+		l.members[k] = m
+	}
+	ls := &m.lease
+	g.exact = g.shrink || now.Before(ls.exact)
+	// A slice past its local expiry may have expired in the store and its
+	// room gone to others: only what is in flight is kept, and checked.
+	lapsed := !now.Before(ls.until)
+	var base money.Pico
+	if g.exact || lapsed {
+		ls.slice = min(ls.slice, m.reserved)
+		base = m.reserved - settledA
+	} else {
+		base = ls.slice - min(settledC, settledA)
+	}
+	headroom := ls.headroom()
+	l.mu.Unlock()
+	base = max(base, 0)
+	hold := base
+	if len(g.exts) > 0 || lapsed {
+		holds, err := tx.Holds(g.ws, g.member)
+		if err != nil {
+			return err
+		}
+		var others money.Pico
+		recallable := false
+		for _, h := range holds {
+			if h.ID == l.sliceID() {
+				continue
+			}
+			if !now.Before(h.ExpiresAt) {
+				if err := tx.DeleteHold(g.ws, g.member, h.ID); err != nil {
+					return err
+				}
+				continue
+			}
+			others += h.Amount
+			if strings.HasPrefix(h.ID, "slice_") && !h.Exact {
+				recallable = true
+			}
+		}
+		free := b.Limit - b.Spent - others
+		for _, e := range g.exts {
+			if hold+e.amount <= free {
+				hold += e.amount
+				g.admitted += e.amount
+				e.r = &Reservation{Workspace: g.ws, MemberID: g.member, Amount: e.amount, l: l}
+				continue
+			}
+			e.err = &ExceededError{Limit: b.Limit, Remaining: max(free-hold, 0), Needed: e.amount, ResetsAt: PeriodEnd(b.Period, b.PeriodStart)}
+			e.recall = recallable
+		}
+		if !g.exact && g.admitted > 0 {
+			if grow := min(headroom, (free-hold)/2); grow > 0 {
+				hold += grow
+			}
+		}
+	}
+	g.hold = hold
+	if hold == 0 {
+		return tx.DeleteHold(g.ws, g.member, l.sliceID())
+	}
+	return tx.PutHold(&store.Hold{ID: l.sliceID(), Workspace: g.ws, MemberID: g.member, Amount: hold, Node: l.node,
+		ExpiresAt: now.Add(SliceTTL), Exact: g.exact})
+}
+
+// applyFleet makes a committed batch's slices the node's, admits its
+// extensions and settles its reservations; after a failed batch only the
+// reservations are released and the extensions answered with the error.
+func (l *Ledger) applyFleet(groups []*fleetGroup, now time.Time, err error) {
+	l.mu.Lock()
+	for _, g := range groups {
+		m := l.members[key(g.ws, g.member)]
+		if m == nil {
+			m = &member{}
+			l.members[key(g.ws, g.member)] = m
+		}
+		for _, s := range g.settled {
+			m.reserved -= s.r.Amount
+		}
+		if err != nil {
+			continue
+		}
+		ls := &m.lease
+		ls.known, ls.limited = true, g.limited
+		m.reserved += g.admitted
+		if !g.limited {
+			ls.slice = 0
+			for _, e := range g.exts {
+				e.r = &Reservation{Workspace: g.ws, MemberID: g.member, Amount: e.amount, l: l}
+				m.reserved += e.amount
+			}
+			continue
+		}
+		ls.slice = g.hold
+		// The stored slice expires SliceTTL after now; stop admitting
+		// from it a little earlier, so that it never runs past what the
+		// other nodes count.
+		ls.until = now.Add(SliceTTL - SliceTTL/5)
+	}
+	l.mu.Unlock()
+	for _, g := range groups {
+		for _, e := range g.exts {
+			if err != nil {
+				e.err, e.r = err, nil
+			}
+			close(e.done)
+		}
+	}
+}
+
+// upkeepFleet renews the slices in use that are getting old and gives back
+// the idle ones; the writer runs it about once a second.
+func (l *Ledger) upkeepFleet() []*settlement {
+	now := l.clock.Now()
+	var out []*settlement
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, m := range l.members {
+		ls := &m.lease
+		if !ls.limited || (ls.slice == 0 && m.reserved == 0) {
+			continue
+		}
+		ws, member, _ := strings.Cut(k, "/")
+		switch {
+		case now.Sub(ls.lastUse) >= SliceIdle && ls.slice > m.reserved:
+			out = append(out, &settlement{up: &upkeep{ws: ws, member: member, shrink: true}})
+		case ls.until.Sub(now) < SliceTTL/2:
+			out = append(out, &settlement{up: &upkeep{ws: ws, member: member}})
+		}
+	}
+	return out
+}
+
+// GiveBack returns every slice's idle room to the store (a node leaving
+// the fleet does, on Close).
+func (l *Ledger) giveBack() {
+	if l.fleet == nil {
+		return
+	}
+	l.mu.Lock()
+	var batch []*settlement
+	for k, m := range l.members {
+		if m.lease.limited && m.lease.slice > m.reserved {
+			ws, member, _ := strings.Cut(k, "/")
+			batch = append(batch, &settlement{up: &upkeep{ws: ws, member: member, shrink: true}})
+		}
+	}
+	l.mu.Unlock()
+	if len(batch) > 0 {
+		l.write(batch)
+	}
+}
