@@ -153,7 +153,9 @@ func testSharedBudgetSeenByEveryNode(t *testing.T, fleet bool) {
 
 // Settlements made while PostgreSQL is down are written once it is back:
 // no settled spend is lost.
-func TestSharedSettlementWaitsForTheDatabase(t *testing.T) { bothModes(t, testSharedSettlementWaitsForTheDatabase) }
+func TestSharedSettlementWaitsForTheDatabase(t *testing.T) {
+	bothModes(t, testSharedSettlementWaitsForTheDatabase)
+}
 
 func testSharedSettlementWaitsForTheDatabase(t *testing.T, fleet bool) {
 	nodes, _, clk, srv := pgNodes(t, 1, fleet)

@@ -681,7 +681,7 @@ func (k *pgKV) Iterate(r kvRange, fn func(key, value []byte) (bool, error)) erro
 
 // Interface guards
 var (
-	_ Store = (*Postgres)(nil)
+	_ Store      = (*Postgres)(nil)
 	_ kvTxn      = (*pgKV)(nil)
 	_ kvInserter = (*pgKV)(nil)
 )
