@@ -65,6 +65,10 @@ type closedResult struct {
 	rps      float64
 	firstErr string
 	cpuPerOp time.Duration // server CPU (user + system) per answered request; 0 for lane (a)
+	// frontCPUPerOp is the load balancer's CPU per answered request (lane
+	// (p2) only).
+	frontCPUPerOp time.Duration
+	p50, p99      time.Duration // latency of the answered requests
 }
 
 // closed runs conc workers sending back to back for dur (or until each has
@@ -74,24 +78,24 @@ func closed(ctx context.Context, l *lane, slow int, body []byte, conc int, dur t
 	var ok, errs atomic.Int64
 	var firstErr atomic.Value
 	deadline := time.Now().Add(dur)
-	pid := 0
-	if l.pid != nil {
-		pid = l.pid()
-	}
-	cpu0 := cpuTime(pid)
+	servers, front := l.serverPids(), l.frontPid()
+	cpu0, front0 := cpuTimes(servers), cpuTime(front)
+	lats := make([][]time.Duration, conc) // per worker, merged at the end
 	start := time.Now()
 	var wg sync.WaitGroup
-	for range conc {
+	for w := range conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; (max == 0 || i < max) && time.Now().Before(deadline); i++ {
+				t0 := time.Now()
 				if err := do(ctx, l, slow, body); err != nil {
 					errs.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
 					time.Sleep(time.Millisecond)
 					continue
 				}
+				lats[w] = append(lats[w], time.Since(t0))
 				ok.Add(1)
 			}
 		}()
@@ -99,9 +103,14 @@ func closed(ctx context.Context, l *lane, slow int, body []byte, conc int, dur t
 	wg.Wait()
 	el := time.Since(start)
 	res := closedResult{ok: ok.Load(), errs: errs.Load(), rps: float64(ok.Load()) / el.Seconds()}
-	if pid != 0 && res.ok > 0 {
-		res.cpuPerOp = (cpuTime(pid) - cpu0) / time.Duration(res.ok)
+	if len(servers) > 0 && res.ok > 0 {
+		res.cpuPerOp = (cpuTimes(servers) - cpu0) / time.Duration(res.ok)
 	}
+	if front != 0 && res.ok > 0 {
+		res.frontCPUPerOp = (cpuTime(front) - front0) / time.Duration(res.ok)
+	}
+	all := slices.Concat(lats...)
+	res.p50, res.p99 = pct(all, 50), pct(all, 99)
 	if v, _ := firstErr.Load().(string); v != "" {
 		res.firstErr = v
 	}
@@ -294,6 +303,14 @@ func cpuTime(pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * time.Second / clockTicks
+}
+
+// cpuTimes is the CPU time of several processes, summed.
+func cpuTimes(pids []int) (sum time.Duration) {
+	for _, p := range pids {
+		sum += cpuTime(p)
+	}
+	return sum
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).

@@ -8,6 +8,11 @@
 //	(a) direct to the fake provider
 //	(b) Caddy's plain reverse_proxy (same binary)
 //	(c) agentgate's llm_gateway: auth, budget reservation, usage tee, metrics
+//	(i) lane (c)'s process through the Inference API
+//	(p) llm_gateway on PostgreSQL (when PostgreSQL is installed)
+//	(p2) two llm_gateway nodes on one PostgreSQL database behind a third
+//	     caddy balancing round robin (-fleet), followed at the end by a
+//	     budget race of 200 requests across the two nodes
 //	(d) Portkey's open-source gateway on Node (optional; skipped with a message)
 //
 // Run it from the repository root:
@@ -51,6 +56,7 @@ type options struct {
 	bin         string // a prebuilt binary; "" builds ./cmd/caddy
 	portkey     bool
 	postgres    bool   // lane (p): llm_gateway on PostgreSQL
+	fleet       bool   // lane (p2) and the budget race: two nodes on PostgreSQL behind a balancer (needs postgres)
 	out         string // results directory; "" writes nothing
 	profile     string // write a CPU profile of caddy during lane (c) at profileConc here
 	profileConc int
@@ -62,20 +68,21 @@ func quickOptions() options {
 	return options{quick: true, reps: 1, conc: []int{1, 32, 256}, slowConc: 256, thrDur: time.Second,
 		latRate: 200, latDur: 2 * time.Second, streamConc: 16, bigStreams: 1000,
 		bodySizes: []int{1 << 10, 100 << 10, 1 << 20, 10 << 20}, bodyDur: time.Second,
-		floodDur: time.Second, floodConc: 32, pin: true, portkey: true, postgres: true}
+		floodDur: time.Second, floodConc: 32, pin: true, portkey: true, postgres: true, fleet: true}
 }
 
 func fullOptions() options {
 	return options{reps: 3, conc: []int{1, 32, 256}, slowConc: 256, thrDur: 2 * time.Second,
 		latRate: 500, latDur: 4 * time.Second, streamConc: 32, bigStreams: 1000,
 		bodySizes: []int{1 << 10, 100 << 10, 1 << 20, 10 << 20}, bodyDur: 2 * time.Second,
-		floodDur: 2 * time.Second, floodConc: 32, pin: true, portkey: true, postgres: true}
+		floodDur: 2 * time.Second, floodConc: 32, pin: true, portkey: true, postgres: true, fleet: true}
 }
 
 func main() {
 	quick := flag.Bool("quick", false, "a short run: one repetition, shorter phases")
 	portkey := flag.Bool("portkey", true, "run lane (d), Portkey's gateway on Node, when Node is available")
 	postgres := flag.Bool("postgres", true, "run lane (p), llm_gateway on PostgreSQL, when PostgreSQL is installed")
+	fleet := flag.Bool("fleet", true, "run lane (p2), two llm_gateway nodes on one PostgreSQL database behind a load balancer, and the budget race across them (with -postgres)")
 	pin := flag.Bool("pin", true, "pin the servers to core 1 and the load to core 0 with taskset")
 	bin := flag.String("bin", "", "use this caddy binary instead of building ./cmd/caddy")
 	out := flag.String("out", "", "results directory (default: bench/results in the module)")
@@ -88,10 +95,10 @@ func main() {
 	if *quick {
 		o = quickOptions()
 	}
-	o.portkey, o.postgres, o.pin, o.bin, o.profile, o.profileConc = *portkey, *postgres, *pin, *bin, *profile, *profileConc
+	o.portkey, o.postgres, o.fleet, o.pin, o.bin, o.profile, o.profileConc = *portkey, *postgres, *fleet, *pin, *bin, *profile, *profileConc
 	switch *only {
 	case "":
-	case "throughput":
+	case "throughput": // lanes (p) and (p2) and the budget race still run
 		o.latRate, o.streamConc, o.bigStreams, o.bodySizes, o.floodDur = 0, 0, 0, nil, 0
 	case "streams":
 		o.conc, o.slowConc, o.latRate, o.bigStreams, o.bodySizes, o.floodDur = nil, 0, 0, 0, nil, 0
@@ -135,7 +142,7 @@ func main() {
 	if *only != "" {
 		for _, c := range res.conds {
 			fmt.Printf("%-32s", c)
-			for _, l := range []string{"a", "b", "c", "i", "d"} {
+			for _, l := range []string{"a", "b", "c", "i", "p", "p2", "d"} {
 				if v := res.thr[c][l]; len(v) > 0 {
 					fmt.Printf("  (%s) %6.0f", l, median(v))
 					if u := res.thrCPU[c][l]; len(u) > 0 {
@@ -146,6 +153,9 @@ func main() {
 			fmt.Println("  req/s, server CPU per request")
 		}
 		fmt.Println(res.summary())
+		if s := res.fleetSummary(); s != "" {
+			fmt.Println(s)
+		}
 		return
 	}
 	md, svg, err := res.write(o)
@@ -155,6 +165,9 @@ func main() {
 	}
 	fmt.Fprintf(os.Stderr, "bench: wrote %s and %s\n", md, svg)
 	fmt.Println(res.summary())
+	if s := res.fleetSummary(); s != "" {
+		fmt.Println(s)
+	}
 }
 
 // run starts the rig and measures every figure that o asks for.
@@ -210,8 +223,8 @@ func run(ctx context.Context, o options) (*results, error) {
 				}
 				trips0, tripsOK := r.roundTrips(ctx, l)
 				cr := closed(ctx, l, c.slow, body1k, c.conc, o.thrDur, 0)
-				if trips1, ok := r.roundTrips(ctx, l); ok && tripsOK && c.conc == 32 && c.slow == 0 && cr.ok > 0 {
-					res.pgTrips = append(res.pgTrips, float64(trips1-trips0)/float64(cr.ok))
+				if trips1, ok := r.roundTrips(ctx, l); ok && tripsOK && cr.ok > 0 {
+					res.addTrips(c.name, l.id, float64(trips1-trips0)/float64(cr.ok))
 				}
 				if prof != nil {
 					if err := <-prof; err != nil {
@@ -239,8 +252,8 @@ func run(ctx context.Context, o options) (*results, error) {
 		logf("streams: %d concurrent, %d events at %v", o.streamConc, streamEvents, pace)
 		for range o.reps {
 			for _, l := range r.lanes {
-				if l.id == "p" || l.id == "i" {
-					continue // lane (p) measures the store: throughput and latency only
+				if throughputOnly(l.id) {
+					continue
 				}
 				res.addStreams(l.id, streams(ctx, l, o.streamConc))
 			}
@@ -251,7 +264,7 @@ func run(ctx context.Context, o options) (*results, error) {
 	if o.bigStreams > 0 {
 		logf("streams: %d concurrent", o.bigStreams)
 		for _, l := range r.lanes {
-			if l.id == "p" || l.id == "i" {
+			if throughputOnly(l.id) {
 				continue
 			}
 			stop := rssPeak(l.pid())
@@ -265,7 +278,7 @@ func run(ctx context.Context, o options) (*results, error) {
 		logf("request body %s", sizeName(size))
 		body := chatBody(size, false)
 		for _, l := range r.lanes {
-			if l.id == "p" || l.id == "i" {
+			if throughputOnly(l.id) {
 				continue
 			}
 			pid := l.pid()
@@ -332,8 +345,20 @@ func run(ctx context.Context, o options) (*results, error) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	if r.fleet != nil && len(o.conc) > 0 {
+		logf("budget race: %d requests across the fleet's two nodes, room for %d", raceTotal, raceAdmit)
+		rr := r.budgetRace(ctx)
+		res.race = &rr
+	}
 	res.elapsed = time.Since(started)
 	return res, nil
+}
+
+// throughputOnly is true of the lanes measured in throughput and latency
+// only (not streams, big streams or body sizes): (i) is lane (c)'s process
+// through the Inference API, (p) and (p2) measure the PostgreSQL store.
+func throughputOnly(id string) bool {
+	return id == "i" || id == "p" || id == "p2"
 }
 
 // floodRun sends requests with an invalid key; answers other than 401 count

@@ -46,6 +46,10 @@ type results struct {
 	thrErrs  map[string]map[string]int64
 	thrFirst map[string]map[string]string
 	thrCPU   map[string]map[string][]float64 // condition → lane → server CPU µs per request
+	thrFront map[string]map[string][]float64 // condition → lane → load balancer CPU µs per request (lane (p2))
+	thrP50   map[string]map[string][]time.Duration
+	thrP99   map[string]map[string][]time.Duration // closed-loop latency of the answered requests
+	trips    map[string]map[string][]float64       // condition → lane → database round trips per request (lanes (p), (p2))
 	lat      map[string][]latStats
 	latRaw   map[string][]time.Duration // every repetition's samples, for the chart
 	str      map[string][]streamStats
@@ -62,14 +66,15 @@ type results struct {
 	usageWant, usageSpent, usageReserved         money.Pico
 	pgCount                                      int
 	pgWant, pgSpent, pgReserved                  money.Pico
-	pgTrips                                      []float64 // lane (p): database round trips per request, per repetition at c=32
+	race                                         *raceResult // the budget race across lane (p2)'s nodes; nil when not run
 	elapsed                                      time.Duration
 }
 
 func newResults(r *rig, o options) *results {
 	res := &results{o: o, r: r, names: map[string]string{}, thr: map[string]map[string][]float64{},
 		thrErrs: map[string]map[string]int64{}, thrFirst: map[string]map[string]string{},
-		thrCPU: map[string]map[string][]float64{}, lat: map[string][]latStats{}, latRaw: map[string][]time.Duration{}, str: map[string][]streamStats{},
+		thrCPU: map[string]map[string][]float64{}, thrFront: map[string]map[string][]float64{}, thrP50: map[string]map[string][]time.Duration{},
+		thrP99: map[string]map[string][]time.Duration{}, trips: map[string]map[string][]float64{}, lat: map[string][]latStats{}, latRaw: map[string][]time.Duration{}, str: map[string][]streamStats{},
 		big: map[string]streamStats{}, bigRSS: map[string]int64{}, bodies: map[int]map[string]bodyStats{}}
 	for _, l := range r.lanes {
 		res.laneIDs = append(res.laneIDs, l.id)
@@ -82,16 +87,32 @@ func (res *results) addThroughput(cond, lane string, cr closedResult) {
 	if res.thr[cond] == nil {
 		res.conds = append(res.conds, cond)
 		res.thr[cond], res.thrErrs[cond], res.thrFirst[cond] = map[string][]float64{}, map[string]int64{}, map[string]string{}
-		res.thrCPU[cond] = map[string][]float64{}
+		res.thrCPU[cond], res.thrFront[cond] = map[string][]float64{}, map[string][]float64{}
+		res.thrP50[cond], res.thrP99[cond] = map[string][]time.Duration{}, map[string][]time.Duration{}
 	}
 	if cr.cpuPerOp > 0 {
 		res.thrCPU[cond][lane] = append(res.thrCPU[cond][lane], float64(cr.cpuPerOp)/float64(time.Microsecond))
+	}
+	if cr.frontCPUPerOp > 0 {
+		res.thrFront[cond][lane] = append(res.thrFront[cond][lane], float64(cr.frontCPUPerOp)/float64(time.Microsecond))
+	}
+	if cr.ok > 0 {
+		res.thrP50[cond][lane] = append(res.thrP50[cond][lane], cr.p50)
+		res.thrP99[cond][lane] = append(res.thrP99[cond][lane], cr.p99)
 	}
 	res.thr[cond][lane] = append(res.thr[cond][lane], cr.rps)
 	res.thrErrs[cond][lane] += cr.errs
 	if cr.firstErr != "" && res.thrFirst[cond][lane] == "" {
 		res.thrFirst[cond][lane] = cr.firstErr
 	}
+}
+
+// addTrips notes one repetition's database round trips per request.
+func (res *results) addTrips(cond, lane string, perRequest float64) {
+	if res.trips[cond] == nil {
+		res.trips[cond] = map[string][]float64{}
+	}
+	res.trips[cond][lane] = append(res.trips[cond][lane], perRequest)
 }
 
 func (res *results) addLatency(lane string, lat []time.Duration, errs int) {
@@ -186,14 +207,20 @@ func yes(b bool) *bool { return &b }
 
 func (res *results) has(lane string) bool { return slices.Contains(res.laneIDs, lane) }
 
-func (res *results) targets() []target {
-	var ts []target
-	c32 := ""
+// cond32 is the condition of the throughput targets (1 KB, 0 ms provider,
+// c=32); "" when not measured.
+func (res *results) cond32() string {
 	for _, c := range res.conds {
-		if strings.HasSuffix(c, "0 ms provider, c=32") {
-			c32 = c
+		if strings.HasSuffix(c, " 0 ms provider, c=32") {
+			return c
 		}
 	}
+	return ""
+}
+
+func (res *results) targets() []target {
+	var ts []target
+	c32 := res.cond32()
 	if c32 != "" {
 		b, c := median(res.thr[c32]["b"]), median(res.thr[c32]["c"])
 		ts = append(ts, target{"Throughput 1 KB c=32", "(c) ≥ 0.80 × (b)", fmt.Sprintf("%.0f vs %.0f req/s = %s", c, b, ratio(c, b)), yes(c >= 0.8*b)})
@@ -250,8 +277,8 @@ func (res *results) targets() []target {
 			lat = fmt.Sprintf("; p99 %s vs %s", us(medianLat(res.lat["p"], p99)), us(medianLat(res.lat["c"], p99)))
 		}
 		ts = append(ts, target{"PostgreSQL", "(p) vs (c): the cost of a shared store", fmt.Sprintf("%.0f vs %.0f req/s = %s%s", p, c, ratio(p, c), lat), nil})
-		if len(res.pgTrips) > 0 {
-			trips := median(res.pgTrips)
+		if v := res.trips[c32]["p"]; len(v) > 0 {
+			trips := median(v)
 			ts = append(ts, target{"Round trips (p)", "≤ 0.1 database round trips per request, c=32", fmt.Sprintf("%.1f per request", trips), yes(trips <= 0.1)})
 		}
 		ts = append(ts, target{"Usage exactness (p)", "spend on PostgreSQL = counts × price",
@@ -319,6 +346,11 @@ func (res *results) markdown(svgName string) string {
 	if res.has("p") {
 		w("Lane (p) is the same `llm_gateway` site in a third process that stores in PostgreSQL (`storage postgres`), as every node of a fleet does: a throwaway cluster on loopback started by `internal/pgtest` (fsync off, on the load generator's core). On PostgreSQL nothing is cached, so each request reads its key, service account, workspace and connection from the database, and its reservation and settlement take the member's lock there: lane (p) measures that cost, in throughput and latency only, and counts its database round trips per request from its `agentgate_store_round_trips_total` metric. ")
 	}
+	if res.has("p2") {
+		w("Lane (p2) is a fleet: two such nodes on one PostgreSQL database behind a third process balancing round robin (see its section below for its setup, pinning and capacity figures). ")
+	} else if res.r.fleetMsg != "" {
+		w("%s. ", res.r.fleetMsg)
+	}
 	if res.r.portkeyMsg != "" {
 		w("%s.", res.r.portkeyMsg)
 	}
@@ -336,7 +368,8 @@ func (res *results) markdown(svgName string) string {
 	if len(res.conds) > 0 {
 		w("\n## Throughput, non-streaming (req/s, closed loop, %s each, %s)\n\n", res.o.thrDur, reps)
 		w("Server CPU per request is the proxy process's user + system time over the run divided by the answered requests (from /proc; less sensitive to a noisy machine than req/s).\n\n")
-		w("| Condition | Lane | req/s | vs (a) | vs (b) | server CPU per request | errors |\n|---|---|---|---|---|---|---|\n")
+		w("p50 and p99 are the closed loop's latencies of the answered requests (wall clock).\n\n")
+		w("| Condition | Lane | req/s | vs (a) | vs (b) | p50 | p99 | server CPU per request | errors |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range res.conds {
 			a, bb := median(res.thr[c]["a"]), median(res.thr[c]["b"])
 			for _, id := range res.laneIDs {
@@ -349,10 +382,12 @@ func (res *results) markdown(svgName string) string {
 				if u := res.thrCPU[c][id]; len(u) > 0 {
 					cpu = fmt.Sprintf("%.0f µs", median(u))
 				}
-				w("| %s | (%s) | %.0f | %s | %s | %s | %s |\n", c, id, v, ratio(v, a), ratio(v, bb), cpu, e)
+				w("| %s | (%s) | %.0f | %s | %s | %s | %s | %s | %s |\n", c, id, v, ratio(v, a), ratio(v, bb),
+					ms(median(res.thrP50[c][id])), ms(median(res.thrP99[c][id])), cpu, e)
 			}
 		}
 	}
+	b.WriteString(res.fleetMarkdown())
 	if len(res.lat) > 0 {
 		w("\n## Latency, open loop at %d req/s (1 KB, 0 ms provider; %s of %s each, %s)\n\n", res.o.latRate, reps, res.o.latDur, reps)
 		w("Measured from each request's scheduled start (no coordinated omission). At this rate, concurrency is about 1.\n\n")

@@ -64,10 +64,37 @@ type lane struct {
 	hdr    [2]http.Header
 	client *http.Client
 	want   int        // the status expected (0: 200)
-	pid    func() int // the process to read RSS from (0: none)
+	pid    func() int // the process to read RSS and server CPU from (0: none)
+	// nodes, when set, are the lane's server processes (lane (p2): both
+	// agentgate nodes): its server CPU is their sum, in place of pid's.
+	nodes func() []int
+	// front, when set, is a process in front of the nodes (lane (p2): the
+	// load balancer), whose CPU per request is measured apart.
+	front func() int
 	// models, when set, replace the body's model per provider (the
 	// Inference API routes by model, not by path).
 	models [2]string
+}
+
+// serverPids are the processes whose CPU is the lane's server CPU.
+func (l *lane) serverPids() []int {
+	if l.nodes != nil {
+		return l.nodes()
+	}
+	if l.pid != nil {
+		if p := l.pid(); p != 0 {
+			return []int{p}
+		}
+	}
+	return nil
+}
+
+// frontPid is the lane's load balancer (0: none).
+func (l *lane) frontPid() int {
+	if l.front != nil {
+		return l.front()
+	}
+	return 0
 }
 
 // body is the request body the lane sends to provider i.
@@ -115,7 +142,10 @@ type rig struct {
 	pg         *gwNode // lane (p): llm_gateway on PostgreSQL; nil when skipped
 	pgServer   *pgtest.Server
 	pgMsg      string
+	fleet      *fleet // lane (p2): two nodes on PostgreSQL behind a balancer; nil when skipped
+	fleetMsg   string
 	portkey    *exec.Cmd
+	started    []*exec.Cmd // every caddy process, stopped by close
 	portkeyMsg string
 	lanes      []*lane
 
@@ -259,6 +289,20 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 	} else {
 		r.pgMsg = "lane (p) PostgreSQL skipped: not requested (-postgres=false)"
 	}
+	switch {
+	case !o.fleet:
+		r.fleetMsg = "lane (p2) PostgreSQL fleet skipped: not requested (-fleet=false)"
+	case r.pgServer == nil:
+		r.fleetMsg = "lane (p2) PostgreSQL fleet skipped: it runs on lane (p)'s PostgreSQL, which did not start"
+	default:
+		if fl, err := r.startFleet(ctx, logf); err != nil {
+			r.fleetMsg = "lane (p2) PostgreSQL fleet skipped: " + err.Error()
+			logf("%s", r.fleetMsg)
+			r.fleet = nil // its processes are in r.started
+		} else {
+			r.lanes = append(r.lanes, fl)
+		}
+	}
 	if o.portkey {
 		if pk, err := r.startPortkey(ctx, logf); err != nil {
 			r.portkeyMsg = "lane (d) Portkey skipped: " + err.Error()
@@ -341,7 +385,7 @@ func serverProcs() string {
 }
 
 // startCaddy writes a Caddyfile and runs the binary on it (pinned when
-// pinning is on); both processes log to caddy.log.
+// pinning is on); every process logs to caddy.log.
 func (r *rig) startCaddy(name, caddyfile string) (*exec.Cmd, error) {
 	cfPath := filepath.Join(r.work, name+".Caddyfile")
 	if err := os.WriteFile(cfPath, []byte(caddyfile), 0o600); err != nil {
@@ -360,6 +404,7 @@ func (r *rig) startCaddy(name, caddyfile string) (*exec.Cmd, error) {
 	if err := c.Start(); err != nil {
 		return nil, err
 	}
+	r.started = append(r.started, c)
 	return c, nil
 }
 
@@ -580,11 +625,7 @@ func (r *rig) startPortkey(ctx context.Context, logf func(string, ...any)) (*lan
 }
 
 func (r *rig) close() {
-	var pgCmd *exec.Cmd
-	if r.pg != nil {
-		pgCmd = r.pg.cmd
-	}
-	for _, c := range []*exec.Cmd{r.caddy, r.plainCaddy, pgCmd, r.portkey} {
+	for _, c := range append(r.started, r.portkey) {
 		if c != nil && c.Process != nil {
 			c.Process.Signal(os.Interrupt)
 			done := make(chan struct{})
@@ -681,14 +722,33 @@ func cpuModel() string {
 	return "unknown"
 }
 
-// roundTrips reads lane (p)'s count of database round trips from its
-// Caddy metrics (agentgate_store_round_trips_total); ok is false for
-// other lanes, or when the binary has no such metric.
+// roundTrips reads the database round trips of lane (p)'s node, or the
+// sum over lane (p2)'s two nodes, from their Caddy metrics
+// (agentgate_store_round_trips_total); ok is false for other lanes, or
+// when the binary has no such metric.
 func (r *rig) roundTrips(ctx context.Context, l *lane) (n uint64, ok bool) {
-	if l.id != "p" || r.pg == nil {
+	var nodes []*gwNode
+	switch {
+	case l.id == "p" && r.pg != nil:
+		nodes = []*gwNode{r.pg}
+	case l.id == "p2" && r.fleet != nil:
+		nodes = r.fleet.nodes[:]
+	default:
 		return 0, false
 	}
-	st, b, err := r.pg.admin(ctx, "GET", "/metrics", nil)
+	for _, node := range nodes {
+		v, ok := node.roundTrips(ctx)
+		if !ok {
+			return 0, false
+		}
+		n += v
+	}
+	return n, true
+}
+
+// roundTrips reads one node's agentgate_store_round_trips_total.
+func (n *gwNode) roundTrips(ctx context.Context) (uint64, bool) {
+	st, b, err := n.admin(ctx, "GET", "/metrics", nil)
 	if err != nil || st != 200 {
 		return 0, false
 	}
