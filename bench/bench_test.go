@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -57,5 +59,102 @@ func TestSmoke(t *testing.T) {
 	if res.usageSpent != res.usageWant || res.usageReserved != 0 {
 		t.Errorf("usage: %d answers should cost %s USD; the ledger has %s USD spent and %s USD reserved",
 			res.usageCount, res.usageWant, res.usageSpent, res.usageReserved)
+	}
+}
+
+// fakeFleetResults are the results of a run with lanes (a), (b), (c), (p)
+// and (p2) at c=32, with round figures, and a budget race.
+func fakeFleetResults() *results {
+	r := &rig{pin: true, caddyVersion: "v2-test"}
+	for _, l := range []struct{ id, name string }{{"a", "direct"}, {"b", "plain"}, {"c", "gateway"}, {"p", "postgres"}, {"p2", "fleet"}} {
+		r.lanes = append(r.lanes, &lane{id: l.id, name: l.name})
+	}
+	res := newResults(r, options{reps: 1, conc: []int{32}, thrDur: time.Second})
+	cond := "1 KB, 0 ms provider, c=32"
+	for _, x := range []struct {
+		id       string
+		rps      float64
+		cpu, lb  time.Duration
+		p50, p99 time.Duration
+	}{
+		{"a", 9000, 0, 0, time.Millisecond, 2 * time.Millisecond},
+		{"b", 5000, 100 * time.Microsecond, 0, 3 * time.Millisecond, 8 * time.Millisecond},
+		{"c", 4000, 125 * time.Microsecond, 0, 4 * time.Millisecond, 10 * time.Millisecond},
+		{"p", 2000, 250 * time.Microsecond, 0, 9 * time.Millisecond, 20 * time.Millisecond},
+		{"p2", 1500, 200 * time.Microsecond, 90 * time.Microsecond, 12 * time.Millisecond, 30 * time.Millisecond},
+	} {
+		res.addThroughput(cond, x.id, closedResult{ok: 1000, rps: x.rps, cpuPerOp: x.cpu, frontCPUPerOp: x.lb, p50: x.p50, p99: x.p99})
+	}
+	res.addTrips(cond, "p", 24.5)
+	res.addTrips(cond, "p2", 0.25)
+	res.race = &raceResult{admit: 50, total: 200, ok: [2]int{26, 24}, refused: 150, answered: 50,
+		throughputCount: 1000, spentBefore: 1000 * costPerAnswer, limit: 1000*costPerAnswer + 50*raceCost + raceCost/2,
+		spentAfter: 1000*costPerAnswer + 50*raceCost, node2Spent: 1000*costPerAnswer + 50*raceCost,
+		usageSum: 1000*costPerAnswer + 50*raceCost, usageRecords: 1200, raceUsage: 50 * raceCost, raceUsageOK: 50}
+	return res
+}
+
+// TestFleetReport: the report of a run with lane (p2) has the fleet's
+// section, its capacity Targets table with each ratio, target and verdict,
+// the fleet's row with CPU split between the nodes and the balancer, and
+// the budget race's line.
+func TestFleetReport(t *testing.T) {
+	res := fakeFleetResults()
+	md := res.markdown("")
+	for _, want := range []string{
+		"## PostgreSQL fleet, lane (p2)",
+		"all three on core 1",
+		// The fleet's row: wall clock, latency, node and balancer CPU, round trips.
+		"| 1 KB, 0 ms provider, c=32 | (p2) | 1500 | 0.38× | 12.00 ms | 30.00 ms | 200 µs | 90 µs | 0.25 | 0 |",
+		"| 1 KB, 0 ms provider, c=32 | (p) | 2000 | 0.50× | 9.00 ms | 20.00 ms | 250 µs | – | 24.50 | 0 |",
+		"### Targets: fleet capacity",
+		"| Figure | Basis | Measured | Ratio | Target | Met |",
+		// 200 µs per node request vs 125 µs: 1.60× (≤ 1.8×), capacity 2 / 1.6 = 1.25× (≥ 1.1×).
+		"| Server CPU per request, one PostgreSQL node vs the Badger node (c) | derived from CPU | (p2) 200 µs (both nodes' CPU / requests) vs (c) 125 µs | 1.60× | ≤ 1.8× | met |",
+		"| Two-node capacity vs one Badger node, ≈ 2 / the ratio above | derived from CPU |",
+		"| 1.25× | ≥ 1.1× | met |",
+		// 2000 vs 4000 req/s: 0.50×, below 0.6×.
+		"| Throughput, one PostgreSQL node (p) vs (c) | wall clock | 2000 vs 4000 req/s | 0.50× | ≥ 0.6× | **not met** |",
+		"| Throughput, Badger node (c) vs plain reverse_proxy (b) | wall clock | 4000 vs 5000 req/s | 0.80× | ≥ 0.8× | met |",
+		"| p99 at c=32 (closed loop), the gateway (c) vs (b) | wall clock | 10.00 ms vs 8.00 ms | 1.25× | ≤ 1.5× | met |",
+		"| p99 at c=32 (closed loop), the fleet (p2) vs (b) | wall clock | 30.00 ms vs 8.00 ms | 3.75× | ≤ 1.5× | **not met** |",
+		"### Budget exactness across nodes",
+		"**50 admitted** (node 1: 26, node 2: 24) vs 50, 150 refused",
+		"Verdict: exact.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("report:\n%s", md)
+	}
+	if s := res.fleetSummary(); !strings.Contains(s, "NOT MET  Throughput, one PostgreSQL node (p) vs (c)") || !strings.Contains(s, "50 admitted") {
+		t.Errorf("summary:\n%s", s)
+	}
+
+	// A race that admitted one too many, and a spend that differs from
+	// the usage records, are reported, not hidden.
+	res.race.ok[1]++
+	res.race.usageSum--
+	md = res.markdown("")
+	for _, want := range []string{"**51 admitted** (node 1: 26, node 2: 25) vs 50", "(**differ**)", "Verdict: **not exact**."} {
+		if !strings.Contains(md, want) {
+			t.Errorf("after a wrong race, the report lacks %q", want)
+		}
+	}
+
+	// Without lane (p2), the section says why.
+	res = fakeFleetResults()
+	res.laneIDs = slices.DeleteFunc(res.laneIDs, func(id string) bool { return id == "p2" })
+	res.race = nil
+	res.r.fleetMsg = "lane (p2) PostgreSQL fleet skipped: not requested (-fleet=false)"
+	md = res.markdown("")
+	if !strings.Contains(md, "## PostgreSQL fleet, lane (p2)\n\nlane (p2) PostgreSQL fleet skipped: not requested (-fleet=false).") ||
+		strings.Contains(md, "### Budget exactness") {
+		t.Errorf("the report without lane (p2):\n%s", md)
+	}
+	if !strings.Contains(md, "| Server CPU per request, one PostgreSQL node vs the Badger node (c) | – | lane (p2) did not run | – | ≤ 1.8× | not measured |") {
+		t.Errorf("the capacity targets without lane (p2):\n%s", md)
 	}
 }
