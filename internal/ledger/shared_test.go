@@ -201,3 +201,126 @@ func bothModes(t *testing.T, test func(t *testing.T, fleet bool)) {
 	t.Run("holds", func(t *testing.T) { test(t, false) })
 	t.Run("fleet", func(t *testing.T) { test(t, true) })
 }
+
+// A fleet node admits from its slice: 2,000 requests of one member, with
+// their settlements, cost well under 0.1 database round trips each, and
+// the spend is exact.
+func TestFleetAdmitsWithoutRoundTrips(t *testing.T) {
+	nodes, sts, clk, _ := pgNodes(t, 1, true)
+	l, st := nodes[0], sts[0]
+	if _, err := l.SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, usd("1000"), store.PeriodMonthly); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	before := st.RoundTrips()
+	var want money.Pico
+	var wg sync.WaitGroup
+	for i := range n {
+		r, err := l.Reserve(ctx, "wrk_a", "sa_x", usd("0.10"))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		cost := usd("0.01") + money.Pico(i)
+		want += cost
+		rec := record(clk, "wrk_a", "sa_x", cost)
+		rec.ID = newHoldID(clk.Now())
+		wg.Add(1)
+		r.SettleAsync(rec, func(err error) {
+			if err != nil {
+				t.Errorf("settle: %v", err)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	trips := st.RoundTrips() - before
+	if per := float64(trips) / n; per > 0.1 {
+		t.Fatalf("%d round trips for %d requests (%.3f each), want ≤ 0.1", trips, n, per)
+	}
+	t.Logf("%d round trips for %d requests", trips, n)
+	l.giveBack()
+	s, err := l.Status(ctx, "wrk_a", "sa_x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Budget.Spent != want || s.Reserved != 0 {
+		t.Fatalf("spent %s reserved %s, want %s and 0", s.Budget.Spent, s.Reserved, want)
+	}
+}
+
+// A node that cannot fit a request while another node's slice has idle
+// room recalls it: the other node keeps only what it has in flight, and
+// the request gets exactly the rest of the room.
+func TestFleetRecallGivesTheWholeRoom(t *testing.T) {
+	nodes, _, _, _ := pgNodes(t, 2, true)
+	a, b := nodes[0], nodes[1]
+	if _, err := a.SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, usd("1.00"), store.PeriodMonthly); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := a.Reserve(ctx, "wrk_a", "sa_x", usd("0.10")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, _ := a.Status(ctx, "wrk_a", "sa_x"); s.Reserved <= usd("0.30") {
+		t.Fatalf("node A holds %s: no idle room to recall, the test proves nothing", s.Reserved)
+	}
+	if _, err := b.Reserve(ctx, "wrk_a", "sa_x", usd("0.70")); err != nil {
+		t.Fatalf("the room left beside A's 0.30 in flight: %v", err)
+	}
+	if _, err := b.Reserve(ctx, "wrk_a", "sa_x", usd("0.01")); err == nil {
+		t.Fatal("admitted past the limit")
+	}
+	if _, err := a.Reserve(ctx, "wrk_a", "sa_x", usd("0.01")); err == nil {
+		t.Fatal("admitted past the limit")
+	}
+}
+
+// A node killed while holding a slice: its settled spend stays, its slice
+// blocks the room until SliceTTL has passed, then the room comes back
+// whole to the other node.
+func TestFleetDeadNodesSliceExpires(t *testing.T) {
+	nodes, sts, clk, _ := pgNodes(t, 2, true)
+	a, b := nodes[0], nodes[1]
+	if _, err := a.SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, usd("1.00"), store.PeriodMonthly); err != nil {
+		t.Fatal(err)
+	}
+	var spent money.Pico
+	for i := range 3 {
+		r, err := a.Reserve(ctx, "wrk_a", "sa_x", usd("0.20"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < 2 {
+			cost := usd("0.15")
+			spent += cost
+			rec := record(clk, "wrk_a", "sa_x", cost)
+			rec.ID = newHoldID(clk.Now())
+			if err := r.Settle(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sts[0].Close() // node A dies: nothing of it reaches the database again
+	s, err := b.Status(ctx, "wrk_a", "sa_x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Budget.Spent != spent || s.Reserved < usd("0.20") {
+		t.Fatalf("after the kill: spent %s held %s; want %s and at least A's 0.20 in flight", s.Budget.Spent, s.Reserved, spent)
+	}
+	room := usd("1.00") - spent
+	if _, err := b.Reserve(ctx, "wrk_a", "sa_x", room); err == nil {
+		t.Fatal("node B took the room of node A's live slice")
+	}
+	clk.Advance(SliceTTL)
+	if _, err := b.Reserve(ctx, "wrk_a", "sa_x", room); err != nil {
+		t.Fatalf("after the dead node's slice expired: %v", err)
+	}
+	if _, err := b.Reserve(ctx, "wrk_a", "sa_x", usd("0.01")); err == nil {
+		t.Fatal("admitted past the limit")
+	}
+	if s, _ := b.Status(ctx, "wrk_a", "sa_x"); s.Budget.Spent != spent {
+		t.Fatalf("spent %s, want %s: spend was lost", s.Budget.Spent, spent)
+	}
+}

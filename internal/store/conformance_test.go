@@ -1179,7 +1179,7 @@ func testClose(t *testing.T, s Store) {
 func testKVIterate(t *testing.T, s Store) {
 	keys := []string{"a", "a\x00", "a\x00\x01", "a\x01", "a\xff", "a\xff\x00", "a\xff\xff", "b", "\xff", "\xff\xff"}
 	update(t, s, func(tx Tx) error {
-		kv := tx.(*btx).kv
+		kv := txKV(tx)
 		for i := len(keys) - 1; i >= 0; i-- {
 			if err := kv.Set(keys[i], []byte{byte(i)}); err != nil {
 				return err
@@ -1189,7 +1189,7 @@ func testKVIterate(t *testing.T, s Store) {
 	})
 	scan := func(tx Tx, r kvRange, limit int) []string {
 		out := []string{}
-		err := tx.(*btx).kv.Iterate(r, func(k, v []byte) (bool, error) {
+		err := txKV(tx).Iterate(r, func(k, v []byte) (bool, error) {
 			if !slices.Contains(keys, string(k)) {
 				return true, nil // a record of the store itself (schema version)
 			}
@@ -1233,7 +1233,7 @@ func testKVIterate(t *testing.T, s Store) {
 		} {
 			equal(t, fmt.Sprintf("%+q start %+q reverse %v limit %d", tc.r.Prefix, tc.r.Start, tc.r.Reverse, tc.limit), scan(tx, tc.r, tc.limit), tc.want)
 		}
-		kv := tx.(*btx).kv
+		kv := txKV(tx)
 		if err := kv.Get("a\x00", nil); err != nil {
 			t.Fatalf("Get existing: %v", err)
 		}
@@ -1244,7 +1244,7 @@ func testKVIterate(t *testing.T, s Store) {
 	})
 	// Deleting a missing key is not an error; an empty value is a value.
 	update(t, s, func(tx Tx) error {
-		kv := tx.(*btx).kv
+		kv := txKV(tx)
 		if err := kv.Delete("nope"); err != nil {
 			return err
 		}
@@ -1254,7 +1254,7 @@ func testKVIterate(t *testing.T, s Store) {
 		return kv.Set("empty", nil)
 	})
 	view(t, s, func(tx Tx) error {
-		kv := tx.(*btx).kv
+		kv := txKV(tx)
 		isNotFound(t, "deleted key", kv.Get("a\x00", nil))
 		var got []byte = []byte("x")
 		if err := kv.Get("empty", func(v []byte) error { got = v; return nil }); err != nil || len(got) != 0 {
@@ -1271,4 +1271,13 @@ func TestPrefixEnd(t *testing.T) {
 			t.Errorf("prefixEnd(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// txKV is the key-value transaction under a record transaction (a
+// coherent store's is wrapped to see tracked writes).
+func txKV(tx Tx) kvTxn {
+	if t, ok := tx.(trackingTx); ok {
+		tx = t.Tx
+	}
+	return tx.(*btx).kv
 }
