@@ -45,8 +45,9 @@ const (
 	// exactFor is how long a recalled slice stays exact.
 	exactFor = 5 * time.Second
 	// fleetLinger batches settlements longer than one node does: the
-	// client never waits for them, and each batch costs a few round trips.
-	fleetLinger = 50 * time.Millisecond
+	// client never waits for them, and each batch costs about five round
+	// trips (begin, locks, the budget, the writes, commit).
+	fleetLinger = 100 * time.Millisecond
 	// maxRecalls bounds the retries of a request after a recall.
 	maxRecalls = 8
 )
@@ -273,13 +274,15 @@ func (l *Ledger) commitFleet(batch []*settlement) ([]*fleetGroup, error) {
 	}
 	now := l.clock.Now().UTC()
 	err := l.update(context.Background(), locks, func(tx store.Tx) error {
-		for _, u := range usage {
-			if err := tx.PutUsage(u); err != nil {
+		// Reads first: the writes (usage records, budgets, slices) then
+		// reach the database together with the commit.
+		for _, k := range order {
+			if err := l.planFleet(tx, groups[k], now); err != nil {
 				return err
 			}
 		}
-		for _, k := range order {
-			if err := l.planFleet(tx, groups[k], now); err != nil {
+		for _, u := range usage {
+			if err := tx.PutUsage(u); err != nil {
 				return err
 			}
 		}
