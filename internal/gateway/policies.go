@@ -62,9 +62,17 @@ func (c *call) checkPolicies(p *service.Principal, model string, maxOut int64) *
 		h.Set("X-Ratelimit-Remaining-Tokens", strconv.FormatInt(max(l-ref.Tokens, 0), 10))
 		h.Set("X-Ratelimit-Reset-Tokens", reset)
 	}
-	what := fmt.Sprintf("%d requests", ref.Limit.Requests)
+	what := fmt.Sprintf("%d requests", q.Policy.RequestsPerMinute)
 	if ref.ByTokens {
-		what = fmt.Sprintf("%d tokens (this request may use up to %d)", ref.Limit.Tokens, ref.Requested)
+		what = fmt.Sprintf("%d tokens (this request may use up to %d)", q.Policy.TokensPerMinute, ref.Requested)
+	}
+	if q.Nodes > 1 {
+		// Each node enforces its share.
+		if ref.ByTokens {
+			what += fmt.Sprintf(", %d on each of %d gateway nodes", ref.Limit.Tokens, q.Nodes)
+		} else {
+			what += fmt.Sprintf(", %d on each of %d gateway nodes", ref.Limit.Requests, q.Nodes)
+		}
 	}
 	e := apierr.New(http.StatusTooManyRequests, "RateLimited", "policy %q (%s) allows %s per minute per %s; retry in %s",
 		q.Policy.Name, q.Policy.ID, what, q.Policy.Per, time.Duration(retry)*time.Second)

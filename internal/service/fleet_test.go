@@ -132,3 +132,39 @@ func TestFleetNodeWithoutItsListenerNeverServesStale(t *testing.T) {
 		cached(t, b, sts[1], k2.Key)
 	}
 }
+
+// On a fleet, each live node enforces its share of a policy's per-minute
+// limits, rounded down so that the nodes together never admit more than
+// the limit (and at least one each); the quota says how many share it.
+func TestFleetPolicyLimitsAreShared(t *testing.T) {
+	nodes, sts, _ := fleetNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	f := a.fixture("A")
+	deadline := time.Now().Add(10 * time.Second)
+	for sts[1].LiveNodes() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("node B sees %d live nodes, want 2", sts[1].LiveNodes())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, c := range []struct {
+		rpm, tpm, wantR, wantT int64
+	}{{10, 1001, 5, 500}, {3, 0, 1, 0}, {1, 1, 1, 1}} {
+		pol, err := a.svc.CreatePolicy(ctx, service.Operator(f.ws), service.PolicyInput{Name: "limit", Effect: "limit",
+			Models: []string{"*"}, ServiceAccounts: []string{f.sa}, Per: "key", RequestsPerMinute: c.rpm, TokensPerMinute: c.tpm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := b.principal(f.inference.Key, "")
+		qs, err := b.svc.CheckPolicies(ctx, p, "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(qs) != 1 || qs[0].Limit.Requests != c.wantR || qs[0].Limit.Tokens != c.wantT || qs[0].Nodes != 2 {
+			t.Fatalf("limits %d rpm, %d tpm on 2 nodes: quotas %+v, want %d and %d", c.rpm, c.tpm, qs, c.wantR, c.wantT)
+		}
+		if err := a.svc.DeletePolicy(ctx, service.Operator(f.ws), pol.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -305,8 +305,35 @@ func matchesModel(pol *store.Policy, model string) bool {
 // bounds, and the policy that sets them.
 type Quota struct {
 	Key    string
-	Limit  quota.Limit
+	Limit  quota.Limit // this node's share of the policy's limits
 	Policy *store.Policy
+	Nodes  int // the live nodes sharing the limits
+}
+
+// liveNodes is the number of nodes of the fleet that share the store (1
+// for a store of one process).
+func (s *Service) liveNodes() int {
+	if f, ok := s.Store.(interface{ LiveNodes() int }); ok {
+		return max(f.LiveNodes(), 1)
+	}
+	return 1
+}
+
+// nodeShare is one node's share of a policy's per-minute limits when n
+// live nodes enforce them, each in its own memory (no round trip per
+// request): the limit divided by n, rounded down so that the fleet never
+// admits more than the limit, and at least 1.
+func nodeShare(l quota.Limit, n int) quota.Limit {
+	if n <= 1 {
+		return l
+	}
+	div := func(v int64) int64 {
+		if v <= 0 {
+			return v
+		}
+		return max(v/int64(n), 1)
+	}
+	return quota.Limit{Requests: div(l.Requests), Tokens: div(l.Tokens)}
 }
 
 // CheckPolicies decides a gateway request of the principal for a model:
@@ -320,6 +347,7 @@ func (s *Service) CheckPolicies(ctx context.Context, p *Principal, model string)
 	var allows []*store.Policy
 	allowed := false
 	var quotas []Quota
+	nodes := s.liveNodes()
 	for _, pol := range pols {
 		if !appliesTo(pol, p) {
 			continue
@@ -349,7 +377,7 @@ func (s *Service) CheckPolicies(ctx context.Context, p *Principal, model string)
 				scope = p.Workspace
 			}
 			quotas = append(quotas, Quota{Key: pol.ID + "\x00" + scope,
-				Limit: quota.Limit{Requests: pol.RequestsPerMinute, Tokens: pol.TokensPerMinute}, Policy: pol})
+				Limit: nodeShare(quota.Limit{Requests: pol.RequestsPerMinute, Tokens: pol.TokensPerMinute}, nodes), Policy: pol, Nodes: nodes})
 		}
 	}
 	if len(allows) > 0 && !allowed {
