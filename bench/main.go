@@ -60,6 +60,7 @@ type options struct {
 	out         string // results directory; "" writes nothing
 	profile     string // write a CPU profile of caddy during lane (c) at profileConc here
 	profileConc int
+	trace       string // write an execution trace of caddy during lane (c) at profileConc here
 	stamp       string // file name stem
 	progressOut *os.File
 }
@@ -87,7 +88,9 @@ func main() {
 	bin := flag.String("bin", "", "use this caddy binary instead of building ./cmd/caddy")
 	out := flag.String("out", "", "results directory (default: bench/results in the module)")
 	profile := flag.String("profile", "", "write a CPU profile of caddy, taken while lane (c) runs at -profile-conc, to this file")
-	profileConc := flag.Int("profile-conc", 32, "the concurrency at which -profile is taken")
+	profileConc := flag.Int("profile-conc", 32, "the concurrency at which -profile and -trace are taken")
+	traceFile := flag.String("trace", "", "write an execution trace of caddy, taken while lane (c) runs at -profile-conc (in the last repetition), to this file")
+	dur := flag.Duration("dur", 0, "the length of each throughput measurement (default 1s with -quick, else 2s)")
 	only := flag.String("only", "", "measure only this figure (throughput or streams); for tuning, the report is not written")
 	flag.Parse()
 
@@ -96,6 +99,10 @@ func main() {
 		o = quickOptions()
 	}
 	o.portkey, o.postgres, o.fleet, o.pin, o.bin, o.profile, o.profileConc = *portkey, *postgres, *fleet, *pin, *bin, *profile, *profileConc
+	o.trace = *traceFile
+	if *dur > 0 {
+		o.thrDur = *dur
+	}
 	switch *only {
 	case "":
 	case "throughput": // lanes (p) and (p2) and the budget race still run
@@ -215,19 +222,27 @@ func run(ctx context.Context, o options) (*results, error) {
 	}
 	for _, c := range conds {
 		logf("throughput %s", c.name)
-		for range o.reps {
+		for rep := range o.reps {
 			for _, l := range r.lanes {
-				var prof chan error
-				if o.profile != "" && l.id == "c" && c.conc == o.profileConc && c.slow == 0 {
-					prof = r.profile(ctx, o.thrDur, o.profile)
+				var prof, trace chan error
+				if l.id == "c" && c.conc == o.profileConc && c.slow == 0 {
+					if o.profile != "" && rep == 0 {
+						prof = r.profile(ctx, "profile", o.thrDur, o.profile)
+					}
+					if o.trace != "" && rep == o.reps-1 {
+						trace = r.profile(ctx, "trace", o.thrDur, o.trace)
+					}
 				}
 				trips0, tripsOK := r.roundTrips(ctx, l)
 				cr := closed(ctx, l, c.slow, body1k, c.conc, o.thrDur, 0)
 				if trips1, ok := r.roundTrips(ctx, l); ok && tripsOK && cr.ok > 0 {
 					res.addTrips(c.name, l.id, float64(trips1-trips0)/float64(cr.ok))
 				}
-				if prof != nil {
-					if err := <-prof; err != nil {
+				for _, ch := range []chan error{prof, trace} {
+					if ch == nil {
+						continue
+					}
+					if err := <-ch; err != nil {
 						logf("profile: %v", err)
 					}
 				}

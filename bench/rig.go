@@ -317,16 +317,16 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 	return r, nil
 }
 
-// profile takes a CPU profile of caddy for d through the admin endpoint's
+// profile takes a CPU profile ("profile") or an execution trace ("trace") of caddy for d through the admin endpoint's
 // pprof handler and writes it to file.
-func (r *rig) profile(ctx context.Context, d time.Duration, file string) chan error {
+func (r *rig) profile(ctx context.Context, kind string, d time.Duration, file string) chan error {
 	done := make(chan error, 1)
 	go func() {
 		secs := int(d / time.Second)
 		if secs < 1 {
 			secs = 1
 		}
-		st, b, err := r.gw.admin(ctx, "GET", fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), nil)
+		st, b, err := r.gw.admin(ctx, "GET", fmt.Sprintf("/debug/pprof/%s?seconds=%d", kind, secs), nil)
 		if err == nil && st != 200 {
 			err = fmt.Errorf("pprof answered %d", st)
 		}
