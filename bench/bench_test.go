@@ -158,3 +158,37 @@ func TestFleetReport(t *testing.T) {
 		t.Errorf("the capacity targets without lane (p2):\n%s", md)
 	}
 }
+
+// The concurrent-streams target counts only the stalls in transit beyond
+// lane (a)'s: stalls the provider caused (it wrote the event late) and
+// those the load generator shows with nothing in between are the
+// harness's.
+func TestStreamStallsTellTheProxyFromTheHarness(t *testing.T) {
+	r := &rig{}
+	for _, id := range []string{"a", "c"} {
+		r.lanes = append(r.lanes, &lane{id: id, name: id})
+	}
+	res := newResults(r, options{reps: 1})
+	verdict := func() (string, bool) {
+		for _, tg := range res.targets() {
+			if strings.Contains(tg.name, "concurrent streams") {
+				return tg.got, *tg.met
+			}
+		}
+		t.Fatal("no concurrent-streams target")
+		return "", false
+	}
+	res.big["a"] = streamStats{streams: 1000, complete: 1000, stalls: 7, providerLate: 4}
+	res.big["c"] = streamStats{streams: 1000, complete: 1000, stalls: 9, providerLate: 6}
+	if m, ok := verdict(); !ok || !strings.Contains(m, "9 stalls (6 the provider's own, 3 in transit; lane (a) 3 in transit)") {
+		t.Fatalf("harness stalls only: %q met=%v, want met", m, ok)
+	}
+	res.big["c"] = streamStats{streams: 1000, complete: 1000, stalls: 9, providerLate: 5}
+	if m, ok := verdict(); ok {
+		t.Fatalf("one stall in transit beyond the harness's: %q met, want not met", m)
+	}
+	res.big["c"] = streamStats{streams: 1000, complete: 999, lost: 3, stalls: 0}
+	if _, ok := verdict(); ok {
+		t.Fatal("lost events: met, want not met")
+	}
+}

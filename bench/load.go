@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentgate/agentgate/internal/fakeprovider"
 )
 
 // chatBody is a Chat Completions request of about size bytes.
@@ -155,11 +157,15 @@ func open(ctx context.Context, l *lane, slow int, body []byte, rate int, dur tim
 
 // streamResult is a set of concurrent streams against the paced provider.
 type streamResult struct {
-	ttfe, gaps   []time.Duration
-	streams      int
-	complete     int // streams that delivered every event
-	lostEvents   int // events missing from incomplete streams
-	stalls       int // gaps over 10× the pace
+	ttfe, gaps []time.Duration
+	streams    int
+	complete   int // streams that delivered every event
+	lostEvents int // events missing from incomplete streams
+	stalls     int // gaps over 10× the pace
+	// providerLate counts the stalls the provider caused itself: it
+	// wrote the event late (the harness's core was busy), so the proxy
+	// had nothing to pass on.
+	providerLate int
 	errs         int
 	firstErr     string
 	maxGap       time.Duration
@@ -167,7 +173,13 @@ type streamResult struct {
 }
 
 // streams opens n concurrent streams at once and reads each to the end.
-func streams(ctx context.Context, l *lane, n int) streamResult {
+//
+// sent, when not nil, gives the provider's write times of a stream named
+// by fakeprovider.StreamIDHeader: a stall is the provider's own when it
+// wrote that event late.
+func streams(ctx context.Context, l *lane, n int, sent func(id string) []time.Time) streamResult {
+	streamRun++
+	run := streamRun
 	body := chatBody(1024, true)
 	type one struct {
 		ttfe   time.Duration
@@ -187,7 +199,9 @@ func streams(ctx context.Context, l *lane, n int) streamResult {
 			o := &res[i]
 			o.gaps = make([]time.Duration, 0, streamEvents)
 			t0 := time.Now()
-			resp, err := l.client.Do(l.request(ctx, 1, body))
+			req := l.request(ctx, 1, body)
+			req.Header.Set(fakeprovider.StreamIDHeader, streamID(l.id, run, i))
+			resp, err := l.client.Do(req)
 			if err != nil {
 				o.err = err
 				return
@@ -224,7 +238,11 @@ func streams(ctx context.Context, l *lane, n int) streamResult {
 	close(gate)
 	wg.Wait()
 	out := streamResult{streams: n, totalElapsed: time.Since(start)}
-	for _, o := range res {
+	for i, o := range res {
+		var at []time.Time
+		if sent != nil {
+			at = sent(streamID(l.id, run, i))
+		}
 		if o.err != nil {
 			out.errs++
 			if out.firstErr == "" {
@@ -239,9 +257,13 @@ func streams(ctx context.Context, l *lane, n int) streamResult {
 		if o.events > 0 {
 			out.ttfe = append(out.ttfe, o.ttfe)
 		}
-		for _, g := range o.gaps {
+		for j, g := range o.gaps {
 			if g > 10*pace {
 				out.stalls++
+				// gaps[j] is between events j and j+1.
+				if j+1 < len(at) && at[j+1].Sub(at[j]) > 10*pace {
+					out.providerLate++
+				}
 			}
 			out.maxGap = max(out.maxGap, g)
 		}
@@ -249,6 +271,11 @@ func streams(ctx context.Context, l *lane, n int) streamResult {
 	}
 	return out
 }
+
+// streamRun numbers the runs of streams, so that stream ids never repeat.
+var streamRun int
+
+func streamID(lane string, run, i int) string { return fmt.Sprintf("%s-%d-%d", lane, run, i) }
 
 // pct is the p-th percentile (0..100) of ds, which it sorts.
 func pct(ds []time.Duration, p float64) time.Duration {

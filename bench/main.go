@@ -270,7 +270,7 @@ func run(ctx context.Context, o options) (*results, error) {
 				if throughputOnly(l.id) {
 					continue
 				}
-				res.addStreams(l.id, streams(ctx, l, o.streamConc))
+				res.addStreams(l.id, streams(ctx, l, o.streamConc, r.providers[1].SentTimes))
 			}
 			r.resetProviders()
 		}
@@ -283,7 +283,7 @@ func run(ctx context.Context, o options) (*results, error) {
 				continue
 			}
 			stop := rssPeak(l.pid())
-			sr := streams(ctx, l, o.bigStreams)
+			sr := streams(ctx, l, o.bigStreams, r.providers[1].SentTimes)
 			res.addBigStreams(l.id, sr, stop())
 			r.resetProviders()
 		}

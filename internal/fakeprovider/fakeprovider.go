@@ -87,8 +87,25 @@ type Provider struct {
 	ln       net.Listener
 	mu       sync.Mutex
 	received []*Received
+	// sent keeps when each event of a stream was written, for requests
+	// that carry a StreamIDHeader (a benchmark tells the provider's own
+	// lateness from the proxy's with it).
+	sent map[string][]time.Time
 
 	behavior Behavior
+}
+
+// StreamIDHeader names a stream for SentTimes.
+const StreamIDHeader = "X-Bench-Stream"
+
+// SentTimes returns when each event of the stream named id was written
+// (and flushed), in order, and forgets them.
+func (p *Provider) SentTimes(id string) []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := p.sent[id]
+	delete(p.sent, id)
+	return t
 }
 
 // Start runs a fake provider on a loopback port.
@@ -258,6 +275,19 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
+	id := r.Header.Get(StreamIDHeader)
+	var sent []time.Time
+	if id != "" {
+		sent = make([]time.Time, 0, len(events))
+		defer func() {
+			p.mu.Lock()
+			if p.sent == nil {
+				p.sent = map[string][]time.Time{}
+			}
+			p.sent[id] = sent
+			p.mu.Unlock()
+		}()
+	}
 	for i, ev := range events {
 		if b.CutAfter > 0 && i == b.CutAfter {
 			panic(http.ErrAbortHandler) // close the connection without ending the stream
@@ -267,6 +297,9 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		io.WriteString(w, ev)
 		rc.Flush()
+		if id != "" {
+			sent = append(sent, time.Now())
+		}
 		if b.Delay > 0 && i < len(events)-1 {
 			select {
 			case <-time.After(b.Delay):
