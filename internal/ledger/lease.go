@@ -47,9 +47,11 @@ const (
 	// fleetLinger batches settlements longer than one node does: the
 	// client never waits for them, and each batch costs about five round
 	// trips (begin, locks, the budget, the writes, commit).
-	fleetLinger = 100 * time.Millisecond
-	// maxRecalls bounds the retries of a request after a recall.
-	maxRecalls = 8
+	fleetLinger = 200 * time.Millisecond
+	// recallWait bounds how long a request waits for the other nodes to
+	// give back idle room; a node that does not answer (dead) keeps its
+	// slice until it expires.
+	recallWait = 2 * time.Second
 )
 
 // Fleet is the coherent shared store the leases need.
@@ -70,6 +72,7 @@ type lease struct {
 	// slice bounds what may be in flight here (reserved); the hold in the
 	// store is at least this much until `until`.
 	slice money.Pico
+	held  money.Pico // the slice in the store, as last written
 	until time.Time
 	exact time.Time // kept exact until then (recalled)
 	// rate: amounts admitted in the current and the previous second.
@@ -146,9 +149,11 @@ func (l *Ledger) recalled(k string) {
 		return
 	}
 	m.lease.exact = now.Add(exactFor)
-	idle := m.lease.slice > m.reserved
+	// The stored slice may hold more than the local one (an invalidation
+	// shrinks only the local one): rewrite it exact whenever there is one.
+	held := m.lease.held > 0
 	l.mu.Unlock()
-	if idle {
+	if held {
 		l.send(&settlement{up: &upkeep{ws: ws, member: member, shrink: true}, sync: true})
 	}
 }
@@ -171,6 +176,7 @@ func (l *Ledger) reserveFleet(ctx context.Context, ws, memberID string, amount m
 	}
 	l.mu.Unlock()
 	wait := time.Millisecond
+	var deadline, signalled time.Time
 	for attempt := 0; ; attempt++ {
 		e := &extension{ws: ws, member: memberID, amount: amount, done: make(chan struct{})}
 		if !l.send(&settlement{ext: e, sync: true}) {
@@ -189,16 +195,21 @@ func (l *Ledger) reserveFleet(ctx context.Context, ws, memberID string, amount m
 			}()
 			return nil, ctx.Err()
 		}
-		if e.err == nil || !e.recall || attempt >= maxRecalls {
+		if e.err == nil || !e.recall || (attempt > 0 && time.Now().After(deadline)) {
 			return e.r, e.err
 		}
 		if attempt == 0 {
+			deadline = time.Now().Add(recallWait)
 			l.mu.Lock()
 			m.lease.exact = l.clock.Now().Add(exactFor) // contended: hoard nothing either
 			l.mu.Unlock()
+		}
+		if time.Since(signalled) >= 50*time.Millisecond {
+			// Again now and then: a holder may have taken more since.
 			if err := l.fleet.Signal(ctx, recallTopic, k); err != nil {
 				return nil, err
 			}
+			signalled = time.Now()
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -415,14 +426,14 @@ func (l *Ledger) applyFleet(groups []*fleetGroup, now time.Time, err error) {
 		ls.known, ls.limited = true, g.limited
 		m.reserved += g.admitted
 		if !g.limited {
-			ls.slice = 0
+			ls.slice, ls.held = 0, 0
 			for _, e := range g.exts {
 				e.r = &Reservation{Workspace: g.ws, MemberID: g.member, Amount: e.amount, l: l}
 				m.reserved += e.amount
 			}
 			continue
 		}
-		ls.slice = g.hold
+		ls.slice, ls.held = g.hold, g.hold
 		// The stored slice expires SliceTTL after now; stop admitting
 		// from it a little earlier, so that it never runs past what the
 		// other nodes count.

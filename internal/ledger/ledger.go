@@ -86,8 +86,17 @@ type settlement struct {
 	up  *upkeep
 }
 
-// maxBatch bounds how many settlements share one transaction.
-const maxBatch = 256
+// maxBatch bounds how many settlements share one transaction. A batch's
+// cost is mostly its one sync to disk, so large batches let the writer
+// keep up when a sync is slow.
+const maxBatch = 1024
+
+// queueLen is how many settlements may wait for the writer. A request
+// whose settlement finds the queue full waits for room (nothing is
+// dropped), after its response but before its connection serves the
+// next request: the queue is long enough to ride out a slow sync (about
+// three seconds of a node's traffic).
+const queueLen = 8 * maxBatch
 
 // ErrClosed is returned by settlements after Close.
 var ErrClosed = errors.New("ledger is closed")
@@ -104,7 +113,7 @@ func New(st store.Store, clk clock.Clock) *Ledger {
 		clk = clock.Real{}
 	}
 	l := &Ledger{store: st, clock: clk, members: map[string]*member{},
-		queue: make(chan *settlement, 4*maxBatch), stop: make(chan struct{}), writerEnd: make(chan struct{})}
+		queue: make(chan *settlement, queueLen), stop: make(chan struct{}), writerEnd: make(chan struct{})}
 	l.linger = linger
 	if sh, ok := st.(interface{ Shared() bool }); ok && sh.Shared() {
 		l.shared, l.node = true, newNodeID()

@@ -324,3 +324,63 @@ func TestFleetDeadNodesSliceExpires(t *testing.T) {
 		t.Fatalf("spent %s, want %s: spend was lost", s.Budget.Spent, spent)
 	}
 }
+
+// Right after a budget change (every node forgets what it knew and keeps
+// only what is in flight, while the slices in the store still hold idle
+// room), a race across two nodes that both held slices still admits
+// exactly the room: the recall rewrites the stored slices, not only the
+// local ones.
+func TestFleetRaceAfterABudgetChange(t *testing.T) {
+	nodes, _, clk, _ := pgNodes(t, 2, true)
+	const amount = 24
+	if _, err := nodes[0].SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, 1_000_000, store.PeriodMonthly); err != nil {
+		t.Fatal(err)
+	}
+	var spent money.Pico
+	for i := range 40 { // both nodes take slices with headroom
+		r, err := nodes[i%2].Reserve(ctx, "wrk_a", "sa_x", amount)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := record(clk, "wrk_a", "sa_x", amount)
+		rec.ID = newHoldID(clk.Now())
+		if err := r.Settle(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		spent += amount
+	}
+	const n = 50
+	if _, err := nodes[1].SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, spent+n*amount+amount/2, store.PeriodMonthly); err != nil {
+		t.Fatal(err)
+	}
+	// Node A, idle since the change, still holds a slice in the store:
+	// node B gets the whole room at once only if A gives it back.
+	if st, _ := nodes[1].Status(ctx, "wrk_a", "sa_x"); st.Reserved == 0 {
+		t.Fatal("no slice left in the store: the test proves nothing")
+	}
+	whole, err := nodes[1].Reserve(ctx, "wrk_a", "sa_x", n*amount)
+	if err != nil {
+		t.Fatalf("the whole room on node B: %v", err)
+	}
+	whole.Release()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if _, err := nodes[i%2].Reserve(ctx, "wrk_a", "sa_x", amount); err == nil {
+				admitted.Add(1)
+			} else if _, ok := err.(*ExceededError); !ok {
+				t.Errorf("Reserve: %v", err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if admitted.Load() != n {
+		t.Fatalf("admitted %d, want exactly %d", admitted.Load(), n)
+	}
+}
