@@ -58,9 +58,9 @@ const (
 type Fleet interface {
 	store.Locker
 	Coherent() bool
-	OnInvalidate(fn func())
+	OnInvalidate(fn func()) (remove func())
 	Signal(ctx context.Context, topic, payload string) error
-	OnSignal(topic string, fn func(payload string))
+	OnSignal(topic string, fn func(payload string)) (remove func())
 }
 
 const recallTopic = "budget-recall"
@@ -120,8 +120,9 @@ func (l *Ledger) sliceID() string { return "slice_" + l.node }
 
 func (l *Ledger) startFleet(f Fleet) {
 	l.fleet = f
-	f.OnInvalidate(l.forget)
-	f.OnSignal(recallTopic, l.recalled)
+	// Several ledgers may share a store (one replaced across a reload):
+	// each hears the store for itself until it closes.
+	l.unhook = append(l.unhook, f.OnInvalidate(l.forget), f.OnSignal(recallTopic, l.recalled))
 }
 
 // forget drops what the node knows of budgets and shrinks every slice to
@@ -354,7 +355,9 @@ func (l *Ledger) planFleet(tx store.Tx, g *fleetGroup, now time.Time) error {
 	} else {
 		base = ls.slice - min(settledC, settledA)
 	}
-	headroom := ls.headroom()
+	// Grow by about a second of the member's traffic, and at least by
+	// what is in flight (so that a cold slice doubles instead of creeping).
+	headroom := max(ls.headroom(), m.reserved)
 	l.mu.Unlock()
 	base = max(base, 0)
 	hold := base

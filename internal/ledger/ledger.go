@@ -53,6 +53,7 @@ type Ledger struct {
 	// fleet: a shared store that keeps caches coherent: admissions come
 	// from budget slices (lease.go).
 	fleet  Fleet
+	unhook []func() // unregisters from the fleet's store
 	linger time.Duration
 
 	mu      sync.Mutex
@@ -136,6 +137,9 @@ func (l *Ledger) Close() {
 		close(l.stop)
 		<-l.writerEnd
 		l.giveBack()
+		for _, f := range l.unhook {
+			f()
+		}
 	})
 }
 

@@ -252,8 +252,12 @@ func TestFleetAdmitsWithoutRoundTrips(t *testing.T) {
 // room recalls it: the other node keeps only what it has in flight, and
 // the request gets exactly the rest of the room.
 func TestFleetRecallGivesTheWholeRoom(t *testing.T) {
-	nodes, _, _, _ := pgNodes(t, 2, true)
+	nodes, sts, clk, _ := pgNodes(t, 2, true)
 	a, b := nodes[0], nodes[1]
+	// A second ledger on node A's store, closed at once (as a service's
+	// default ledger is, replaced by the one shared across reloads): the
+	// recall must still reach the live one.
+	New(sts[0], clk).Close()
 	if _, err := a.SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, usd("1.00"), store.PeriodMonthly); err != nil {
 		t.Fatal(err)
 	}

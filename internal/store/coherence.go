@@ -59,8 +59,9 @@ type coherence struct {
 	pid        atomic.Uint32 // the listening connection's backend (tests cut it)
 
 	mu      sync.Mutex
-	hooks   []func()
-	signals map[string]func(payload string)
+	nextID  int
+	hooks   map[int]func()
+	signals map[string]map[int]func(payload string)
 
 	stop chan struct{}
 	done chan struct{}
@@ -94,7 +95,7 @@ func newCoherence(s *Postgres, cfg *pgx.ConnConfig, lease time.Duration, logger 
 	b := make([]byte, 6)
 	rand.Read(b)
 	c := &coherence{s: s, cfg: cfg, node: "node_" + hex.EncodeToString(b), lease: lease, beat: lease / 5,
-		logger: logger, base: time.Now(), signals: map[string]func(string){},
+		logger: logger, base: time.Now(), hooks: map[int]func(){}, signals: map[string]map[int]func(string){},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	c.nodes.Store(1)
 	return c
@@ -132,7 +133,10 @@ func (c *coherence) current() (uint64, bool) {
 func (c *coherence) drop() {
 	c.gen.Add(1)
 	c.mu.Lock()
-	hooks := c.hooks
+	hooks := make([]func(), 0, len(c.hooks))
+	for _, h := range c.hooks {
+		hooks = append(hooks, h)
+	}
 	c.mu.Unlock()
 	for _, h := range hooks {
 		h()
@@ -177,11 +181,18 @@ func (c *coherence) published(ctx context.Context, g int64) {
 	}
 }
 
-// onInvalidate registers fn to run whenever the cache is dropped.
-func (c *coherence) onInvalidate(fn func()) {
+// register adds fn to a set of callbacks and returns what removes it.
+func register[F any](c *coherence, set map[int]F, fn F) (remove func()) {
 	c.mu.Lock()
-	c.hooks = append(c.hooks, fn)
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	c.nextID++
+	id := c.nextID
+	set[id] = fn
+	return func() {
+		c.mu.Lock()
+		delete(set, id)
+		c.mu.Unlock()
+	}
 }
 
 // run keeps a listening connection, reconnecting after a loss with a
@@ -308,11 +319,10 @@ func (c *coherence) notified(ctx context.Context, conn *pgx.Conn, channel, paylo
 			return nil
 		}
 		c.mu.Lock()
-		fn := c.signals[topic]
-		c.mu.Unlock()
-		if fn != nil {
+		for _, fn := range c.signals[topic] {
 			go fn(rest)
 		}
+		c.mu.Unlock()
 	}
 	return nil
 }
@@ -357,11 +367,13 @@ func (s *Postgres) CacheGeneration() (uint64, bool) {
 
 // OnInvalidate registers fn to run whenever this node drops its cache: a
 // write anywhere in the fleet to a cached record, or a lost connection.
-// It does nothing on a store that is not coherent.
-func (s *Postgres) OnInvalidate(fn func()) {
-	if s.coh != nil {
-		s.coh.onInvalidate(fn)
+// The returned function unregisters it. It does nothing on a store that
+// is not coherent.
+func (s *Postgres) OnInvalidate(fn func()) (remove func()) {
+	if s.coh == nil {
+		return func() {}
 	}
+	return register(s.coh, s.coh.hooks, fn)
 }
 
 // Coherent reports whether the store keeps a cache coherent across the
@@ -393,14 +405,20 @@ func (s *Postgres) Signal(ctx context.Context, topic, payload string) error {
 }
 
 // OnSignal makes fn receive the payloads signalled on topic (one
-// goroutine each).
-func (s *Postgres) OnSignal(topic string, fn func(payload string)) {
+// goroutine each), beside the topic's other receivers. The returned
+// function unregisters it.
+func (s *Postgres) OnSignal(topic string, fn func(payload string)) (remove func()) {
 	if s.coh == nil {
-		return
+		return func() {}
 	}
 	s.coh.mu.Lock()
-	s.coh.signals[topic] = fn
+	set := s.coh.signals[topic]
+	if set == nil {
+		set = map[int]func(string){}
+		s.coh.signals[topic] = set
+	}
 	s.coh.mu.Unlock()
+	return register(s.coh, set, fn)
 }
 
 // ListenerPID is the backend process id of the node's listening
