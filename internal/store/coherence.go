@@ -101,13 +101,17 @@ func newCoherence(s *Postgres, cfg *pgx.ConnConfig, lease time.Duration, logger 
 	return c
 }
 
-// start listens and waits (up to the context) for the first heartbeat, so
-// that a node serves from its cache as soon as it is open.
+// start listens and waits (up to the context, and at most a lease) for the
+// first heartbeat, so that a node serves from its cache as soon as it is
+// open; a node that cannot listen yet serves without a cache meanwhile.
 func (c *coherence) start(ctx context.Context) {
 	ready := make(chan struct{})
 	go c.run(ready)
+	t := time.NewTimer(c.lease)
+	defer t.Stop()
 	select {
 	case <-ready:
+	case <-t.C:
 	case <-ctx.Done():
 	}
 }
