@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/tidwall/gjson"
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
@@ -55,6 +56,7 @@ type cluster struct {
 	tn       tenant
 	provider *fakeprovider.Provider
 	conn     string
+	db       string // the database's name
 
 	mu sync.Mutex
 	// secrets must appear in neither node's output: the DSN's password,
@@ -106,6 +108,9 @@ func startClusterWith(t *testing.T, ctx context.Context, edit func(*server)) *cl
 	bin := caddyBinary(t) // skips under -short
 	c, dsn, master := newClusterDB(t)
 	cfg := config{Postgres: dsn, MasterKey: master, Debug: true, AccessLog: true}
+	if u, err := url.Parse(dsn); err == nil {
+		c.db = strings.TrimPrefix(u.Path, "/")
+	}
 
 	for i := 0; i < 2; i++ {
 		s := newServer(t, bin, cfg)
@@ -467,6 +472,28 @@ func TestMultiNodeRevocation(t *testing.T) {
 	}
 	c.wantGateway(t, ctx, "the revoked key, next request on node B", c.b, key, 401)
 	c.wantGateway(t, ctx, "the revoked key on node A", c.a, key, 401)
+
+	// Node B's listening connection cut (every node's, in fact) right
+	// before a revocation: B never answers from a stale cache.
+	sa3, keyID3, key3 := c.key(t, ctx, c.a, "cut")
+	for i := 0; i < 3; i++ {
+		c.wantGateway(t, ctx, "a key on node B before the cut", c.b, key3, 200)
+	}
+	admin, err := pgx.Connect(ctx, c.pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	var cut int
+	if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = 'agentgate listener' AND datname = $1`, c.db).Scan(&cut); err != nil || cut != 2 {
+		t.Fatalf("cutting the nodes' listening connections: %d cut, %v", cut, err)
+	}
+	st, body, err = c.a.console(ctx, "DELETE", "/api/v1/service-accounts/"+sa3+"/keys/"+keyID3, c.tn.Token, nil)
+	if err != nil || st != 204 {
+		t.Fatalf("revoke the key through node A's Console: %d %v %s", st, err, body)
+	}
+	c.wantGateway(t, ctx, "a key revoked right after the cut, next request on node B", c.b, key3, 401)
 
 	// A member with an operator-issued token bound to the workspace.
 	var p idName

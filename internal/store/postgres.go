@@ -144,7 +144,10 @@ func OpenPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error) 
 		return nil, err
 	}
 	if opts.Coherent {
-		s.coh = newCoherence(s, cfg.ConnConfig.Copy(), opts.CacheLease, logger)
+		lcfg := cfg.ConnConfig.Copy()
+		// Operators tell it apart in pg_stat_activity.
+		lcfg.RuntimeParams["application_name"] += " listener"
+		s.coh = newCoherence(s, lcfg, opts.CacheLease, logger)
 		s.coh.start(ctx)
 	}
 	logger.Info("PostgreSQL store open", zap.String("host", cfg.ConnConfig.Host), zap.Uint16("port", cfg.ConnConfig.Port),
