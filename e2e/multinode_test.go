@@ -494,6 +494,23 @@ func TestMultiNodeRevocation(t *testing.T) {
 		t.Fatalf("revoke the key through node A's Console: %d %v %s", st, err, body)
 	}
 	c.wantGateway(t, ctx, "a key revoked right after the cut, next request on node B", c.b, key3, 401)
+	// Node B listens again and says so on its metrics: two live nodes, a
+	// cache it trusts, and the drops (the revocations, the cut).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, m, err := c.b.admin(ctx, "GET", "/metrics", nil)
+		metrics := string(m)
+		if err == nil && strings.Contains(metrics, "\nagentgate_fleet_live_nodes 2\n") && strings.Contains(metrics, "\nagentgate_fleet_cache_trusted 1\n") {
+			if strings.Contains(metrics, "\nagentgate_fleet_cache_drops_total 0\n") || !strings.Contains(metrics, "\nagentgate_fleet_cache_drops_total ") {
+				t.Fatalf("node B reports no cache drop after two revocations and a cut")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node B's fleet metrics after the cut: %v\n%s", err, grepLines(metrics, "agentgate_fleet_"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 
 	// A member with an operator-issued token bound to the workspace.
 	var p idName
@@ -1021,4 +1038,15 @@ func TestMultiNodeExampleBehindLoadBalancer(t *testing.T) {
 			t.Errorf("the load balancer's log carries %s", what)
 		}
 	}
+}
+
+// grepLines returns the lines of s that start with prefix.
+func grepLines(s, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

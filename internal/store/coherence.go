@@ -56,6 +56,7 @@ type coherence struct {
 	trustUntil atomic.Int64  // nanoseconds after base; the cache is trusted before it
 	listening  atomic.Bool
 	nodes      atomic.Int32  // live nodes at the last heartbeat, this one included
+	drops      atomic.Uint64 // cache drops so far
 	pid        atomic.Uint32 // the listening connection's backend (tests cut it)
 
 	mu      sync.Mutex
@@ -136,6 +137,7 @@ func (c *coherence) current() (uint64, bool) {
 // drop forgets everything cached.
 func (c *coherence) drop() {
 	c.gen.Add(1)
+	c.drops.Add(1)
 	c.mu.Lock()
 	hooks := make([]func(), 0, len(c.hooks))
 	for _, h := range c.hooks {
@@ -378,6 +380,15 @@ func (s *Postgres) OnInvalidate(fn func()) (remove func()) {
 		return func() {}
 	}
 	return register(s.coh, s.coh.hooks, fn)
+}
+
+// CacheDrops is how many times this node has dropped its cache (0 when
+// not coherent).
+func (s *Postgres) CacheDrops() uint64 {
+	if s.coh == nil {
+		return 0
+	}
+	return s.coh.drops.Load()
 }
 
 // Coherent reports whether the store keeps a cache coherent across the

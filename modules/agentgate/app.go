@@ -88,7 +88,7 @@ type App struct {
 	masterKeyText string
 	ready         chan struct{}
 	svc           *service.Service
-	roundTrips    atomic.Pointer[store.Postgres] // the PostgreSQL store, for the round-trip metric
+	roundTrips    atomic.Pointer[store.Postgres] // the PostgreSQL store, for its metrics
 	startErr      error
 	pooled        bool
 	logger        *zap.Logger
@@ -151,24 +151,56 @@ func (*App) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "agentgate", New: func() caddy.Module { return new(App) }}
 }
 
+// registerMetrics registers the store's collectors, per config (a reload's
+// registry is new). On Badger they read 0, except trusted (1).
+func (a *App) registerMetrics(reg *prometheus.Registry) error {
+	pg := func(f func(*store.Postgres) float64, badger float64) func() float64 {
+		return func() float64 {
+			if p := a.roundTrips.Load(); p != nil {
+				return f(p)
+			}
+			return badger
+		}
+	}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "agentgate", Subsystem: "store", Name: "round_trips_total",
+			Help: "Statements and batches sent to the PostgreSQL store, each a network round trip (0 on Badger).",
+		}, pg(func(p *store.Postgres) float64 { return float64(p.RoundTrips()) }, 0)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "agentgate", Subsystem: "fleet", Name: "live_nodes",
+			Help: "Nodes whose lease was live at this node's last heartbeat, this one included (0 on Badger).",
+		}, pg(func(p *store.Postgres) float64 { return float64(p.LiveNodes()) }, 0)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "agentgate", Subsystem: "fleet", Name: "cache_trusted",
+			Help: "1 while this node may serve from its cache (listening and its lease live), else 0: it reads the database for every request.",
+		}, pg(func(p *store.Postgres) float64 {
+			if _, ok := p.CacheGeneration(); ok {
+				return 1
+			}
+			return 0
+		}, 1)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "agentgate", Subsystem: "fleet", Name: "cache_drops_total",
+			Help: "Times this node dropped its cache: a write anywhere in the fleet to the records it caches, or a lost listening connection (0 on Badger).",
+		}, pg(func(p *store.Postgres) float64 { return float64(p.CacheDrops()) }, 0)),
+	} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Provision sets defaults and checks the config. It opens nothing, so that
 // `caddy validate` works while a server runs on the same data directory.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
-	// Registered per config: a reload's registry is new.
-	if err := ctx.GetMetricsRegistry().Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Namespace: "agentgate", Subsystem: "store", Name: "round_trips_total",
-		Help: "Statements and batches sent to the PostgreSQL store, each a network round trip (0 on Badger).",
-	}, func() float64 {
-		if pg := a.roundTrips.Load(); pg != nil {
-			return float64(pg.RoundTrips())
-		}
-		return 0
-	})); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return err
-		}
+	if err := a.registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return err
 	}
 	a.ready = make(chan struct{})
 	if a.Clock == nil {
