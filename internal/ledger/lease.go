@@ -164,11 +164,7 @@ func (l *Ledger) reserveFleet(ctx context.Context, ws, memberID string, amount m
 	now := l.clock.Now()
 	k := key(ws, memberID)
 	l.mu.Lock()
-	m := l.members[k]
-	if m == nil {
-		m = &member{}
-		l.members[k] = m
-	}
+	m := l.member(k)
 	m.lease.count(now, amount)
 	if ls := &m.lease; ls.known && (!ls.limited || (now.Before(ls.until) && m.reserved+amount <= ls.slice)) {
 		m.reserved += amount
@@ -221,17 +217,6 @@ func (l *Ledger) reserveFleet(ctx context.Context, ws, memberID string, amount m
 		}
 		wait = min(wait*2, 100*time.Millisecond)
 	}
-}
-
-// send hands an operation to the writer; false after Close.
-func (l *Ledger) send(s *settlement) bool {
-	l.sendMu.RLock()
-	defer l.sendMu.RUnlock()
-	if l.closed {
-		return false
-	}
-	l.queue <- s
-	return true
 }
 
 // fleetGroup is what one batch does to one member.
@@ -338,11 +323,7 @@ func (l *Ledger) planFleet(tx store.Tx, g *fleetGroup, now time.Time) error {
 	// the slice meanwhile.
 	k := key(g.ws, g.member)
 	l.mu.Lock()
-	m := l.members[k]
-	if m == nil {
-		m = &member{}
-		l.members[k] = m
-	}
+	m := l.member(k)
 	ls := &m.lease
 	g.exact = g.shrink || now.Before(ls.exact)
 	// A slice past its local expiry may have expired in the store and its
@@ -414,11 +395,7 @@ func (l *Ledger) planFleet(tx store.Tx, g *fleetGroup, now time.Time) error {
 func (l *Ledger) applyFleet(groups []*fleetGroup, now time.Time, err error) {
 	l.mu.Lock()
 	for _, g := range groups {
-		m := l.members[key(g.ws, g.member)]
-		if m == nil {
-			m = &member{}
-			l.members[key(g.ws, g.member)] = m
-		}
+		m := l.member(key(g.ws, g.member))
 		for _, s := range g.settled {
 			m.reserved -= s.r.Amount
 		}
@@ -453,9 +430,11 @@ func (l *Ledger) applyFleet(groups []*fleetGroup, now time.Time, err error) {
 	}
 }
 
-// upkeepFleet renews the slices in use that are getting old and gives back
-// the idle ones; the writer runs it about once a second.
-func (l *Ledger) upkeepFleet() []*settlement {
+// upkeepFleet lists the slices to rewrite: in use and getting old
+// (renewed), idle for SliceIdle (given back), or, when the node is
+// leaving, every slice with idle room. The writer runs it about once a
+// second.
+func (l *Ledger) upkeepFleet(leaving bool) []*settlement {
 	now := l.clock.Now()
 	var out []*settlement
 	l.mu.Lock()
@@ -465,33 +444,23 @@ func (l *Ledger) upkeepFleet() []*settlement {
 		if !ls.limited || (ls.slice == 0 && m.reserved == 0) {
 			continue
 		}
-		ws, member, _ := strings.Cut(k, "/")
-		switch {
-		case now.Sub(ls.lastUse) >= SliceIdle && ls.slice > m.reserved:
-			out = append(out, &settlement{up: &upkeep{ws: ws, member: member, shrink: true}})
-		case ls.until.Sub(now) < SliceTTL/2:
-			out = append(out, &settlement{up: &upkeep{ws: ws, member: member}})
+		idle := ls.slice > m.reserved && (leaving || now.Sub(ls.lastUse) >= SliceIdle)
+		if !idle && (leaving || ls.until.Sub(now) >= SliceTTL/2) {
+			continue
 		}
+		ws, member, _ := strings.Cut(k, "/")
+		out = append(out, &settlement{up: &upkeep{ws: ws, member: member, shrink: idle}})
 	}
 	return out
 }
 
-// GiveBack returns every slice's idle room to the store (a node leaving
-// the fleet does, on Close).
+// giveBack returns every slice's idle room to the store (a node leaving
+// the fleet does, on Close, once its writer has stopped).
 func (l *Ledger) giveBack() {
 	if l.fleet == nil {
 		return
 	}
-	l.mu.Lock()
-	var batch []*settlement
-	for k, m := range l.members {
-		if m.lease.limited && m.lease.slice > m.reserved {
-			ws, member, _ := strings.Cut(k, "/")
-			batch = append(batch, &settlement{up: &upkeep{ws: ws, member: member, shrink: true}})
-		}
-	}
-	l.mu.Unlock()
-	if len(batch) > 0 {
+	if batch := l.upkeepFleet(true); len(batch) > 0 {
 		l.write(batch)
 	}
 }

@@ -249,15 +249,33 @@ func (r *Reservation) enqueue(rec *store.UsageRecord, done func(error), sync boo
 	l.pending.Add(1)
 	l.mu.Unlock()
 	s := &settlement{r: r, rec: rec, done: done, sync: sync}
-	l.sendMu.RLock()
-	if l.closed {
-		l.sendMu.RUnlock()
+	if !l.send(s) {
 		l.finish([]*settlement{s}, ErrClosed)
-		return true
 	}
-	l.queue <- s // the writer runs until Close, which waits for this send
-	l.sendMu.RUnlock()
 	return true
+}
+
+// send hands an entry to the writer; false after Close. The writer runs
+// until Close, which waits for sends in progress.
+func (l *Ledger) send(s *settlement) bool {
+	l.sendMu.RLock()
+	defer l.sendMu.RUnlock()
+	if l.closed {
+		return false
+	}
+	l.queue <- s
+	return true
+}
+
+// member returns a member's state, made empty on first use. Callers hold
+// l.mu.
+func (l *Ledger) member(k string) *member {
+	m := l.members[k]
+	if m == nil {
+		m = &member{}
+		l.members[k] = m
+	}
+	return m
 }
 
 // writer takes queued settlements and writes them in batches until Close,
@@ -275,7 +293,7 @@ func (l *Ledger) writer() {
 		select {
 		case first = <-l.queue:
 		case <-tick:
-			if up := l.upkeepFleet(); len(up) > 0 {
+			if up := l.upkeepFleet(false); len(up) > 0 {
 				l.write(up)
 			}
 			continue

@@ -388,3 +388,56 @@ func TestFleetRaceAfterABudgetChange(t *testing.T) {
 		t.Fatalf("admitted %d, want exactly %d", admitted.Load(), n)
 	}
 }
+
+// The writer's upkeep gives an idle slice back after SliceIdle, and
+// renews a slice in use before it expires, so that a long request's room
+// keeps counting on the other nodes.
+func TestFleetUpkeepGivesBackAndRenews(t *testing.T) {
+	nodes, _, clk, _ := pgNodes(t, 2, true)
+	a, b := nodes[0], nodes[1]
+	if _, err := a.SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, usd("1.00"), store.PeriodMonthly); err != nil {
+		t.Fatal(err)
+	}
+	held := func() money.Pico {
+		t.Helper()
+		s, err := b.Status(ctx, "wrk_a", "sa_x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Reserved
+	}
+	upkeep := func(l *Ledger) {
+		if batch := l.upkeepFleet(false); len(batch) > 0 {
+			l.write(batch)
+		}
+	}
+	r, err := a.Reserve(ctx, "wrk_a", "sa_x", usd("0.10"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Release()
+	if held() == 0 {
+		t.Fatal("no slice in the store")
+	}
+	upkeep(a) // not idle long enough: kept
+	if held() == 0 {
+		t.Fatal("a slice used just now was given back")
+	}
+	clk.Advance(SliceIdle)
+	upkeep(a)
+	if h := held(); h != 0 {
+		t.Fatalf("an idle slice still holds %s", h)
+	}
+
+	// A request in flight for longer than SliceTTL: its room is renewed.
+	if _, err := a.Reserve(ctx, "wrk_a", "sa_x", usd("0.90")); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		clk.Advance(SliceTTL / 3)
+		upkeep(a)
+	}
+	if _, err := b.Reserve(ctx, "wrk_a", "sa_x", usd("0.20")); err == nil {
+		t.Fatal("node B took the room of a request still in flight on node A")
+	}
+}

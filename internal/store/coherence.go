@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 )
 
@@ -292,7 +293,7 @@ func (c *coherence) listen(ready chan struct{}) error {
 			}
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+		case pgconn.Timeout(err):
 			if err := c.heartbeat(ctx, conn); err != nil {
 				return err
 			}
@@ -301,11 +302,6 @@ func (c *coherence) listen(ready chan struct{}) error {
 			return err
 		}
 	}
-}
-
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
 }
 
 // notified handles one notification.

@@ -62,14 +62,16 @@ func TestCoherentWritesMoveEveryNodesGeneration(t *testing.T) {
 	if g, _ := b.CacheGeneration(); g != gb {
 		t.Fatal("an untracked write moved node B's generation")
 	}
-	if n := LiveNodes(a); n != 2 {
+	if n := waitLiveNodes(a, 2); n != 2 {
 		t.Fatalf("live nodes seen by A: %d, want 2", n)
 	}
 }
 
-func LiveNodes(s *Postgres) int {
+// waitLiveNodes waits (up to 5 s: a heartbeat a second) until s counts n
+// live nodes, and returns what it counts.
+func waitLiveNodes(s *Postgres, n int) int {
 	deadline := time.Now().Add(5 * time.Second)
-	for s.LiveNodes() < 2 && time.Now().Before(deadline) {
+	for s.LiveNodes() < n && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return s.LiveNodes()
