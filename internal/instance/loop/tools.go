@@ -15,6 +15,7 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/permission"
 	"github.com/agentgate/agentgate/internal/instance/session"
 	"github.com/agentgate/agentgate/internal/instance/tools"
+	"github.com/agentgate/agentgate/internal/sandbox"
 	"github.com/agentgate/agentgate/internal/store"
 )
 
@@ -36,6 +37,8 @@ type ToolConfig struct {
 	// Secrets never reach a command's environment (the instance password,
 	// the provider key, pairing tokens).
 	Secrets func() []string
+	// Sandbox confines commands (default: sandbox.Default()).
+	Sandbox *sandbox.Sandbox
 }
 
 // SetTools replaces the tool configuration; calls that start later use
@@ -497,7 +500,7 @@ func (r *Runner) toolEnv(s svc, info *session.Info, agent *agents.Agent) *tools.
 		roots = []string{dir}
 	}
 	env := &tools.Env{Dir: cwd, Project: dir, Roots: roots, SessionID: info.ID, Agent: agent.ID, BashTimeout: cfg.BashTimeout,
-		Fetch: tools.FetchPolicy{AllowPrivate: cfg.FetchPrivate}}
+		Fetch: tools.FetchPolicy{AllowPrivate: cfg.FetchPrivate}, Sandbox: cfg.Sandbox}
 	if cfg.Secrets != nil {
 		env.Secrets = cfg.Secrets()
 	}

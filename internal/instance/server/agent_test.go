@@ -17,6 +17,7 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/events"
 	"github.com/agentgate/agentgate/internal/instance/loop"
 	"github.com/agentgate/agentgate/internal/instance/permission"
+	"github.com/agentgate/agentgate/internal/sandbox"
 )
 
 // script answers the fake provider's requests in order: step i of the
@@ -109,6 +110,18 @@ func (h *drainHarness) waitPending(path string) gjson.Result {
 	return gjson.Result{}
 }
 
+// goSandbox is a sandbox in which `go test` finds the host's build and
+// module caches, read-only, and never downloads.
+func goSandbox(t testing.TB) *sandbox.Sandbox {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(out))
+	return sandbox.New(sandbox.Config{ReadOnly: f, Env: []string{"GOCACHE=" + f[0], "GOMODCACHE=" + f[1], "GOFLAGS=-mod=mod", "GOPROXY=off", "GOTOOLCHAIN=local"}})
+}
+
 // goProject writes a Go module with a failing test into the harness's
 // default location.
 func goProject(t *testing.T, dir string) {
@@ -137,6 +150,7 @@ func TestAgentMakesTheFailingTestPass(t *testing.T) {
 	}}
 	h := newAgentHarness(t, "chat", sc)
 	goProject(t, h.dir)
+	h.runner.SetTools(loop.ToolConfig{Sandbox: goSandbox(t)})
 	t.Setenv("SOME_INNOCENT_NAME", "prefix-"+fakeKey)
 	h.send("POST", "/api/session", map[string]any{"id": "ses_fix"})
 	h.prompt("ses_fix", "make the failing test pass", nil)

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/agentgate/agentgate/internal/sandbox"
 )
 
 // The command limits.
@@ -92,6 +94,8 @@ func runBash(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 		text += fmt.Sprintf("\n\n(Command timed out after %d ms; it and every process it started were killed)", timeout.Milliseconds())
 	case "aborted":
 		text += "\n\n(Command was aborted)"
+	case "memory", "processes":
+		text += fmt.Sprintf("\n\n(Command was killed: it reached the sandbox's %s limit; the server is unaffected)", why)
 	}
 	meta := map[string]any{"exit": exit, "description": in.Description, "truncated": truncated}
 	if exit != nil {
@@ -111,11 +115,13 @@ func commandPrefix(cmd string) string {
 	return f[0]
 }
 
-// runCommand runs a command in its own process group with a scrubbed
-// environment and returns its output tail and exit code (nil when it was
-// killed), and why it stopped early ("timeout", "aborted" or ""). The
-// whole group is killed when the command ends, times out or ctx ends, so
-// no process it started outlives the call.
+// runCommand runs a command in a new sandbox (see package sandbox): the
+// session's roots writable, the system read-only, a private /tmp, its own
+// loopback, an environment built from an allow-list. It returns the
+// output's tail and the exit code (nil when it was killed), and why it
+// stopped early ("timeout", "aborted", or the limit it hit: "memory",
+// "processes"). When the call ends, times out or ctx ends, the sandbox
+// dies and every process in it: none outlives the call.
 func runCommand(ctx context.Context, env *Env, dir, command string, timeout time.Duration) (*tailBuffer, *int, string, error) {
 	shell := env.Shell
 	if shell == "" {
@@ -124,26 +130,37 @@ func runCommand(ctx context.Context, env *Env, dir, command string, timeout time
 			shell = "/bin/sh"
 		}
 	}
-	cmd := exec.Command(shell, "-c", command)
-	cmd.Dir = dir
-	cmd.Env = ScrubEnv(os.Environ(), env.Secrets)
+	sb := env.Sandbox
+	if sb == nil {
+		sb = sandbox.Default()
+	}
+	var extra []string
 	if env.ShellEnv != nil {
 		for k, v := range env.ShellEnv(ctx, dir) {
-			cmd.Env = append(cmd.Env, k+"="+v)
+			extra = append(extra, k+"="+v)
 		}
+		sort.Strings(extra)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	writable := env.Roots
+	if len(writable) == 0 {
+		writable = []string{env.project()}
+	}
+	cmd, err := sb.Command(sandbox.Spec{Argv: []string{shell, "-c", command}, Dir: dir, Env: sb.Env(extra...), Writable: writable})
+	if err != nil {
+		if errors.Is(err, sandbox.ErrUnavailable) {
+			return nil, nil, "", fmt.Errorf("bash is refused: %v. The operator can write `sandbox off` to run commands unconfined", err)
+		}
+		return nil, nil, "", fmt.Errorf("cannot run the command: %v", err)
+	}
 	out := &tailBuffer{max: maxBashOutput}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Stdin = nil
 	// Output pipes held open by a process the command left behind must
-	// not keep the call waiting once the group is killed.
+	// not keep the call waiting once the sandbox is killed.
 	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, nil, "", fmt.Errorf("cannot start the command: %v", err)
 	}
-	pgid := cmd.Process.Pid
-	killGroup := func() { syscall.Kill(-pgid, syscall.SIGKILL) }
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	timer := time.NewTimer(timeout)
@@ -159,10 +176,10 @@ wait:
 			break wait
 		case <-timer.C:
 			why = "timeout"
-			killGroup()
+			cmd.Kill()
 		case <-ctx.Done():
 			why = "aborted"
-			killGroup()
+			cmd.Kill()
 		case <-tick.C:
 			if env.Progress != nil {
 				if s, changed := out.snapshot(); changed {
@@ -172,9 +189,12 @@ wait:
 		}
 	}
 	// Whatever the command started in the background ends with it.
-	killGroup()
+	cmd.Kill()
 	if why != "" {
 		return out, nil, why, nil
+	}
+	if hit := cmd.LimitHit(); hit != "" {
+		return out, nil, hit, nil
 	}
 	code := 0
 	if werr != nil {

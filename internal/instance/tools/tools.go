@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/agentgate/agentgate/internal/sandbox"
 )
 
 // Tool is one tool: its name, what the model is told about it, the JSON
@@ -90,6 +92,8 @@ type Env struct {
 	BashTimeout, MaxBashTimeout time.Duration
 	// Shell runs commands (default /bin/bash, else /bin/sh).
 	Shell string
+	// Sandbox confines commands (default: sandbox.Default()).
+	Sandbox *sandbox.Sandbox
 	// ShellEnv, when set, adds variables to a command's environment (after
 	// it is scrubbed): the plugins' shell.env hook.
 	ShellEnv func(ctx context.Context, cwd string) map[string]string

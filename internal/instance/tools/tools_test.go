@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentgate/agentgate/internal/sandbox"
 )
 
 // project makes a temporary project directory (symlinks resolved) inside
@@ -376,23 +378,30 @@ func TestBashBackgroundChildEndsWithTheCommand(t *testing.T) {
 	waitGone(t, marker)
 }
 
-func TestBashEnvironmentIsScrubbed(t *testing.T) {
+// TestBashEnvironmentIsAnAllowList: a command's environment is built from
+// an allow-list (PATH, HOME and TMPDIR inside the sandbox, locale, TERM,
+// the operator's named variables), never from the server's environment
+// minus a list: credentials named like anything at all stay out.
+func TestBashEnvironmentIsAnAllowList(t *testing.T) {
 	env, _ := project(t, nil)
-	t.Setenv("AGENTGATE_MASTER_KEY", "mk-value-1234")
-	t.Setenv("OPENCODE_SERVER_PASSWORD", "pw-value-1234")
-	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-value")
-	t.Setenv("GITHUB_TOKEN", "ghp-value")
-	t.Setenv("INNOCENT_LOOKING", "prefix-ws-key-secret-value-suffix")
-	t.Setenv("PLAIN_SETTING", "kept")
-	env.Secrets = []string{"ws-key-secret-value"}
+	for k, v := range map[string]string{"AGENTGATE_MASTER_KEY": "mk-value-1234", "OPENCODE_SERVER_PASSWORD": "pw-value-1234",
+		"ANTHROPIC_API_KEY": "sk-ant-value", "GITHUB_TOKEN": "ghp-value", "INNOCENT_LOOKING": "prefix-ws-key-secret-value-suffix",
+		"BEARER": "bearer-value", "GITHUB_PAT": "pat-value", "MY_DB_URL": "postgres://u:dbpass-value@h/db", "OPERATOR_NAMED": "kept",
+		"LANG": "C.UTF-8"} {
+		t.Setenv(k, v)
+	}
+	env.Sandbox = sandbox.New(sandbox.Config{Env: []string{"OPERATOR_NAMED", "GOFLAGS=-mod=mod"}})
 	res := mustCall(t, env, "bash", map[string]any{"command": "env"})
-	for _, leaked := range []string{"mk-value-1234", "pw-value-1234", "sk-ant-value", "ghp-value", "ws-key-secret-value"} {
+	for _, leaked := range []string{"mk-value-1234", "pw-value-1234", "sk-ant-value", "ghp-value", "ws-key-secret-value", "bearer-value",
+		"pat-value", "dbpass-value"} {
 		if strings.Contains(res.Output, leaked) {
-			t.Fatalf("the command's environment holds %q", leaked)
+			t.Fatalf("the command's environment holds %q:\n%s", leaked, res.Output)
 		}
 	}
-	if !strings.Contains(res.Output, "PLAIN_SETTING=kept") || !strings.Contains(res.Output, "PATH=") {
-		t.Fatal("the scrub removed ordinary variables")
+	for _, want := range []string{"OPERATOR_NAMED=kept", "GOFLAGS=-mod=mod", "PATH=", "HOME=" + sandbox.Home, "TMPDIR=/tmp", "LANG=C.UTF-8"} {
+		if !strings.Contains(res.Output, want) {
+			t.Fatalf("the environment lacks %s:\n%s", want, res.Output)
+		}
 	}
 }
 

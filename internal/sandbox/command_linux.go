@@ -1,0 +1,401 @@
+package sandbox
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentgate/agentgate/internal/instance/sensitive"
+)
+
+// helperName is argv[0] of the helper: init dispatches on it.
+const helperName = "agentgate-sandbox"
+
+// policy is what the helper reads on fd 3: everything it needs to set one
+// sandbox up, with no secret in it.
+type policy struct {
+	Argv     []string `json:"argv"`
+	Dir      string   `json:"dir"`
+	Env      []string `json:"env"`
+	Writable []string `json:"writable"`
+	ReadOnly []string `json:"read_only"`
+	// Protect are paths inside Writable bound read-only again.
+	Protect []string `json:"protect"`
+	// MaskFiles and MaskDirs are covered by an empty read-only file or
+	// directory.
+	MaskFiles []string `json:"mask_files"`
+	MaskDirs  []string `json:"mask_dirs"`
+	// Hidden are covered like masks when they exist inside a bound path.
+	Hidden  []string `json:"hidden"`
+	Network bool     `json:"network"`
+	CPU     int64    `json:"cpu"`   // seconds
+	Files   uint64   `json:"files"` // RLIMIT_NOFILE
+	// Probe sets everything up and exits 0 without running anything.
+	Probe bool `json:"probe"`
+}
+
+// Cmd is a run in a sandbox: an exec.Cmd whose Stdin, Stdout and Stderr
+// the caller sets (or takes pipes of) before Start.
+type Cmd struct {
+	*exec.Cmd
+	plain   bool
+	pol     []byte
+	polW    *os.File
+	group   *group
+	hit     string
+	waitErr error
+	waited  bool
+}
+
+// Command prepares a run of spec in a new sandbox. With the sandbox off it
+// is a plain process group; when the host cannot make one it fails with
+// ErrUnavailable.
+func (s *Sandbox) Command(spec Spec) (*Cmd, error) {
+	st := s.Status()
+	if len(spec.Argv) == 0 {
+		return nil, errors.New("sandbox: nothing to run")
+	}
+	switch st.Mode {
+	case "off":
+		c := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+		c.Dir, c.Env = spec.Dir, spec.Env
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		return &Cmd{Cmd: c, plain: true}, nil
+	case "unavailable":
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, st.Reason)
+	}
+	c, err := s.command(spec, false)
+	if err != nil {
+		return nil, err
+	}
+	if s.cg != nil {
+		c.group = s.cg.create()
+	}
+	return c, nil
+}
+
+func (s *Sandbox) command(spec Spec, probe bool) (*Cmd, error) {
+	for _, w := range spec.Writable {
+		if err := CheckRoot(w, s.cfg.Hidden); err != nil {
+			return nil, err
+		}
+	}
+	p := policy{Argv: spec.Argv, Dir: spec.Dir, Env: spec.Env, Network: s.cfg.Network, Probe: probe}
+	lim := s.limits()
+	p.CPU = int64(lim.CPU / time.Second)
+	if lim.Files > 0 {
+		p.Files = uint64(lim.Files)
+	}
+	p.ReadOnly = append(append([]string(nil), s.cfg.ReadOnly...), spec.ReadOnly...)
+	p.Writable = append(append([]string(nil), s.cfg.Writable...), spec.Writable...)
+	for i, w := range p.Writable {
+		p.Writable[i] = realOrClean(w)
+	}
+	for i, r := range p.ReadOnly {
+		p.ReadOnly[i] = realOrClean(r)
+	}
+	for _, w := range spec.Writable {
+		sc := Scan(realOrClean(w))
+		p.Protect = append(p.Protect, sc.Protect...)
+		p.MaskFiles = append(p.MaskFiles, sc.MaskFiles...)
+		p.MaskDirs = append(p.MaskDirs, sc.MaskDirs...)
+	}
+	for _, r := range spec.ReadOnly {
+		sc := Scan(realOrClean(r))
+		p.MaskFiles = append(p.MaskFiles, sc.MaskFiles...)
+		p.MaskDirs = append(p.MaskDirs, sc.MaskDirs...)
+	}
+	// A hidden path is covered where it lies inside a bound path (never
+	// where a bound path lies inside it: that one was bound on purpose).
+	for _, h := range s.cfg.Hidden {
+		for _, b := range append(append([]string(nil), p.Writable...), p.ReadOnly...) {
+			if within(b, h) && b != h {
+				p.Hidden = append(p.Hidden, h)
+				break
+			}
+		}
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	c := &exec.Cmd{Path: "/proc/self/exe", Args: []string{helperName, "init"}, Env: []string{}}
+	if os.Geteuid() != 0 {
+		// A server that is not root cannot write the user-namespace map of
+		// a child it forked while non-dumpable: a first helper, dumpable
+		// again after its exec, makes the namespaces.
+		c.Args = []string{helperName, "spawn"}
+	}
+	return &Cmd{Cmd: c, pol: b}, nil
+}
+
+// nsAttr is how the namespaced helper is cloned.
+func nsAttr(network bool) *syscall.SysProcAttr {
+	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
+	if !network {
+		flags |= syscall.CLONE_NEWNET
+	}
+	return &syscall.SysProcAttr{
+		Cloneflags:                 flags,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		GidMappingsEnableSetgroups: false,
+		Setsid:                     true,
+		Pdeathsig:                  syscall.SIGKILL,
+	}
+}
+
+// spawn starts processes from one OS thread that never exits, so that
+// Pdeathsig (which fires when the creating thread ends) fires only when
+// the server dies.
+var (
+	spawnOnce sync.Once
+	spawnCh   chan spawnReq
+)
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func spawn(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawnCh = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread()
+			for r := range spawnCh {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	spawnCh <- spawnReq{cmd, done}
+	return <-done
+}
+
+// Start starts the run and returns once the command runs inside its
+// sandbox (or the sandbox could not be set up: the error says why).
+func (c *Cmd) Start() error {
+	if c.plain {
+		return spawn(c.Cmd)
+	}
+	polR, polW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		polR.Close()
+		polW.Close()
+		return err
+	}
+	c.Cmd.ExtraFiles = []*os.File{polR, stW}
+	if c.Args[1] == "init" {
+		var p policy
+		json.Unmarshal(c.pol, &p)
+		c.Cmd.SysProcAttr = nsAttr(p.Network)
+	} else {
+		c.Cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	}
+	err = spawn(c.Cmd)
+	polR.Close()
+	stW.Close()
+	if err != nil {
+		polW.Close()
+		stR.Close()
+		return fmt.Errorf("sandbox: cannot start the helper: %w", err)
+	}
+	if c.group != nil {
+		// Placed before it reads its policy: nothing runs unlimited.
+		if err := c.group.add(c.Process.Pid); err != nil {
+			c.group = nil
+		}
+	}
+	_, werr := polW.Write(c.pol)
+	polW.Close()
+	line, rerr := bufio.NewReader(io.LimitReader(stR, 4096)).ReadString('\n')
+	stR.Close()
+	line = strings.TrimSpace(line)
+	if werr == nil && line == "ok" {
+		return nil
+	}
+	c.Process.Kill()
+	c.Wait()
+	switch {
+	case strings.HasPrefix(line, "error: "):
+		return errors.New("sandbox: " + strings.TrimPrefix(line, "error: "))
+	case rerr != nil:
+		return fmt.Errorf("sandbox: the helper ended before the sandbox was set up (%v)", c.ProcessState)
+	}
+	return fmt.Errorf("sandbox: unexpected answer from the helper: %q", line)
+}
+
+// Kill ends the run and everything it started: the sandbox's first
+// process dies, and with it every process of its PID namespace.
+func (c *Cmd) Kill() {
+	if c.Process == nil {
+		return
+	}
+	if c.plain {
+		syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		return
+	}
+	c.Process.Kill()
+}
+
+// Wait waits for the run to end and releases its limits.
+func (c *Cmd) Wait() error {
+	if c.waited {
+		return c.waitErr
+	}
+	c.waited = true
+	c.waitErr = c.Cmd.Wait()
+	if c.plain && c.Process != nil {
+		// What the command left behind in its group ends with it.
+		syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+	}
+	if c.group != nil {
+		c.hit = c.group.hit()
+		c.group.remove()
+	}
+	return c.waitErr
+}
+
+// LimitHit names the limit the run hit ("memory", "processes"), if any
+// (known after Wait).
+func (c *Cmd) LimitHit() string { return c.hit }
+
+func probe(s *Sandbox) error {
+	c, err := s.command(Spec{Argv: []string{"/bin/true"}, Dir: "/"}, true)
+	if err != nil {
+		return err
+	}
+	c.Stdout, c.Stderr = io.Discard, io.Discard
+	if err := c.Start(); err != nil {
+		return err
+	}
+	return c.Wait()
+}
+
+// within reports whether path is dir or under it (both clean, absolute).
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
+}
+
+// CheckRoot refuses a directory no sandbox can give a command: the root
+// of the file system, a home directory (its dotfiles hold the user's
+// credentials), or one holding a hidden path (the server's data directory
+// or configuration).
+func CheckRoot(dir string, hidden []string) error {
+	d := realOrClean(dir)
+	if d == "/" {
+		return fmt.Errorf("%w: a project at / would give commands the whole file system", ErrRefusedRoot)
+	}
+	homes := []string{"/root", "/home"}
+	if h, err := os.UserHomeDir(); err == nil {
+		homes = append(homes, realOrClean(h))
+	}
+	if filepath.Dir(d) == "/home" {
+		homes = append(homes, d)
+	}
+	for _, h := range homes {
+		if d == h {
+			return fmt.Errorf("%w: %s is a home directory, whose dotfiles hold the user's credentials; use a project directory inside it", ErrRefusedRoot, d)
+		}
+	}
+	for _, h := range hidden {
+		if within(d, h) {
+			return fmt.Errorf("%w: %s holds the server's own files (%s)", ErrRefusedRoot, d, h)
+		}
+	}
+	return nil
+}
+
+// ErrRefusedRoot is a project directory a sandbox refuses.
+var ErrRefusedRoot = errors.New("refused as a project directory")
+
+// Scanned are the paths of a project that a sandbox protects.
+type Scanned struct {
+	Protect, MaskFiles, MaskDirs []string
+	// Partial is set when the walk stopped at its bound.
+	Partial bool
+}
+
+// skipDirs are not walked for protected and sensitive paths: dependency
+// trees and build outputs.
+var skipDirs = map[string]bool{"node_modules": true, ".venv": true, "venv": true, "__pycache__": true, ".cache": true,
+	".zig-cache": true, "target": true}
+
+// maxScan bounds the entries a scan visits.
+const maxScan = 100000
+
+// Scan finds, under a writable root, what stays read-only (every
+// repository's .git/hooks and .git/config, opencode.json, opencode.jsonc
+// and .opencode/) and what is masked (sensitive files and directories).
+// A missing .git/hooks of a repository is created, so that it is
+// protected too. Links are neither followed nor covered.
+func Scan(root string) Scanned {
+	var out Scanned
+	n := 0
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if n++; n > maxScan {
+			out.Partial = true
+			return filepath.SkipAll
+		}
+		name := d.Name()
+		if d.Type()&os.ModeSymlink != 0 {
+			return nil
+		}
+		if d.IsDir() {
+			if p == root {
+				return nil
+			}
+			switch {
+			case name == ".git":
+				hooks := filepath.Join(p, "hooks")
+				if _, err := os.Lstat(hooks); errors.Is(err, os.ErrNotExist) {
+					os.Mkdir(hooks, 0o755)
+				}
+				for _, q := range []string{hooks, filepath.Join(p, "config")} {
+					if fi, err := os.Lstat(q); err == nil && fi.Mode()&os.ModeSymlink == 0 {
+						out.Protect = append(out.Protect, q)
+					}
+				}
+				return filepath.SkipDir
+			case name == ".opencode":
+				out.Protect = append(out.Protect, p)
+				return filepath.SkipDir
+			case sensitive.Dir(name):
+				out.MaskDirs = append(out.MaskDirs, p)
+				return filepath.SkipDir
+			case skipDirs[name]:
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch {
+		case name == "opencode.json" || name == "opencode.jsonc":
+			out.Protect = append(out.Protect, p)
+		case sensitive.Name(name) && d.Type().IsRegular():
+			out.MaskFiles = append(out.MaskFiles, p)
+		}
+		return nil
+	})
+	sort.Strings(out.Protect)
+	return out
+}
