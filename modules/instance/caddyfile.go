@@ -44,6 +44,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		}
 //		heartbeat <duration>
 //		permission <action> <pattern> allow|deny|ask
+//		trust_project_permissions
 //		webfetch_private
 //		bash_timeout <duration>
 //		max_steps <n>
@@ -125,6 +126,11 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("permission effect must be allow, deny or ask, not '%s'", effect)
 			}
 			in.Permissions = append(in.Permissions, agents.PermissionRule{Action: action, Resource: pattern, Effect: effect})
+		case "trust_project_permissions":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			in.TrustProjectPermissions = true
 		case "webfetch_private":
 			if d.NextArg() {
 				return d.ArgErr()

@@ -192,8 +192,22 @@ type Instance struct {
 	// Permissions are the instance's permission rules for tool calls,
 	// after the defaults (bash, webfetch and paths outside the project
 	// ask) and before the project's opencode.json, the agent's and the
-	// session's; the last matching rule wins.
+	// session's; the last matching rule wins, except that a call these
+	// rules deny (their own last matching rule denies) stays denied
+	// whatever the later rules say.
 	Permissions []agents.PermissionRule `json:"permissions,omitempty"`
+
+	// TrustProjectPermissions lets the rules a project ships (the
+	// top-level "permission" of its opencode.json(c) and the permission of
+	// the agents its opencode.json "agent" map and .opencode/agent(s)/*.md
+	// files define) turn the guarded asks into allows: running commands,
+	// fetching from the web, touching paths outside the project, and
+	// reading or editing files that hold secrets. Default: those rules can
+	// only make such calls stricter (an allow into an ask or a deny, an
+	// ask into a deny), so that a repository opened in a session cannot
+	// grant itself shell access; the session's own rules (set by the
+	// client, or by "always" replies) still can.
+	TrustProjectPermissions bool `json:"trust_project_permissions,omitempty"`
 
 	// WebfetchPrivate lets the webfetch tool reach loopback, private and
 	// link-local addresses. Default: refused.
@@ -311,7 +325,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		}
 		runner = st.runner
 		runner.SetProvider(pc)
-		runner.SetTools(loop.ToolConfig{Rules: in.Permissions, Roots: roots, FetchPrivate: in.WebfetchPrivate,
+		runner.SetTools(loop.ToolConfig{Rules: in.Permissions, TrustProjectPermissions: in.TrustProjectPermissions, Roots: roots, FetchPrivate: in.WebfetchPrivate,
 			BashTimeout: time.Duration(in.BashTimeout), MaxSteps: in.MaxSteps,
 			Secrets: func() []string { return append([]string{password}, app.SecretValues()...) }})
 		in.runner = runner

@@ -459,3 +459,20 @@ func TestToolSettingsCaddyfile(t *testing.T) {
 		t.Error("an output limit not below the context limit was accepted")
 	}
 }
+
+func TestTrustProjectPermissionsCaddyfile(t *testing.T) {
+	var in Instance
+	if err := in.UnmarshalCaddyfile(caddyfile.NewTestDispenser("agent_instance {\n trust_project_permissions\n}")); err != nil {
+		t.Fatal(err)
+	}
+	if !in.TrustProjectPermissions {
+		t.Fatal("trust_project_permissions not set")
+	}
+	var off Instance
+	if err := off.UnmarshalCaddyfile(caddyfile.NewTestDispenser("agent_instance {\n permission bash * allow\n}")); err != nil || off.TrustProjectPermissions {
+		t.Fatalf("trusted without the subdirective: %v %+v", err, off)
+	}
+	if err := new(Instance).UnmarshalCaddyfile(caddyfile.NewTestDispenser("agent_instance {\n trust_project_permissions yes\n}")); err == nil {
+		t.Error("trust_project_permissions took an argument")
+	}
+}

@@ -37,6 +37,23 @@ type Agent struct {
 	Color       string           `json:"color,omitempty"`
 	Steps       int              `json:"steps,omitempty"`
 	Permissions []PermissionRule `json:"permissions"`
+	// TrustedPermissions and ProjectPermissions split Permissions by where
+	// the rules come from: the built-in definition and the server config
+	// (trusted), or the location's own files, its opencode.json(c) "agent"
+	// map and .opencode/agent(s)/*.md (project). Evaluating the trusted
+	// rules then the project's decides as Permissions does. Both nil (an
+	// agent not made by Load) means every rule is trusted; see RuleSources.
+	TrustedPermissions []PermissionRule `json:"-"`
+	ProjectPermissions []PermissionRule `json:"-"`
+}
+
+// RuleSources returns the agent's rules by where they come from (see
+// TrustedPermissions).
+func (a *Agent) RuleSources() (trusted, project []PermissionRule) {
+	if a.TrustedPermissions == nil && a.ProjectPermissions == nil {
+		return a.Permissions, nil
+	}
+	return a.TrustedPermissions, a.ProjectPermissions
 }
 
 // ModelRef is Model.Ref.
@@ -116,7 +133,7 @@ func Load(projectDir, directory string, configured map[string]json.RawMessage) (
 		if err := checkJSON(raw); err != nil {
 			return nil, fmt.Errorf("server config: agent %q: %v", id, err)
 		}
-		if err := set.apply("server config", id, gjson.ParseBytes(raw)); err != nil {
+		if err := set.apply("server config", id, gjson.ParseBytes(raw), false); err != nil {
 			return nil, err
 		}
 	}
@@ -249,7 +266,7 @@ func (s *agentSet) loadConfigFiles(dir string) error {
 		}
 		var ferr error
 		agents.ForEach(func(k, v gjson.Result) bool {
-			ferr = s.apply(path, k.String(), v)
+			ferr = s.apply(path, k.String(), v, true)
 			return ferr == nil
 		})
 		if ferr != nil {
@@ -284,14 +301,16 @@ func ProjectPermissions(dir string) ([]PermissionRule, error) {
 // loadMarkdown applies dir's .opencode/agent/*.md then .opencode/agents/*.md.
 func (s *agentSet) loadMarkdown(dir string) error {
 	return eachMarkdown(dir, []string{"agent", "agents"}, func(path, id string, def []byte) error {
-		return s.apply(path, id, gjson.ParseBytes(def))
+		return s.apply(path, id, gjson.ParseBytes(def), true)
 	})
 }
 
 var agentModes = map[string]bool{"primary": true, "subagent": true, "all": true}
 
-// apply merges one definition into the set.
-func (s *agentSet) apply(src, id string, def gjson.Result) error {
+// apply merges one definition into the set; project tells whether it
+// comes from the location's files (its permission rules are then the
+// agent's ProjectPermissions) or from the server config.
+func (s *agentSet) apply(src, id string, def gjson.Result, project bool) error {
 	fail := func(format string, a ...any) error {
 		return fmt.Errorf("%s: agent %q: %s", src, id, fmt.Sprintf(format, a...))
 	}
@@ -412,6 +431,11 @@ func (s *agentSet) apply(src, id string, def gjson.Result) error {
 				return false
 			}
 			a.Permissions = mergeRules(a.Permissions, rules)
+			if project {
+				a.ProjectPermissions = mergeRules(a.ProjectPermissions, rules)
+			} else {
+				a.TrustedPermissions = mergeRules(a.TrustedPermissions, rules)
+			}
 		default:
 			a.Request.Settings[key] = jsonValue(v)
 		}
@@ -433,7 +457,7 @@ func (s *agentSet) apply(src, id string, def gjson.Result) error {
 // nothing), or makes a new one with the defaults.
 func cloneAgent(a *Agent, id string) *Agent {
 	if a == nil {
-		return &Agent{ID: id, Name: id, Mode: "all", Permissions: []PermissionRule{},
+		return &Agent{ID: id, Name: id, Mode: "all", Permissions: []PermissionRule{}, TrustedPermissions: []PermissionRule{},
 			Request: Request{Settings: map[string]any{}, Headers: map[string]string{}, Body: map[string]any{}}}
 	}
 	c := *a
@@ -452,6 +476,11 @@ func cloneAgent(a *Agent, id string) *Agent {
 		c.Request.Body[k] = v
 	}
 	c.Permissions = append([]PermissionRule{}, a.Permissions...)
+	c.TrustedPermissions, c.ProjectPermissions = a.RuleSources()
+	c.TrustedPermissions = append([]PermissionRule{}, c.TrustedPermissions...)
+	if c.ProjectPermissions != nil {
+		c.ProjectPermissions = append([]PermissionRule{}, c.ProjectPermissions...)
+	}
 	return &c
 }
 

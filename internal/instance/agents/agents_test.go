@@ -95,7 +95,7 @@ func TestLoadAgentsEverySourceAndOrder(t *testing.T) {
 	}
 	s := findAgent(t, got, "shared")
 	want := Agent{ID: "shared", Name: "shared", Description: "project json", Mode: "primary", Hidden: true,
-		Color: "blue", Steps: 9, System: "project md prompt", Permissions: []PermissionRule{},
+		Color: "blue", Steps: 9, System: "project md prompt", Permissions: []PermissionRule{}, TrustedPermissions: []PermissionRule{},
 		Request: Request{Settings: map[string]any{}, Headers: map[string]string{}, Body: map[string]any{}}}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("shared =\n%+v\nwant\n%+v", s, want)
@@ -166,7 +166,11 @@ func TestLoadAgentsAllFields(t *testing.T) {
 			{Action: "bash", Resource: "git *", Effect: "allow"},
 			{Action: "webfetch", Resource: "*", Effect: "allow"},
 		},
+		TrustedPermissions: []PermissionRule{},
 	}
+	// The rules come from the project's file: they are its agent's
+	// project rules.
+	want.ProjectPermissions = want.Permissions
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got, want)
 	}
@@ -409,7 +413,8 @@ func TestFrontMatter(t *testing.T) {
 		System: "You write documentation.\n---\nKeep it short.",
 		Request: Request{Settings: map[string]any{"temperature": 0.3, "max_tokens": 4096.0, "stop": []any{"END"},
 			"note": "plain text: with colon"}, Headers: map[string]string{}, Body: map[string]any{}},
-		Permissions: []PermissionRule{{"edit", "*", "ask"}, {"bash", "*", "deny"}}}
+		Permissions: []PermissionRule{{"edit", "*", "ask"}, {"bash", "*", "deny"}}, TrustedPermissions: []PermissionRule{},
+		ProjectPermissions: []PermissionRule{{"edit", "*", "ask"}, {"bash", "*", "deny"}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got, want)
 	}
@@ -427,7 +432,7 @@ func TestFrontMatter(t *testing.T) {
 				t.Fatal(err)
 			}
 			set := newAgentSet()
-			if err := set.apply("test", "x", gjson.ParseBytes(def)); err != nil {
+			if err := set.apply("test", "x", gjson.ParseBytes(def), true); err != nil {
 				t.Fatal(err)
 			}
 			a := set.byID["x"]
@@ -594,5 +599,35 @@ func TestLoadAgentsOddDirectories(t *testing.T) {
 	}
 	if odd := findAgent(t, got, "odd"); odd.System != "odd prompt" {
 		t.Fatalf("odd = %+v", odd)
+	}
+}
+
+// An agent's rules are split by where they come from: the built-in
+// definition's and the server config's are trusted, the location's files'
+// are the project's.
+func TestAgentRuleSources(t *testing.T) {
+	dir := t.TempDir()
+	configured := map[string]json.RawMessage{"ops": json.RawMessage(`{"permission": {"bash": {"make *": "allow"}}}`)}
+	putFile(t, filepath.Join(dir, "opencode.json"), `{"agent": {"plan": {"permission": {"edit": "allow"}}}}`)
+	putFile(t, filepath.Join(dir, ".opencode", "agent", "ops.md"), "---\npermission:\n  bash: allow\n---\n")
+	putFile(t, filepath.Join(dir, ".opencode", "agents", "x.md"), "---\npermission:\n  webfetch: allow\n---\n")
+	got := mustLoad(t, dir, dir, configured)
+	for _, c := range []struct {
+		id               string
+		trusted, project []PermissionRule
+	}{
+		{"build", []PermissionRule{}, nil},
+		{"plan", []PermissionRule{{"edit", "*", "deny"}, {"bash", "*", "ask"}}, []PermissionRule{{"edit", "*", "allow"}}},
+		{"ops", []PermissionRule{{"bash", "make *", "allow"}}, []PermissionRule{{"bash", "*", "allow"}}},
+		{"x", []PermissionRule{}, []PermissionRule{{"webfetch", "*", "allow"}}},
+	} {
+		a := findAgent(t, got, c.id)
+		trusted, project := a.RuleSources()
+		if !reflect.DeepEqual(trusted, c.trusted) || !reflect.DeepEqual(project, c.project) {
+			t.Errorf("%s: trusted %v project %v, want %v %v", c.id, trusted, project, c.trusted, c.project)
+		}
+	}
+	if p := findAgent(t, got, "plan"); len(p.Permissions) != 2 || p.Permissions[1] != (PermissionRule{"edit", "*", "allow"}) {
+		t.Errorf("plan's merged rules: %v", p.Permissions)
 	}
 }

@@ -656,9 +656,9 @@ func (r *Runner) step(ctx context.Context, s svc, sid, stepID string, done int) 
 		limit = defaultMaxSteps
 	}
 	env := r.toolEnv(s, info, agent)
-	sets := r.ruleSets(s, env.Project, agent)
+	policy := r.rulePolicy(s, env.Project, agent)
 	var offered []formats.Tool
-	hidden := hiddenTools(append(sets[:len(sets):len(sets)], info.Permissions))
+	hidden := hiddenTools(policy.With(permission.Set{Source: permission.Trusted, Rules: info.Permissions}))
 	for _, t := range tools.Definitions(env, hidden) {
 		offered = append(offered, formats.Tool{Name: t.Name, Description: t.Description, Schema: t.Schema})
 	}
@@ -674,7 +674,7 @@ func (r *Runner) step(ctx context.Context, s svc, sid, stepID string, done int) 
 	if err != nil || res.toolsMarker == "" || ctx.Err() != nil {
 		return res, nil, false, err
 	}
-	batch, stop = r.runTools(ctx, s, info, stepID, res.msg, env, sets, sp)
+	batch, stop = r.runTools(ctx, s, info, stepID, res.msg, env, policy, sp)
 	return res, batch, stop, nil
 }
 

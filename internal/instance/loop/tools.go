@@ -22,8 +22,15 @@ import (
 // ToolConfig is how the loop runs tools.
 type ToolConfig struct {
 	// Rules are the instance's permission rules (after the defaults,
-	// before the project's opencode.json, the agent's and the session's).
+	// before the project's opencode.json, the agent's and the session's);
+	// a call they deny is denied whatever the later rules say.
 	Rules []permission.Rule
+	// TrustProjectPermissions lets the rules a project ships (its
+	// opencode.json "permission", the agents its files define) turn the
+	// guarded asks (commands, web fetches, paths outside the project,
+	// files holding secrets) into allows; by default they can only make
+	// calls stricter.
+	TrustProjectPermissions bool
 	// Roots are the directories tools may touch (default: each session's
 	// location only).
 	Roots []string
@@ -189,9 +196,10 @@ type toolBatch struct {
 	mu    sync.Mutex
 	msg   *assistantMsg
 	info  *session.Info
-	// sets are the rule sets before the session's own, read once for the
-	// step (the session's are read live from info: "always" adds to them).
-	sets [][]permission.Rule
+	// policy is the rule sets before the session's own, read once for
+	// the step (the session's are read live from info: "always" adds to
+	// them).
+	policy permission.Policy
 	// plugins are the session's plugins (nil: none).
 	plugins *sessionPlugins
 }
@@ -216,8 +224,8 @@ func (b *toolBatch) update(callID string, change func(p *toolPart)) *toolPart {
 // one at a time in the model's order. It reports whether a permission was
 // rejected without a message or a question dismissed (the run then stops
 // for the user).
-func (r *Runner) runTools(ctx context.Context, s svc, info *session.Info, msgID string, msg *assistantMsg, env *tools.Env, sets [][]permission.Rule, sp *sessionPlugins) (b *toolBatch, stop bool) {
-	b = &toolBatch{s: s, sid: info.ID, msgID: msgID, msg: msg, info: info, sets: sets, plugins: sp}
+func (r *Runner) runTools(ctx context.Context, s svc, info *session.Info, msgID string, msg *assistantMsg, env *tools.Env, policy permission.Policy, sp *sessionPlugins) (b *toolBatch, stop bool) {
+	b = &toolBatch{s: s, sid: info.ID, msgID: msgID, msg: msg, info: info, policy: policy, plugins: sp}
 	var pending []toolPart
 	idx := make([]int, 0, len(msg.tools))
 	for i := range msg.tools {
@@ -375,15 +383,15 @@ func settledEvent(msgID string, part *toolPart) (string, map[string]any) {
 		"content": content, "provider": notExecuted}
 }
 
-// permit decides a permission a call asks for: the defaults, the
-// instance's rules, the project's opencode.json, the agent's, then the
-// session's, last match winning. An ask waits for the user.
+// permit decides a permission a call asks for: the step's policy with
+// the session's rules last (permission.Policy.Decide: last match wins,
+// the instance's deny is final, the project's rules only narrow guarded
+// calls). An ask waits for the user.
 func (r *Runner) permit(ctx context.Context, s svc, b *toolBatch, p toolPart, a tools.Ask) error {
 	b.mu.Lock()
 	sessionRules := append([]permission.Rule(nil), b.info.Permissions...)
 	b.mu.Unlock()
-	sets := append(b.sets[:len(b.sets):len(b.sets)], sessionRules)
-	d := permission.EvaluateAll(a.Permission, a.Patterns, sets...)
+	d := b.policy.With(permission.Set{Source: permission.Trusted, Rules: sessionRules}).Decide(a.Permission, a.Patterns)
 	switch d.Effect {
 	case permission.Allow:
 		return nil
@@ -446,34 +454,33 @@ func (r *Runner) allowAlways(ctx context.Context, s svc, b *toolBatch, a tools.A
 	return nil
 }
 
-// ruleSets are the rule sets before the session's: the defaults, the
-// instance's, the project's opencode.json "permission", the agent's.
-func (r *Runner) ruleSets(s svc, project string, agent *agents.Agent) [][]permission.Rule {
-	sets := [][]permission.Rule{permission.Defaults, r.toolConfig().Rules}
+// rulePolicy is the rule sets before the session's, by source: the
+// defaults (trusted), the instance's (the operator's), the project's
+// opencode.json "permission" (the project's), the agent's rules from the
+// built-in definition and the server config (trusted), then those from
+// the location's files (the project's); and whether the operator trusts
+// the project's.
+func (r *Runner) rulePolicy(s svc, project string, agent *agents.Agent) permission.Policy {
+	cfg := r.toolConfig()
+	p := permission.Policy{TrustProject: cfg.TrustProjectPermissions, Sets: []permission.Set{
+		{Source: permission.Trusted, Rules: permission.Defaults},
+		{Source: permission.Operator, Rules: cfg.Rules},
+	}}
 	if rules, err := agents.ProjectPermissions(project); err == nil {
-		sets = append(sets, rules)
+		p.Sets = append(p.Sets, permission.Set{Source: permission.Project, Rules: rules})
 	} else {
 		s.Logger.Warn("permission: the project's opencode.json permission is unreadable; ignored")
 	}
-	return append(sets, agent.Permissions)
+	trusted, fromProject := agent.RuleSources()
+	return p.With(permission.Set{Source: permission.Trusted, Rules: trusted}).
+		With(permission.Set{Source: permission.Project, Rules: fromProject})
 }
 
-// hiddenTools are the tools a session's rules deny outright (the last
-// rule for the tool's permission with resource "*" denies): they are not
+// hiddenTools are the tools the rules deny outright
+// (permission.Policy.Hidden of the tool's permission): they are not
 // offered to the model.
-func hiddenTools(sets [][]permission.Rule) func(string) bool {
-	return func(name string) bool {
-		perm := tools.Permission(name)
-		var last *permission.Rule
-		for _, set := range sets {
-			for i := range set {
-				if permission.Match(perm, set[i].Action) {
-					last = &set[i]
-				}
-			}
-		}
-		return last != nil && last.Effect == permission.Deny && last.Resource == "*"
-	}
+func hiddenTools(policy permission.Policy) func(string) bool {
+	return func(name string) bool { return policy.Hidden(tools.Permission(name)) }
 }
 
 // toolEnv is where a session's calls run: its location directory (and

@@ -57,6 +57,86 @@ func TestEvaluateLastMatchWins(t *testing.T) {
 	}
 }
 
+func TestDefaultsAskForEnvEdits(t *testing.T) {
+	for _, c := range []struct{ res, want string }{
+		{".env", Ask}, {"config/.env.local", Ask}, {".env.example", Allow}, {"main.go", Allow},
+	} {
+		if got := Evaluate("edit", c.res, Defaults).Effect; got != c.want {
+			t.Errorf("edit %s: %s, want %s", c.res, got, c.want)
+		}
+	}
+}
+
+// The policy's limits: the operator's deny is final, and the project's
+// sets can make a guarded call stricter, never looser, unless trusted.
+func TestPolicyProjectNarrowsOperatorDenyFinal(t *testing.T) {
+	set := func(src Source, rules ...Rule) Set { return Set{Source: src, Rules: rules} }
+	rule := func(action, res, effect string) Rule { return Rule{Action: action, Resource: res, Effect: effect} }
+	defaults := set(Trusted, Defaults...)
+	for _, c := range []struct {
+		name   string
+		sets   []Set
+		trust  bool
+		action string
+		res    string
+		want   string
+	}{
+		{"project allows bash", []Set{defaults, set(Project, rule("bash", "*", Allow))}, false, "bash", "ls", Ask},
+		{"project allows everything", []Set{defaults, set(Project, rule("*", "*", Allow))}, false, "webfetch", "https://x", Ask},
+		{"project allows outside paths", []Set{defaults, set(Project, rule("external_directory", "*", Allow))}, false, "external_directory", "/etc/*", Ask},
+		{"trusted project allows bash", []Set{defaults, set(Project, rule("bash", "*", Allow))}, true, "bash", "ls", Allow},
+		{"project denies bash", []Set{defaults, set(Project, rule("bash", "*", Deny))}, false, "bash", "ls", Deny},
+		{"project asks for edits", []Set{defaults, set(Project, rule("edit", "*", Ask))}, false, "edit", "a.go", Ask},
+		{"project allows editing .env", []Set{defaults, set(Project, rule("edit", "*.env", Allow))}, false, "edit", ".env", Ask},
+		{"project allows reading a key", []Set{defaults, set(Trusted, rule("read", "*.pem", Ask)), set(Project, rule("read", "*", Allow))}, false, "read", `certs\server.pem`, Ask},
+		{"project allows an edit the agent denies", []Set{defaults, set(Trusted, rule("edit", "*", Deny)), set(Project, rule("edit", "*", Allow))}, false, "edit", "a.go", Allow},
+		{"project allows bash a trusted agent denies", []Set{defaults, set(Trusted, rule("bash", "*", Deny)), set(Project, rule("bash", "*", Allow))}, false, "bash", "ls", Deny},
+		{"project asks for bash a trusted agent denies", []Set{defaults, set(Trusted, rule("bash", "*", Deny)), set(Project, rule("bash", "*", Ask))}, false, "bash", "ls", Deny},
+		{"session allows over the project", []Set{defaults, set(Project, rule("bash", "*", Ask)), set(Trusted, rule("bash", "*", Allow))}, false, "bash", "ls", Allow},
+		{"operator deny over the session", []Set{defaults, set(Operator, rule("bash", "rm *", Deny)), set(Trusted, rule("bash", "*", Allow))}, false, "bash", "rm x", Deny},
+		{"operator deny over a trusted project", []Set{defaults, set(Operator, rule("bash", "rm *", Deny)), set(Project, rule("bash", "*", Allow))}, true, "bash", "rm x", Deny},
+		{"operator deny elsewhere", []Set{defaults, set(Operator, rule("bash", "rm *", Deny)), set(Trusted, rule("bash", "*", Allow))}, false, "bash", "ls", Allow},
+		{"operator's own later allow", []Set{defaults, set(Operator, rule("bash", "*", Deny), rule("bash", "git *", Allow)), set(Trusted, rule("bash", "*", Ask))}, false, "bash", "git status", Ask},
+	} {
+		p := Policy{Sets: c.sets, TrustProject: c.trust}
+		if got := p.Decide(c.action, []string{c.res}).Effect; got != c.want {
+			t.Errorf("%s: %s %s: %s, want %s", c.name, c.action, c.res, got, c.want)
+		}
+	}
+	// The deciding rule of a final deny is the operator's.
+	op := Rule{Action: "bash", Resource: "rm *", Effect: Deny}
+	d := Policy{Sets: []Set{defaults, {Operator, []Rule{op}}, {Trusted, []Rule{{Action: "bash", Resource: "*", Effect: Allow}}}}}.Decide("bash", []string{"ls", "rm -rf /"})
+	if d.Effect != Deny || d.Rule == nil || *d.Rule != op {
+		t.Fatalf("final deny: %+v", d)
+	}
+}
+
+func TestPolicyHidden(t *testing.T) {
+	set := func(src Source, rules ...Rule) Set { return Set{Source: src, Rules: rules} }
+	rule := func(action, effect string) Rule { return Rule{Action: action, Resource: "*", Effect: effect} }
+	defaults := set(Trusted, Defaults...)
+	for _, c := range []struct {
+		name   string
+		sets   []Set
+		trust  bool
+		action string
+		want   bool
+	}{
+		{"defaults", []Set{defaults}, false, "bash", false},
+		{"project hides bash", []Set{defaults, set(Project, rule("bash", Deny))}, false, "bash", true},
+		{"project cannot offer what the operator denies", []Set{defaults, set(Operator, rule("bash", Deny)), set(Project, rule("bash", Allow))}, true, "bash", true},
+		{"session cannot offer what the operator denies", []Set{defaults, set(Operator, rule("webfetch", Deny)), set(Trusted, rule("webfetch", Allow))}, false, "webfetch", true},
+		{"project cannot offer bash a trusted agent denies", []Set{defaults, set(Trusted, rule("bash", Deny)), set(Project, rule("bash", Allow))}, false, "bash", true},
+		{"trusted project offers it", []Set{defaults, set(Trusted, rule("bash", Deny)), set(Project, rule("bash", Allow))}, true, "bash", false},
+		{"session offers bash a trusted agent denies", []Set{defaults, set(Trusted, rule("bash", Deny)), set(Trusted, rule("bash", Allow))}, false, "bash", false},
+		{"project offers edits the agent denies", []Set{defaults, set(Trusted, rule("edit", Deny)), set(Project, rule("edit", Allow))}, false, "edit", false},
+	} {
+		if got := (Policy{Sets: c.sets, TrustProject: c.trust}).Hidden(c.action); got != c.want {
+			t.Errorf("%s: hidden %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 type recorder struct {
 	mu     sync.Mutex
 	events []string

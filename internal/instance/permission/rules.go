@@ -1,6 +1,8 @@
 // Package permission decides whether an agent's tool call may run: rule
-// sets evaluated in order (last match wins), and the pending requests and
-// forms a tool waits on until a person answers them through the API.
+// sets evaluated in order (last match wins), with two limits on the sets
+// that come from outside the operator (see Policy), and the pending
+// requests and forms a tool waits on until a person answers them through
+// the API.
 package permission
 
 import (
@@ -10,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/agentgate/agentgate/internal/instance/agents"
+	"github.com/agentgate/agentgate/internal/instance/sensitive"
 )
 
 // Rule is one Permission.Rule: an action (a tool's permission name, e.g.
@@ -25,7 +28,8 @@ const (
 
 // Defaults are the rules every evaluation starts from: everything is
 // allowed except running commands, fetching from the web, touching files
-// outside the session's project and reading .env files, which ask.
+// outside the session's project and reading or editing .env files, which
+// ask.
 var Defaults = []Rule{
 	{Action: "*", Resource: "*", Effect: Allow},
 	{Action: "bash", Resource: "*", Effect: Ask},
@@ -34,6 +38,9 @@ var Defaults = []Rule{
 	{Action: "read", Resource: "*.env", Effect: Ask},
 	{Action: "read", Resource: "*.env.*", Effect: Ask},
 	{Action: "read", Resource: "*.env.example", Effect: Allow},
+	{Action: "edit", Resource: "*.env", Effect: Ask},
+	{Action: "edit", Resource: "*.env.*", Effect: Ask},
+	{Action: "edit", Resource: "*.env.example", Effect: Allow},
 }
 
 // Decision is an evaluation's effect and the rule that decided it (nil
@@ -66,9 +73,15 @@ func Evaluate(action, resource string, sets ...[]Rule) Decision {
 // denied, else ask when any asks, else allow. The deciding rule is the
 // first denying (or asking) one.
 func EvaluateAll(action string, resources []string, sets ...[]Rule) Decision {
+	return combine(resources, func(res string) Decision { return Evaluate(action, res, sets...) })
+}
+
+// combine decides a request from the decision of each of its resources,
+// as EvaluateAll describes.
+func combine(resources []string, decide func(string) Decision) Decision {
 	out := Decision{Effect: Allow}
 	for _, res := range resources {
-		d := Evaluate(action, res, sets...)
+		d := decide(res)
 		switch {
 		case d.Effect == Deny:
 			return d
@@ -79,6 +92,147 @@ func EvaluateAll(action string, resources []string, sets ...[]Rule) Decision {
 		}
 	}
 	return out
+}
+
+// Source is where a rule set comes from.
+type Source int
+
+const (
+	// Trusted sets are the defaults, the rules of the built-in agents and
+	// of the agents the instance's config defines, and the session's own
+	// rules (those the client set through the API and those "always"
+	// replies added): the user's and the operator's choices.
+	Trusted Source = iota
+	// Operator is the instance's permission rules: when they deny a call
+	// (their own last matching rule denies), nothing else can allow it
+	// or ask for it.
+	Operator
+	// Project sets come with the project a session works in: the
+	// top-level "permission" of its opencode.json(c) and the rules of the
+	// agents its files define. They may make a guarded call stricter but
+	// not looser (see Guarded), unless the operator trusts them.
+	Project
+)
+
+// Set is one rule set of an evaluation and where it comes from.
+type Set struct {
+	Source Source
+	Rules  []Rule
+}
+
+// Policy is the rule sets of an evaluation, in order, and whether the
+// operator trusts the project's sets like its own.
+type Policy struct {
+	Sets []Set
+	// TrustProject lets the project's sets loosen guarded calls too.
+	TrustProject bool
+}
+
+// With returns the policy with a set appended (the policy's own list is
+// not changed).
+func (p Policy) With(s Set) Policy {
+	p.Sets = append(p.Sets[:len(p.Sets):len(p.Sets)], s)
+	return p
+}
+
+// Decide decides a request (an action and its resources) as EvaluateAll
+// does, over the policy's sets, each resource decided so:
+//
+//  1. the last matching rule over all the sets, in order, decides;
+//  2. when the operator does not trust the project and the call is
+//     guarded (Guarded), the decision without the Project sets is taken
+//     instead if it is stricter (deny over ask over allow): the project's
+//     rules can turn an allow into an ask or a deny and an ask into a
+//     deny, never the other way;
+//  3. when the last rule of the Operator sets that matches denies, the
+//     answer is deny with that rule, whatever the other sets say.
+func (p Policy) Decide(action string, resources []string) Decision {
+	return combine(resources, func(res string) Decision { return p.decide(action, res) })
+}
+
+func (p Policy) decide(action, resource string) Decision {
+	d := Evaluate(action, resource, p.rules(func(Source) bool { return true })...)
+	if !p.TrustProject && Guarded(action, resource) {
+		base := Evaluate(action, resource, p.rules(func(s Source) bool { return s != Project })...)
+		if strictness(base.Effect) > strictness(d.Effect) {
+			d = base
+		}
+	}
+	if op := Evaluate(action, resource, p.rules(func(s Source) bool { return s == Operator })...); op.Rule != nil && op.Effect == Deny {
+		d = op
+	}
+	return d
+}
+
+// Hidden reports whether calls of a permission are denied outright, so
+// that the tools asking for it are not offered to the model: the last
+// rule for the action, over all the sets, denies every resource ("*");
+// or the Operator sets' last rule for it does; or, for a guarded action
+// whose resources are all guarded (bash, webfetch, external_directory)
+// when the project is not trusted, the sets without the project's do. A
+// project's rules can so hide a tool but not offer one the operator's or
+// the trusted sets deny.
+func (p Policy) Hidden(action string) bool {
+	if deniesAll(action, p.rules(func(Source) bool { return true })) ||
+		deniesAll(action, p.rules(func(s Source) bool { return s == Operator })) {
+		return true
+	}
+	return !p.TrustProject && guardedActions[action] &&
+		deniesAll(action, p.rules(func(s Source) bool { return s != Project }))
+}
+
+// deniesAll reports whether the last rule whose action matches action
+// denies resource "*".
+func deniesAll(action string, sets [][]Rule) bool {
+	var last *Rule
+	for _, set := range sets {
+		for i := range set {
+			if Match(action, set[i].Action) {
+				last = &set[i]
+			}
+		}
+	}
+	return last != nil && last.Effect == Deny && last.Resource == "*"
+}
+
+// rules are the policy's sets whose source keep accepts.
+func (p Policy) rules(keep func(Source) bool) [][]Rule {
+	out := make([][]Rule, 0, len(p.Sets))
+	for _, s := range p.Sets {
+		if keep(s.Source) {
+			out = append(out, s.Rules)
+		}
+	}
+	return out
+}
+
+// guardedActions are the actions whose every call is guarded.
+var guardedActions = map[string]bool{"bash": true, "webfetch": true, "external_directory": true}
+
+// Guarded reports whether a call is one the project's rules may not
+// loosen: running a command, fetching from the web, touching a path
+// outside the project, or reading or editing a file that holds secrets
+// (sensitive.Path of the resource, a path relative to the project).
+func Guarded(action, resource string) bool {
+	if guardedActions[action] {
+		return true
+	}
+	if action == "read" || action == "edit" {
+		return sensitive.Path(strings.ReplaceAll(resource, `\`, "/"))
+	}
+	return false
+}
+
+// strictness orders the effects: allow, then ask (and any effect not
+// known), then deny.
+func strictness(effect string) int {
+	switch effect {
+	case Allow:
+		return 0
+	case Deny:
+		return 2
+	}
+	return 1
 }
 
 // Match reports whether input matches a wildcard pattern: "*" is any run

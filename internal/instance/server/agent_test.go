@@ -705,12 +705,14 @@ func TestAgentProjectAndInstanceRules(t *testing.T) {
 	}}
 	h := newAgentHarness(t, "chat", sc)
 	os.WriteFile(filepath.Join(h.dir, "notes.md"), []byte("private notes"), 0o644)
-	// The project's opencode.json allows the command; the instance denies reading notes.
+	// The project's opencode.json allows the command (the instance trusts
+	// the project's rules: otherwise they cannot allow a command); the
+	// instance denies reading notes.
 	os.WriteFile(filepath.Join(h.dir, "opencode.json"), []byte(`{
 		// JSONC: comments allowed
 		"permission": {"bash": {"echo *": "allow"}},
 	}`), 0o644)
-	h.runner.SetTools(loop.ToolConfig{Rules: []permission.Rule{{Action: "read", Resource: "notes.md", Effect: "deny"}}})
+	h.runner.SetTools(loop.ToolConfig{Rules: []permission.Rule{{Action: "read", Resource: "notes.md", Effect: "deny"}}, TrustProjectPermissions: true})
 	h.send("POST", "/api/session", map[string]any{"id": "ses_rules"})
 	h.prompt("ses_rules", "go", nil)
 	msgs := h.waitIdle("ses_rules", 1)
