@@ -234,6 +234,7 @@ func TestSensitiveFiles(t *testing.T) {
 		{"read", "read", "deploy/id_rsa", map[string]any{"filePath": "deploy/id_rsa"}},
 		{"read", "read", ".ssh/config", map[string]any{"filePath": ".ssh/config"}},
 		{"read", "read", "conf/.ENV.local", map[string]any{"filePath": "conf/.ENV.local"}},
+		{"read", "read", ".ssh", map[string]any{"filePath": ".ssh"}},
 		{"edit", "edit", ".env", map[string]any{"filePath": ".env", "oldString": "xyz", "newString": "abc"}},
 		// Not "Could not find oldString": an edit does not tell what a
 		// sensitive file holds before it is allowed.
@@ -268,8 +269,13 @@ func TestSensitiveFiles(t *testing.T) {
 		t.Fatalf(".env.example: %q, asked %+v", b, asked)
 	}
 
-	// Once allowed, an edit of a sensitive file runs.
+	// Once allowed, an edit of a sensitive file runs, and a directory of
+	// secrets lists what it holds.
 	env.Permit = nil
+	res = mustCall(t, env, "read", map[string]any{"filePath": ".ssh"})
+	if !strings.Contains(res.Output, "\nconfig\n") {
+		t.Fatalf("allowed read of .ssh: %s", res.Output)
+	}
 	mustCall(t, env, "edit", map[string]any{"filePath": ".env", "oldString": "xyz", "newString": "abc"})
 	if b, _ := os.ReadFile(filepath.Join(env.Dir, ".env")); string(b) != "SECRET=abc\n" {
 		t.Fatalf("allowed edit of .env: %q", b)

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/agentgate/agentgate/internal/instance/sensitive"
 )
 
 // The read limits.
@@ -164,7 +166,8 @@ func binary(b []byte) bool {
 }
 
 // readDir lists the directory rel of root (real is its resolved path),
-// leaving out the sensitive entries.
+// leaving out the entries whose names are sensitive (the directory itself
+// was asked for by its path).
 func (env *Env) readDir(root *os.Root, rel, real, title string) (Result, error) {
 	all, err := fs.ReadDir(root.FS(), filepath.ToSlash(rel))
 	if err != nil {
@@ -173,7 +176,7 @@ func (env *Env) readDir(root *os.Root, rel, real, title string) (Result, error) 
 	entries := all[:0:0]
 	hidden := 0
 	for _, e := range all {
-		if env.secret(filepath.Join(real, e.Name())) {
+		if sensitive.Path(e.Name()) {
 			hidden++
 			continue
 		}
@@ -374,7 +377,7 @@ var ignoredDirs = map[string]bool{".git": true, "node_modules": true, "__pycache
 
 var _ = register(&Tool{
 	Name:        "list",
-	Description: "List the files and directories under a directory of the project as a tree (at most 100 files); .gitignore'd paths are left out.",
+	Description: "List the files and directories under a directory of the project as a tree (at most 100 files); .gitignore'd paths and sensitive files (.env, keys, credentials) are left out.",
 	Schema: json.RawMessage(`{"type":"object","properties":{` +
 		`"path":{"type":"string","description":"The absolute path to the directory to list (default: the project directory)"},` +
 		`"ignore":{"type":"array","items":{"type":"string"},"description":"List of glob patterns to ignore"}}}`),

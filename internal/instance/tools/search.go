@@ -16,7 +16,7 @@ import (
 
 var _ = register(&Tool{
 	Name:        "glob",
-	Description: "Find files of the project by glob pattern (\"**/*.go\", \"src/**/*.{ts,tsx}\"); newest first, at most 100. .gitignore'd paths are left out.",
+	Description: "Find files of the project by glob pattern (\"**/*.go\", \"src/**/*.{ts,tsx}\"); newest first, at most 100. .gitignore'd paths and sensitive files (.env, keys, credentials) are left out.",
 	Schema: json.RawMessage(`{"type":"object","properties":{` +
 		`"pattern":{"type":"string","description":"The glob pattern to match files against"},` +
 		`"path":{"type":"string","description":"The directory to search in (default: the project directory)"}},` +
@@ -104,7 +104,7 @@ func runGlob(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 var _ = register(&Tool{
 	Name: "grep",
 	Description: "Search the contents of the project's files with a regular expression (Go syntax); at most 100 " +
-		"matching lines, grouped by file. include filters file names (\"*.go\", \"*.{ts,tsx}\"). .gitignore'd and binary files are skipped.",
+		"matching lines, grouped by file. include filters file names (\"*.go\", \"*.{ts,tsx}\"). .gitignore'd, binary and sensitive files (.env, keys, credentials) are skipped.",
 	Schema: json.RawMessage(`{"type":"object","properties":{` +
 		`"pattern":{"type":"string","description":"The regex pattern to search for in file contents"},` +
 		`"path":{"type":"string","description":"The directory to search in. Defaults to the project directory."},` +
