@@ -118,6 +118,10 @@ func (s *Locations) Check(dir string) (string, string, error) {
 	return clean, canonical, nil
 }
 
+// AllowedRoots are the directories locations must stay in (none: any
+// directory).
+func (s *Locations) AllowedRoots() []string { return append([]string(nil), s.opts.AllowedRoots...) }
+
 // within reports whether path is root or inside it (both canonical).
 func within(path, root string) bool {
 	rel, err := filepath.Rel(root, path)

@@ -320,3 +320,19 @@ func TestFormsAnswerRejectAndValidate(t *testing.T) {
 		t.Fatalf("interrupted %+v", r)
 	}
 }
+
+func TestDefaultsAskForSensitiveFiles(t *testing.T) {
+	for _, c := range []struct {
+		action, res, want string
+	}{
+		{"read", ".env", Ask}, {"edit", ".env", Ask}, {"edit", "app/.env.local", Ask}, {"read", "id_rsa", Ask},
+		{"edit", "deploy/tls/server.key", Ask}, {"read", ".ssh/config", Ask}, {"read", "home/.aws/credentials", Ask},
+		{"read", "/abs/path/.npmrc", Ask}, {"edit", "secrets.yaml", Ask}, {"read", ".ssh", Ask}, {"read", ".ssh/id_rsa.pub", Ask},
+		{"read", ".env.example", Allow}, {"edit", "a/.env.sample", Allow}, {"read", "id_ed25519.pub", Allow},
+		{"read", "main.go", Allow}, {"edit", "env.go", Allow}, {"read", "keys.go", Allow}, {"edit", ".envrc", Allow},
+	} {
+		if got := Evaluate(c.action, c.res, Defaults); got.Effect != c.want {
+			t.Errorf("%s %s: %s, want %s", c.action, c.res, got.Effect, c.want)
+		}
+	}
+}

@@ -28,9 +28,9 @@ const (
 
 // Defaults are the rules every evaluation starts from: everything is
 // allowed except running commands, fetching from the web, touching files
-// outside the session's project and reading or editing .env files, which
-// ask.
-var Defaults = []Rule{
+// outside the session's project, reading .env files, and reading or
+// editing any file that holds secrets (see package sensitive), which ask.
+var Defaults = append([]Rule{
 	{Action: "*", Resource: "*", Effect: Allow},
 	{Action: "bash", Resource: "*", Effect: Ask},
 	{Action: "webfetch", Resource: "*", Effect: Ask},
@@ -41,6 +41,36 @@ var Defaults = []Rule{
 	{Action: "edit", Resource: "*.env", Effect: Ask},
 	{Action: "edit", Resource: "*.env.*", Effect: Ask},
 	{Action: "edit", Resource: "*.env.example", Effect: Allow},
+}, SensitiveRules()...)
+
+// SensitiveRules are the rules that make read and edit ask for the files
+// package sensitive names, at any depth: its file names ask, its
+// templates (.env.example, *.pub) are allowed, and anything in one of its
+// directories asks, templates included. They come after a broad allow in
+// the defaults. Rules match text, case-sensitively: the tools name a
+// sensitive path in lower case too when they ask, so that a .ENV asks as
+// a .env does.
+func SensitiveRules() []Rule {
+	var out []Rule
+	add := func(pattern, effect string) {
+		for _, action := range []string{"read", "edit"} {
+			out = append(out, Rule{Action: action, Resource: pattern, Effect: effect})
+			if !strings.HasPrefix(pattern, "*") {
+				out = append(out, Rule{Action: action, Resource: "*/" + pattern, Effect: effect})
+			}
+		}
+	}
+	for _, n := range sensitive.Names {
+		add(n, Ask)
+	}
+	for _, n := range sensitive.Excepted {
+		add(n, Allow)
+	}
+	for _, d := range sensitive.DirNames {
+		add(d, Ask)
+		add(d+"/*", Ask)
+	}
+	return out
 }
 
 // Decision is an evaluation's effect and the rule that decided it (nil

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -145,8 +146,9 @@ type PromptFields struct {
 const maxAttachment = 10 << 20
 
 // resolveFile turns a request attachment into a stored one: data: URIs
-// inline, file: URIs (inside the allowed roots) read now.
-func (s *Service) resolveFile(f FileIn) (FileAttachment, error) {
+// inline, file: URIs (inside the allowed roots, or the session's location
+// dir when the instance has none) read now.
+func (s *Service) resolveFile(f FileIn, dir string) (FileAttachment, error) {
 	out := FileAttachment{Name: f.Name, Description: f.Description, Mention: f.Mention}
 	if out.Mention == nil {
 		out.Mention = f.Source
@@ -185,11 +187,7 @@ func (s *Service) resolveFile(f FileIn) (FileAttachment, error) {
 		if _, _, err := s.Locations.Check(filepath.Dir(path)); err != nil || !filepath.IsAbs(path) {
 			return out, errs.Field("files", "File is not readable: "+f.URI)
 		}
-		fi, err := os.Stat(path)
-		if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxAttachment {
-			return out, errs.Field("files", "File is not readable: "+f.URI)
-		}
-		data, err := os.ReadFile(path)
+		data, err := s.readAttachment(path, dir)
 		if err != nil {
 			return out, errs.Field("files", "File is not readable: "+f.URI)
 		}
@@ -272,11 +270,12 @@ func (s *Service) Prompt(ctx context.Context, sid string, in PromptInput) (*Admi
 		return nil, errs.Field("skills", "Skill not found: "+sk.ID)
 	}
 	// Check the session before reading files.
-	if _, err := s.Get(ctx, sid); err != nil {
+	info, err := s.Get(ctx, sid)
+	if err != nil {
 		return nil, err
 	}
 	for _, f := range pf.Files {
-		fa, err := s.resolveFile(f)
+		fa, err := s.resolveFile(f, info.Location.Directory)
 		if err != nil {
 			return nil, err
 		}
@@ -288,7 +287,6 @@ func (s *Service) Prompt(ctx context.Context, sid string, in PromptInput) (*Admi
 	if err != nil {
 		return nil, err
 	}
-	var info *Info
 	err = s.WriteTx(ctx, func(tx store.Tx) (err error) {
 		if info, err = s.Info(tx, sid); err != nil {
 			return err
@@ -317,3 +315,65 @@ func (s *Service) Prompt(ctx context.Context, sid string, in PromptInput) (*Admi
 }
 
 func urlUnescape(v string) (string, error) { return url.PathUnescape(v) }
+
+// readAttachment reads a file: attachment (an absolute path) through an
+// os.Root of the allowed root that holds it once its links are resolved
+// (when the instance has no allowed roots: of the session's location dir,
+// the directory its agent's tools are confined to). A link that leads out
+// of the roots is refused, and a link swapped in after the check cannot
+// lead the read out: the root opens the file.
+func (s *Service) readAttachment(path, dir string) ([]byte, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, err
+	}
+	roots := s.Locations.AllowedRoots()
+	if len(roots) == 0 {
+		roots = []string{dir}
+	}
+	base := ""
+	for _, r := range roots {
+		if c, err := filepath.EvalSymlinks(r); err == nil {
+			r = c
+		}
+		if holds(r, real) && len(r) > len(base) {
+			base = r
+		}
+	}
+	if base == "" {
+		return nil, errors.New("outside the allowed roots")
+	}
+	name, err := filepath.Rel(base, real)
+	if err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(base)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	fi, err := root.Stat(name)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxAttachment {
+		return nil, errors.New("not a regular file of at most the attachment size")
+	}
+	f, err := root.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxAttachment+1))
+	if err != nil || len(data) > maxAttachment {
+		return nil, errors.New("not readable within the attachment size")
+	}
+	return data, nil
+}
+
+// holds reports whether path is dir or inside it (both absolute, links
+// resolved).
+func holds(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}

@@ -9,11 +9,15 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/agentgate/agentgate/internal/instance/sensitive"
 )
 
 // The read limits.
@@ -54,10 +58,15 @@ func runRead(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 	if err != nil {
 		return Result{}, err
 	}
-	if err := env.permit(ctx, Ask{Permission: "read", Patterns: []string{env.rel(real)}, Always: []string{"*"}}); err != nil {
+	if err := env.askFile(ctx, "read", real, nil); err != nil {
 		return Result{}, err
 	}
-	fi, err := os.Stat(real)
+	root, rel, err := env.openRoot(real)
+	if err != nil {
+		return Result{}, err
+	}
+	defer root.Close()
+	fi, err := root.Stat(rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Result{}, fmt.Errorf("File not found: %s", real)
 	} else if err != nil {
@@ -65,16 +74,19 @@ func runRead(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 	}
 	title := env.rel(real)
 	if fi.IsDir() {
-		return readDir(real, title)
+		return env.readDir(root, rel, real, title)
 	}
 	if !fi.Mode().IsRegular() {
 		return Result{}, fmt.Errorf("Cannot read %s: not a regular file", real)
 	}
-	f, err := os.Open(real)
+	f, err := root.Open(rel)
 	if err != nil {
 		return Result{}, err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return Result{}, fmt.Errorf("Cannot read %s: not a regular file", real)
+	}
 	head := make([]byte, 4096)
 	n, _ := io.ReadFull(f, head)
 	if binary(head[:n]) {
@@ -153,10 +165,22 @@ func binary(b []byte) bool {
 	return odd*10 > len(b)*3
 }
 
-func readDir(real, title string) (Result, error) {
-	entries, err := os.ReadDir(real)
+// readDir lists the directory rel of root (real is its resolved path),
+// leaving out the entries whose names are sensitive (the directory itself
+// was asked for by its path).
+func (env *Env) readDir(root *os.Root, rel, real, title string) (Result, error) {
+	all, err := fs.ReadDir(root.FS(), filepath.ToSlash(rel))
 	if err != nil {
 		return Result{}, err
+	}
+	entries := all[:0:0]
+	hidden := 0
+	for _, e := range all {
+		if sensitive.Path(e.Name()) {
+			hidden++
+			continue
+		}
+		entries = append(entries, e)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "<path>%s</path>\n<type>directory</type>\n<entries>\n", real)
@@ -171,8 +195,14 @@ func readDir(real, title string) (Result, error) {
 		}
 		b.WriteString(name + "\n")
 	}
-	fmt.Fprintf(&b, "(%d entries)\n</entries>", len(entries))
-	return Result{Title: title, Output: b.String(), Metadata: map[string]any{"count": len(entries)}}, nil
+	fmt.Fprintf(&b, "(%d entries)\n", len(entries))
+	md := map[string]any{"count": len(entries)}
+	if hidden > 0 {
+		b.WriteString(leftOut(hidden, "left out") + "\n")
+		md["sensitive"] = hidden
+	}
+	b.WriteString("</entries>")
+	return Result{Title: title, Output: b.String(), Metadata: md}, nil
 }
 
 var _ = register(&Tool{
@@ -199,44 +229,63 @@ func runWrite(ctx context.Context, env *Env, args json.RawMessage) (Result, erro
 	if err != nil {
 		return Result{}, err
 	}
-	_, statErr := os.Stat(real)
-	exists := statErr == nil
-	if err := env.permit(ctx, Ask{Permission: "edit", Patterns: []string{env.rel(real)}, Always: []string{"*"},
-		Metadata: map[string]any{"filepath": real}}); err != nil {
+	if err := env.askFile(ctx, "edit", real, map[string]any{"filepath": real}); err != nil {
 		return Result{}, err
 	}
-	if err := writeFile(real, []byte(in.Content)); err != nil {
+	exists := false
+	err = env.inRoot(real, func(root *os.Root, rel string) error {
+		_, statErr := root.Stat(rel)
+		exists = statErr == nil
+		return writeFile(root, rel, real, []byte(in.Content))
+	})
+	if err != nil {
 		return Result{}, err
 	}
 	return Result{Title: env.rel(real), Output: "Wrote file successfully.", Metadata: map[string]any{"filepath": real, "exists": exists}}, nil
 }
 
-// writeFile writes a file through a temporary file in its directory and
-// a rename, keeping an existing file's mode.
-func writeFile(path string, data []byte) error {
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("Path is a directory, not a file: %s", path)
+// writeFile writes the file rel of root (real is its resolved path, for
+// messages) through a temporary file in its directory and a rename,
+// keeping an existing file's mode; the directories are made, the
+// temporary file written and renamed, all through the root.
+func writeFile(root *os.Root, rel, real string, data []byte) error {
+	if fi, err := root.Stat(rel); err == nil && fi.IsDir() {
+		return fmt.Errorf("Path is a directory, not a file: %s", real)
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	dir := filepath.Dir(rel)
+	if err := root.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	mode := fs.FileMode(0o644)
-	if fi, err := os.Stat(path); err == nil {
+	if fi, err := root.Stat(rel); err == nil {
 		mode = fi.Mode().Perm()
 	}
-	tmp, err := os.CreateTemp(dir, ".agentgate-write-*")
-	if err != nil {
-		return err
+	var tmp *os.File
+	var name string
+	for range 100 {
+		name = filepath.Join(dir, ".agentgate-write-"+strconv.FormatUint(rand.Uint64(), 36))
+		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		tmp = f
+		break
+	}
+	if tmp == nil {
+		return fmt.Errorf("cannot make a temporary file next to %s", real)
 	}
 	_, werr := tmp.Write(data)
+	merr := tmp.Chmod(mode)
 	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), mode)); err != nil {
-		os.Remove(tmp.Name())
+	if err := errors.Join(werr, merr, cerr); err != nil {
+		root.Remove(name)
 		return err
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
+	if err := root.Rename(name, rel); err != nil {
+		root.Remove(name)
 		return err
 	}
 	return nil
@@ -274,12 +323,26 @@ func runEdit(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 	if err != nil {
 		return Result{}, err
 	}
+	secret := env.secret(real)
+	if secret {
+		// A sensitive file is not read before the permission is given: what
+		// an edit answers (the text is not there, it is there twice) would
+		// tell its content.
+		if err := env.askFile(ctx, "edit", real, map[string]any{"filepath": real}); err != nil {
+			return Result{}, err
+		}
+	}
+	root, rel, err := env.openRoot(real)
+	if err != nil {
+		return Result{}, err
+	}
+	defer root.Close()
 	var next []byte
 	count := 1
 	if in.OldString == "" {
 		next = []byte(in.NewString)
 	} else {
-		cur, err := os.ReadFile(real)
+		cur, err := root.ReadFile(rel)
 		if errors.Is(err, fs.ErrNotExist) {
 			return Result{}, fmt.Errorf("File %s not found", real)
 		} else if err != nil {
@@ -297,11 +360,12 @@ func runEdit(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 			next = bytes.Replace(cur, []byte(in.OldString), []byte(in.NewString), 1)
 		}
 	}
-	if err := env.permit(ctx, Ask{Permission: "edit", Patterns: []string{env.rel(real)}, Always: []string{"*"},
-		Metadata: map[string]any{"filepath": real}}); err != nil {
-		return Result{}, err
+	if !secret {
+		if err := env.askFile(ctx, "edit", real, map[string]any{"filepath": real}); err != nil {
+			return Result{}, err
+		}
 	}
-	if err := writeFile(real, next); err != nil {
+	if err := writeFile(root, rel, real, next); err != nil {
 		return Result{}, err
 	}
 	return Result{Title: env.rel(real), Output: "Edit applied successfully.", Metadata: map[string]any{"filepath": real, "replacements": count}}, nil
@@ -313,7 +377,7 @@ var ignoredDirs = map[string]bool{".git": true, "node_modules": true, "__pycache
 
 var _ = register(&Tool{
 	Name:        "list",
-	Description: "List the files and directories under a directory of the project as a tree (at most 100 files); .gitignore'd paths are left out.",
+	Description: "List the files and directories under a directory of the project as a tree (at most 100 files); .gitignore'd paths and sensitive files (.env, keys, credentials) are left out.",
 	Schema: json.RawMessage(`{"type":"object","properties":{` +
 		`"path":{"type":"string","description":"The absolute path to the directory to list (default: the project directory)"},` +
 		`"ignore":{"type":"array","items":{"type":"string"},"description":"List of glob patterns to ignore"}}}`),
@@ -336,8 +400,8 @@ func runList(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 		return Result{}, err
 	}
 	var files []string
-	truncated := false
-	err = walk(ctx, real, func(rel string, d fs.DirEntry) error {
+	truncated, hidden := false, 0
+	err = env.walkIn(ctx, real, func(rel string, d fs.DirEntry) error {
 		for _, g := range in.Ignore {
 			if globMatch(g, rel) || globMatch(g, d.Name()) || globMatch(strings.TrimSuffix(g, "/"), d.Name()) {
 				if d.IsDir() {
@@ -347,6 +411,10 @@ func runList(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 			}
 		}
 		if !d.IsDir() {
+			if env.hidden(real, rel) {
+				hidden++
+				return nil
+			}
 			if len(files) == maxEntries {
 				truncated = true
 				return errStop
@@ -358,7 +426,13 @@ func runList(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Title: env.rel(real), Output: tree(real, files, truncated), Metadata: map[string]any{"count": len(files), "truncated": truncated}}, nil
+	out := tree(real, files, truncated)
+	md := map[string]any{"count": len(files), "truncated": truncated}
+	if hidden > 0 {
+		out += leftOut(hidden, "left out") + "\n"
+		md["sensitive"] = hidden
+	}
+	return Result{Title: env.rel(real), Output: out, Metadata: md}, nil
 }
 
 // tree renders relative file paths as an indented tree under root.

@@ -86,7 +86,12 @@ func Find(ctx context.Context, root, query, typ string, limit int) ([]Entry, err
 	var hits []hit
 	const maxVisited = 200000
 	visited := 0
-	err = walk(ctx, realRoot, func(rel string, d fs.DirEntry) error {
+	r, err := os.OpenRoot(realRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	err = walk(ctx, r.FS(), ".", func(rel string, d fs.DirEntry) error {
 		if visited++; visited > maxVisited {
 			return errStop
 		}
@@ -141,7 +146,9 @@ func subsequence(q, s string) bool {
 	return i == len(q)
 }
 
-// OpenFile opens the regular file rel of the location root for reading.
+// OpenFile opens the regular file rel of the location root for reading,
+// through an os.Root of the location: a link swapped in after the path
+// was checked cannot lead out of it.
 func OpenFile(root, rel string) (*os.File, fs.FileInfo, error) {
 	realRoot, err := filepath.EvalSymlinks(root)
 	if err != nil {
@@ -151,7 +158,16 @@ func OpenFile(root, rel string) (*os.File, fs.FileInfo, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := os.Open(p)
+	name, err := filepath.Rel(realRoot, p)
+	if err != nil {
+		return nil, nil, fmt.Errorf("path %s: not a readable file", rel)
+	}
+	r, err := os.OpenRoot(realRoot)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.Close()
+	f, err := r.Open(name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("path %s: not a readable file", rel)
 	}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/agentgate/agentgate/internal/instance/sensitive"
 )
 
 // ErrOutsideRoots is a path that leaves the instance's allowed roots.
@@ -132,4 +134,89 @@ func (env *Env) path(ctx context.Context, p string, isDir bool) (string, error) 
 		}
 	}
 	return real, nil
+}
+
+// base is the directory a resolved path is used under: the deepest of the
+// project directory and the roots that holds it. Operating relative to it
+// through an os.Root keeps a link swapped in after resolve from leading
+// out of the project (or the roots).
+func (env *Env) base(real string) (string, error) {
+	best := ""
+	cands := append([]string{env.project()}, env.Roots...)
+	if len(env.Roots) == 0 {
+		cands = append(cands, env.Dir)
+	}
+	for _, c := range cands {
+		if c != "" && within(c, real) && len(c) > len(best) {
+			best = c
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("path %s is %w of this instance", real, ErrOutsideRoots)
+	}
+	return best, nil
+}
+
+// openRoot opens the directory a resolved path is used under as an
+// os.Root and returns the path relative to it ("." for the directory
+// itself). Every open, stat, write and walk of a tool goes
+// through it: the root refuses a name that leaves it by ".." or a link,
+// whatever changed on disk since the path was resolved.
+func (env *Env) openRoot(real string) (*os.Root, string, error) {
+	dir, err := env.base(real)
+	if err != nil {
+		return nil, "", err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	rel, err := filepath.Rel(dir, real)
+	if err != nil {
+		root.Close()
+		return nil, "", err
+	}
+	return root, rel, nil
+}
+
+// inRoot runs fn with the os.Root a resolved path is used under and the
+// path relative to it.
+func (env *Env) inRoot(real string, fn func(root *os.Root, rel string) error) error {
+	root, rel, err := env.openRoot(real)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return fn(root, rel)
+}
+
+// secret reports whether a resolved path is a file that holds secrets (or
+// lies in a directory of them): see package sensitive.
+func (env *Env) secret(real string) bool { return sensitive.Path(env.rel(real)) }
+
+// askFile asks perm ("read" or "edit") for a resolved path. An ordinary
+// path's "always" reply allows every path; a sensitive one's allows that
+// path only, and its request also names the path in lower case, since the
+// default rules that ask for sensitive paths are written in lower case
+// while names are sensitive whatever their case.
+func (env *Env) askFile(ctx context.Context, perm, real string, metadata map[string]any) error {
+	rel := env.rel(real)
+	a := Ask{Permission: perm, Patterns: []string{rel}, Always: []string{"*"}, Metadata: metadata}
+	if sensitive.Path(rel) {
+		a.Always = []string{rel}
+		if low := strings.ToLower(rel); low != rel {
+			a.Patterns = append(a.Patterns, low)
+		}
+	}
+	return env.permit(ctx, a)
+}
+
+// leftOut is the note a listing or search ends with when it left
+// sensitive paths out.
+func leftOut(n int, what string) string {
+	s := "s"
+	if n == 1 {
+		s = ""
+	}
+	return fmt.Sprintf("(%d sensitive path%s %s: .env files, keys and credentials; read one by its path to ask for it)", n, s, what)
 }

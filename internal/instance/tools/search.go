@@ -16,7 +16,7 @@ import (
 
 var _ = register(&Tool{
 	Name:        "glob",
-	Description: "Find files of the project by glob pattern (\"**/*.go\", \"src/**/*.{ts,tsx}\"); newest first, at most 100. .gitignore'd paths are left out.",
+	Description: "Find files of the project by glob pattern (\"**/*.go\", \"src/**/*.{ts,tsx}\"); newest first, at most 100. .gitignore'd paths and sensitive files (.env, keys, credentials) are left out.",
 	Schema: json.RawMessage(`{"type":"object","properties":{` +
 		`"pattern":{"type":"string","description":"The glob pattern to match files against"},` +
 		`"path":{"type":"string","description":"The directory to search in (default: the project directory)"}},` +
@@ -49,9 +49,13 @@ func runGlob(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 		mod  time.Time
 	}
 	var hits []hit
-	truncated := false
-	err = walk(ctx, real, func(rel string, d fs.DirEntry) error {
+	truncated, hidden := false, 0
+	err = env.walkIn(ctx, real, func(rel string, d fs.DirEntry) error {
 		if d.IsDir() || !globMatch(pattern, rel) {
+			return nil
+		}
+		if env.hidden(real, rel) {
+			hidden++
 			return nil
 		}
 		if len(hits) == maxEntries*10 {
@@ -72,8 +76,16 @@ func runGlob(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 	if len(hits) > maxEntries {
 		hits, truncated = hits[:maxEntries], true
 	}
+	md := map[string]any{"count": len(hits), "truncated": truncated}
+	if hidden > 0 {
+		md["sensitive"] = hidden
+	}
 	if len(hits) == 0 {
-		return Result{Title: env.rel(real), Output: "No files found", Metadata: map[string]any{"count": 0, "truncated": false}}, nil
+		out := "No files found"
+		if hidden > 0 {
+			out += "\n\n" + leftOut(hidden, "left out")
+		}
+		return Result{Title: env.rel(real), Output: out, Metadata: md}, nil
 	}
 	lines := make([]string, len(hits))
 	for i, h := range hits {
@@ -83,13 +95,16 @@ func runGlob(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 	if truncated {
 		out += "\n\n(Results are truncated. Consider using a more specific path or pattern.)"
 	}
-	return Result{Title: env.rel(real), Output: out, Metadata: map[string]any{"count": len(hits), "truncated": truncated}}, nil
+	if hidden > 0 {
+		out += "\n\n" + leftOut(hidden, "left out")
+	}
+	return Result{Title: env.rel(real), Output: out, Metadata: md}, nil
 }
 
 var _ = register(&Tool{
 	Name: "grep",
 	Description: "Search the contents of the project's files with a regular expression (Go syntax); at most 100 " +
-		"matching lines, grouped by file. include filters file names (\"*.go\", \"*.{ts,tsx}\"). .gitignore'd and binary files are skipped.",
+		"matching lines, grouped by file. include filters file names (\"*.go\", \"*.{ts,tsx}\"). .gitignore'd, binary and sensitive files (.env, keys, credentials) are skipped.",
 	Schema: json.RawMessage(`{"type":"object","properties":{` +
 		`"pattern":{"type":"string","description":"The regex pattern to search for in file contents"},` +
 		`"path":{"type":"string","description":"The directory to search in. Defaults to the project directory."},` +
@@ -129,61 +144,86 @@ func runGrep(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 	}
 	var files []string
 	byFile := map[string][]match{}
-	count, truncated := 0, false
-	err = walk(ctx, real, func(rel string, d fs.DirEntry) error {
-		if d.IsDir() || (in.Include != "" && !globMatch(in.Include, d.Name()) && !globMatch(in.Include, rel)) {
-			return nil
-		}
-		p := filepath.Join(real, filepath.FromSlash(rel))
-		if d.Type()&fs.ModeSymlink != 0 {
-			// A link is searched only when what it points to is in the roots.
-			if _, err := env.resolve(p); err != nil {
+	count, truncated, hidden := 0, false, 0
+	err = env.inRoot(real, func(root *os.Root, dir string) error {
+		base := root.Name()
+		return walk(ctx, root.FS(), filepath.ToSlash(dir), func(rel string, d fs.DirEntry) error {
+			if d.IsDir() || (in.Include != "" && !globMatch(in.Include, d.Name()) && !globMatch(in.Include, rel)) {
 				return nil
 			}
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return nil
-		}
-		defer f.Close()
-		if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() > maxGrepFile {
-			return nil
-		}
-		head := make([]byte, 1024)
-		n, _ := f.Read(head)
-		if binary(head[:n]) {
-			return nil
-		}
-		if _, err := f.Seek(0, 0); err != nil {
-			return nil
-		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 64<<10), maxGrepFile)
-		for ln := 1; sc.Scan(); ln++ {
-			if !re.Match(sc.Bytes()) {
-				continue
+			p := filepath.Join(real, filepath.FromSlash(rel))
+			target := p
+			if d.Type()&fs.ModeSymlink != 0 {
+				// A link is searched only when what it points to is under
+				// the same root; what is opened is its target.
+				t, err := env.resolve(p)
+				if err != nil || !within(base, t) {
+					return nil
+				}
+				target = t
 			}
-			if count == maxEntries {
-				truncated = true
-				return errStop
+			if env.secret(p) || env.secret(target) {
+				hidden++
+				return nil
 			}
-			text := sc.Text()
-			if len(text) > maxLineLength {
-				text = text[:maxLineLength] + "..."
+			name, err := filepath.Rel(base, target)
+			if err != nil {
+				return nil
 			}
-			if _, ok := byFile[p]; !ok {
-				files = append(files, p)
+			f, err := root.Open(name)
+			if err != nil {
+				return nil
 			}
-			byFile[p] = append(byFile[p], match{ln, text})
-			count++
-		}
-		return nil
+			defer f.Close()
+			if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() > maxGrepFile {
+				return nil
+			}
+			head := make([]byte, 1024)
+			n, _ := f.Read(head)
+			if binary(head[:n]) {
+				return nil
+			}
+			if _, err := f.Seek(0, 0); err != nil {
+				return nil
+			}
+			sc := bufio.NewScanner(f)
+			sc.Buffer(make([]byte, 64<<10), maxGrepFile)
+			for ln := 1; sc.Scan(); ln++ {
+				if !re.Match(sc.Bytes()) {
+					continue
+				}
+				if count == maxEntries {
+					truncated = true
+					return errStop
+				}
+				text := sc.Text()
+				if len(text) > maxLineLength {
+					text = text[:maxLineLength] + "..."
+				}
+				if _, ok := byFile[p]; !ok {
+					files = append(files, p)
+				}
+				byFile[p] = append(byFile[p], match{ln, text})
+				count++
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return Result{}, err
 	}
+	note := ""
+	md := map[string]any{"matches": count, "truncated": truncated}
+	if hidden > 0 {
+		note = leftOut(hidden, "not searched")
+		md["sensitive"] = hidden
+	}
 	if count == 0 {
-		return Result{Title: in.Pattern, Output: "No files found", Metadata: map[string]any{"matches": 0, "truncated": false}}, nil
+		out := "No files found"
+		if note != "" {
+			out += "\n\n" + note
+		}
+		return Result{Title: in.Pattern, Output: out, Metadata: md}, nil
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Found %d matches", count)
@@ -200,5 +240,9 @@ func runGrep(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 	if truncated {
 		b.WriteString("\n(Results truncated. Consider using a more specific path or pattern.)")
 	}
-	return Result{Title: in.Pattern, Output: strings.TrimRight(b.String(), "\n"), Metadata: map[string]any{"matches": count, "truncated": truncated}}, nil
+	out := strings.TrimRight(b.String(), "\n")
+	if note != "" {
+		out += "\n\n" + note
+	}
+	return Result{Title: in.Pattern, Output: out, Metadata: md}, nil
 }

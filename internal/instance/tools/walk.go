@@ -14,28 +14,33 @@ import (
 // errStop ends a walk early without an error.
 var errStop = errors.New("stop")
 
-// walk visits the files and directories under root (not root itself) in
-// lexical order, with slash-separated paths relative to root, skipping
-// the always-ignored directories and what the .gitignore files of root
-// and the directories below it exclude. Links are not followed. fn
-// returns fs.SkipDir to skip a directory, errStop to end the walk.
-func walk(ctx context.Context, root string, fn func(rel string, d fs.DirEntry) error) error {
+// walk visits the files and directories under dir of fsys (not dir
+// itself) in lexical order, with slash-separated paths relative to dir,
+// skipping the always-ignored directories and what the .gitignore files
+// of dir and the directories below it exclude. Links are not followed.
+// fn returns fs.SkipDir to skip a directory, errStop to end the walk.
+// The tools walk an os.Root's file system, which refuses to leave the
+// root however the tree changes during the walk.
+func walk(ctx context.Context, fsys fs.FS, dir string, fn func(rel string, d fs.DirEntry) error) error {
 	ig := &gitignore{}
-	ig.load(root, "")
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	ig.load(fsys, dir, "")
+	err := fs.WalkDir(fsys, dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if p == root {
+			if p == dir {
 				return err
 			}
 			return nil // unreadable entries are skipped
 		}
-		if p == root {
+		if p == dir {
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		rel := filepath.ToSlash(strings.TrimPrefix(p, root+string(filepath.Separator)))
+		rel := p
+		if dir != "." {
+			rel = strings.TrimPrefix(p, dir+"/")
+		}
 		if d.IsDir() && ignoredDirs[d.Name()] {
 			return fs.SkipDir
 		}
@@ -46,7 +51,7 @@ func walk(ctx context.Context, root string, fn func(rel string, d fs.DirEntry) e
 			return nil
 		}
 		if d.IsDir() {
-			ig.load(p, rel)
+			ig.load(fsys, p, rel)
 		}
 		return fn(rel, d)
 	})
@@ -54,6 +59,20 @@ func walk(ctx context.Context, root string, fn func(rel string, d fs.DirEntry) e
 		return nil
 	}
 	return err
+}
+
+// walkIn walks the resolved directory real through the os.Root it is
+// used under.
+func (env *Env) walkIn(ctx context.Context, real string, fn func(rel string, d fs.DirEntry) error) error {
+	return env.inRoot(real, func(root *os.Root, dir string) error {
+		return walk(ctx, root.FS(), filepath.ToSlash(dir), fn)
+	})
+}
+
+// hidden reports whether the file rel (relative to the walked directory
+// real) is sensitive: listings and searches leave it out.
+func (env *Env) hidden(real, rel string) bool {
+	return env.secret(filepath.Join(real, filepath.FromSlash(rel)))
 }
 
 // gitignore is the patterns of the .gitignore files met so far in a walk.
@@ -69,9 +88,9 @@ type ignoreRule struct {
 	anchored bool
 }
 
-// load reads dir/.gitignore, whose patterns apply below rel.
-func (g *gitignore) load(dir, rel string) {
-	f, err := os.Open(filepath.Join(dir, ".gitignore"))
+// load reads dir/.gitignore of fsys, whose patterns apply below rel.
+func (g *gitignore) load(fsys fs.FS, dir, rel string) {
+	f, err := fsys.Open(path.Join(dir, ".gitignore"))
 	if err != nil {
 		return
 	}
