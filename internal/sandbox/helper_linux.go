@@ -12,8 +12,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-
-	"golang.org/x/sys/unix"
+	"unsafe"
 )
 
 // init dispatches the helper before anything else of the binary runs,
@@ -35,7 +34,7 @@ func init() {
 		fmt.Fprintln(os.Stderr, "agentgate-sandbox: unknown stage")
 		os.Exit(2)
 	}
-	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	prctl(prSetDumpable, 0)
 }
 
 // spawnMain is the first stage of a server that is not root: dumpable
@@ -111,7 +110,7 @@ func initMain() {
 		fail("the policy: %v", err)
 	}
 	// Nothing of the sandbox may read this process's memory.
-	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	prctl(prSetDumpable, 0)
 	if err := buildRoot(&p); err != nil {
 		fail("%v", err)
 	}
@@ -120,7 +119,7 @@ func initMain() {
 			fail("bringing up the loopback: %v", err)
 		}
 	}
-	unix.Sethostname([]byte("sandbox"))
+	syscall.Sethostname([]byte("sandbox"))
 	if err := setLimits(&p); err != nil {
 		fail("limits: %v", err)
 	}
@@ -208,12 +207,12 @@ const (
 // buildRoot makes the sandbox's root: a tmpfs holding the bound paths,
 // pivoted to, the host's root detached.
 func buildRoot(p *policy) error {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making / private: %v", err)
 	}
 	// A scratch root on /tmp; pivoting to it leaves the host's root (with
 	// its own /tmp, uncovered) at /oldroot.
-	if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m"); err != nil {
+	if err := syscall.Mount("tmpfs", "/tmp", "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755,size=4m"); err != nil {
 		return fmt.Errorf("mounting the scratch root: %v", err)
 	}
 	for _, d := range []string{"/tmp" + oldRoot, "/tmp" + newRoot, "/tmp/emptydir"} {
@@ -227,13 +226,13 @@ func buildRoot(p *policy) error {
 	if err := os.Chdir("/tmp"); err != nil {
 		return err
 	}
-	if err := unix.PivotRoot(".", "oldroot"); err != nil {
+	if err := syscall.PivotRoot(".", "oldroot"); err != nil {
 		return fmt.Errorf("pivot_root: %v", err)
 	}
 	if err := os.Chdir("/"); err != nil {
 		return err
 	}
-	if err := unix.Mount("tmpfs", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m"); err != nil {
+	if err := syscall.Mount("tmpfs", newRoot, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755,size=4m"); err != nil {
 		return fmt.Errorf("mounting the new root: %v", err)
 	}
 	for _, d := range systemDirs {
@@ -252,13 +251,13 @@ func buildRoot(p *policy) error {
 	if err := os.Mkdir(newRoot+"/proc", 0o555); err != nil {
 		return err
 	}
-	if err := unix.Mount("proc", newRoot+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := syscall.Mount("proc", newRoot+"/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %v", err)
 	}
 	if err := os.Mkdir(newRoot+"/tmp", 0o1777); err != nil {
 		return err
 	}
-	if err := unix.Mount("tmpfs", newRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+	if err := syscall.Mount("tmpfs", newRoot+"/tmp", "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=1777"); err != nil {
 		return fmt.Errorf("mounting /tmp: %v", err)
 	}
 	if err := os.Mkdir(newRoot+Home, 0o700); err != nil {
@@ -299,23 +298,23 @@ func buildRoot(p *policy) error {
 			}
 		}
 	}
-	if err := unix.Unmount(oldRoot, unix.MNT_DETACH); err != nil {
+	if err := syscall.Unmount(oldRoot, syscall.MNT_DETACH); err != nil {
 		return fmt.Errorf("detaching the host's root: %v", err)
 	}
 	if err := os.Chdir(newRoot); err != nil {
 		return err
 	}
-	if err := unix.PivotRoot(".", "."); err != nil {
+	if err := syscall.PivotRoot(".", "."); err != nil {
 		return fmt.Errorf("pivot_root: %v", err)
 	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+	if err := syscall.Unmount(".", syscall.MNT_DETACH); err != nil {
 		return fmt.Errorf("detaching the scratch root: %v", err)
 	}
 	if err := os.Chdir("/"); err != nil {
 		return err
 	}
 	// Nothing new can be made at the root itself.
-	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+	if err := syscall.Mount("", "/", "", syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("making / read-only: %v", err)
 	}
 	return nil
@@ -348,7 +347,7 @@ func bind(path string, readOnly, optional bool) error {
 	if err := mountPoint(dst, fi.IsDir()); err != nil {
 		return fmt.Errorf("%s: %v", path, err)
 	}
-	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	if err := syscall.Mount(src, dst, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
 		return fmt.Errorf("binding %s: %v", path, err)
 	}
 	if readOnly {
@@ -365,7 +364,7 @@ func cover(path string, dir bool) error {
 		src = "/emptydir"
 	}
 	dst := newRoot + path
-	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+	if err := syscall.Mount(src, dst, "", syscall.MS_BIND, ""); err != nil {
 		return fmt.Errorf("masking %s: %v", path, err)
 	}
 	return remountReadOnly(dst)
@@ -388,20 +387,20 @@ func mountPoint(dst string, dir bool) error {
 // remountReadOnly makes a bind mount read-only, keeping the flags the
 // host locked on it (a remount that drops them is refused).
 func remountReadOnly(dst string) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dst, &st); err != nil {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dst, &st); err != nil {
 		return err
 	}
-	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID)
+	flags := uintptr(syscall.MS_REMOUNT | syscall.MS_BIND | syscall.MS_RDONLY | syscall.MS_NOSUID)
 	for _, m := range []struct{ st, ms int64 }{
-		{unix.ST_NODEV, unix.MS_NODEV}, {unix.ST_NOEXEC, unix.MS_NOEXEC}, {unix.ST_NOATIME, unix.MS_NOATIME},
-		{unix.ST_NODIRATIME, unix.MS_NODIRATIME}, {unix.ST_RELATIME, unix.MS_RELATIME},
+		{stNodev, syscall.MS_NODEV}, {stNoexec, syscall.MS_NOEXEC}, {stNoatime, syscall.MS_NOATIME},
+		{stNodiratime, syscall.MS_NODIRATIME}, {stRelatime, syscall.MS_RELATIME},
 	} {
 		if st.Flags&m.st != 0 {
 			flags |= uintptr(m.ms)
 		}
 	}
-	if err := unix.Mount("", dst, "", flags, ""); err != nil {
+	if err := syscall.Mount("", dst, "", flags, ""); err != nil {
 		return fmt.Errorf("making %s read-only: %v", strings.TrimPrefix(dst, newRoot), err)
 	}
 	return nil
@@ -414,27 +413,27 @@ func makeDev() error {
 	if err := os.Mkdir(dev, 0o755); err != nil {
 		return err
 	}
-	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+	if err := syscall.Mount("tmpfs", dev, "tmpfs", syscall.MS_NOSUID|syscall.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 		return err
 	}
 	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
 		if err := mountPoint(dev+"/"+n, false); err != nil {
 			return err
 		}
-		if err := unix.Mount(oldRoot+"/dev/"+n, dev+"/"+n, "", unix.MS_BIND, ""); err != nil {
+		if err := syscall.Mount(oldRoot+"/dev/"+n, dev+"/"+n, "", syscall.MS_BIND, ""); err != nil {
 			return fmt.Errorf("binding /dev/%s: %v", n, err)
 		}
 	}
 	if err := os.Mkdir(dev+"/pts", 0o755); err != nil {
 		return err
 	}
-	if err := unix.Mount("devpts", dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	if err := syscall.Mount("devpts", dev+"/pts", "devpts", syscall.MS_NOSUID|syscall.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return fmt.Errorf("mounting /dev/pts: %v", err)
 	}
 	if err := os.Mkdir(dev+"/shm", 0o1777); err != nil {
 		return err
 	}
-	if err := unix.Mount("tmpfs", dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+	if err := syscall.Mount("tmpfs", dev+"/shm", "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=1777"); err != nil {
 		return err
 	}
 	for link, target := range map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
@@ -448,37 +447,48 @@ func makeDev() error {
 
 // loopbackUp brings up the network namespace's own loopback.
 func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
+	defer syscall.Close(fd)
+	var ifr [40]byte // struct ifreq: the name, then the flags
+	copy(ifr[:], "lo")
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.SIOCGIFFLAGS, uintptr(unsafe.Pointer(&ifr[0]))); e != 0 {
+		return e
 	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
+	flags := *(*uint16)(unsafe.Pointer(&ifr[16])) | syscall.IFF_UP | syscall.IFF_RUNNING
+	*(*uint16)(unsafe.Pointer(&ifr[16])) = flags
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.SIOCSIFFLAGS, uintptr(unsafe.Pointer(&ifr[0]))); e != 0 {
+		return e
 	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP | unix.IFF_RUNNING)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+	return nil
 }
+
+// statfs(2) flags of a mount.
+const (
+	stNodev      = 4
+	stNoexec     = 8
+	stNoatime    = 1024
+	stNodiratime = 2048
+	stRelatime   = 4096
+)
 
 // setLimits sets the per-process limits the command inherits.
 func setLimits(p *policy) error {
-	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
+	if err := syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{}); err != nil {
 		return err
 	}
 	if p.CPU > 0 {
-		if err := unix.Setrlimit(unix.RLIMIT_CPU, &unix.Rlimit{Cur: uint64(p.CPU), Max: uint64(p.CPU)}); err != nil {
+		if err := syscall.Setrlimit(syscall.RLIMIT_CPU, &syscall.Rlimit{Cur: uint64(p.CPU), Max: uint64(p.CPU)}); err != nil {
 			return fmt.Errorf("RLIMIT_CPU: %v", err)
 		}
 	}
 	if p.Files > 0 {
-		var cur unix.Rlimit
-		unix.Getrlimit(unix.RLIMIT_NOFILE, &cur)
+		var cur syscall.Rlimit
+		syscall.Getrlimit(syscall.RLIMIT_NOFILE, &cur)
 		n := min(p.Files, cur.Max)
-		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: n, Max: n}); err != nil {
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
 			return fmt.Errorf("RLIMIT_NOFILE: %v", err)
 		}
 	}
