@@ -81,6 +81,73 @@ func EvaluateAll(action string, resources []string, sets ...[]Rule) Decision {
 	return out
 }
 
+// EvaluateAny is the decision for a resource not known before the call
+// runs (a command whose name is computed when it runs, eval's code): the
+// effect any resource could get. It is Allow only when every resource is
+// allowed (the last rule matching everything allows and no rule after it
+// restricts anything), Deny when every resource is denied, else Ask.
+func EvaluateAny(action string, sets ...[]Rule) Decision {
+	var deciders []*Rule
+	everything := false
+	for _, set := range sets {
+		for i := range set {
+			r := &set[i]
+			if !Match(action, r.Action) {
+				continue
+			}
+			if matchesAll(r.Resource) {
+				deciders, everything = deciders[:0], true
+			}
+			deciders = append(deciders, r)
+		}
+	}
+	if !everything {
+		return Decision{Effect: Ask}
+	}
+	allow, deny := true, true
+	var first *Rule
+	for _, r := range deciders {
+		if r.Effect != Allow {
+			allow = false
+			if first == nil {
+				first = r
+			}
+		}
+		if r.Effect != Deny {
+			deny = false
+		}
+	}
+	switch {
+	case allow:
+		return Decision{Effect: Allow, Rule: deciders[0]}
+	case deny:
+		return Decision{Effect: Deny, Rule: deciders[0]}
+	}
+	return Decision{Effect: Ask, Rule: first}
+}
+
+// EvaluateRequest decides a request: EvaluateAll over its resources and,
+// when some of them are unknown (see EvaluateAny), at least as strict as
+// EvaluateAny.
+func EvaluateRequest(action string, resources []string, unknown bool, sets ...[]Rule) Decision {
+	d := EvaluateAll(action, resources, sets...)
+	if !unknown || d.Effect == Deny {
+		return d
+	}
+	switch u := EvaluateAny(action, sets...); {
+	case u.Effect == Deny, u.Effect == Ask && d.Effect == Allow:
+		return u
+	}
+	return d
+}
+
+// matchesAll reports whether a rule's resource pattern matches every
+// input ("*", "**", "* *").
+func matchesAll(pattern string) bool {
+	p := strings.TrimSuffix(pattern, " *")
+	return p != "" && strings.Trim(p, "*") == ""
+}
+
 // Match reports whether input matches a wildcard pattern: "*" is any run
 // of characters (slashes and spaces included), "?" one character, and the
 // whole input must match. A pattern ending in " *" also matches the input
