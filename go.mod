@@ -178,4 +178,5 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	howett.net/plist v1.0.1 // indirect
+	mvdan.cc/sh/v3 v3.14.1 // indirect
 )
