@@ -575,6 +575,20 @@ func (s *bashScanner) run(words []bashWord, c bashSrc) {
 			s.plain(words, base, c)
 			s.find(args, c)
 			return
+		case "hash", "enable":
+			// hash -p binds a command name to any program, enable -f
+			// loads a builtin from a library: later names mean other
+			// programs.
+			flag := "p"
+			if base == "enable" {
+				flag = "f"
+			}
+			for _, a := range args {
+				if !a.ok || strings.HasPrefix(a.lit, "-") && strings.Contains(a.lit, flag) {
+					s.unknown(render(words))
+					break
+				}
+			}
 		}
 		if shells[base] {
 			s.shell(words, c)

@@ -97,6 +97,9 @@ func TestScanBashFindsEveryCommand(t *testing.T) {
 		{"x='a[$(rm x)]'; echo $((x))", []string{"echo $((x))"}, true},
 		{"sh -c \"$X\"", nil, true},
 		{"timeout --bogus 5 rm x", nil, true},
+		{"hash -p /bin/rm ls; ls x", []string{"hash -p /bin/rm ls", "ls x"}, true},
+		{"enable -f ./x.so rm", []string{"enable -f ./x.so rm"}, true},
+		{"hash -r", []string{"hash -r"}, false},
 	} {
 		patterns, _, unknown, _ := scanned(t, c.cmd)
 		if !slices.Equal(patterns, c.patterns) {
@@ -282,7 +285,7 @@ func TestBashDenyRulesCannotBeWalkedAround(t *testing.T) {
 		"FOO=1 rm x", "ls; rm x", "/bin/rm x", "command rm x", `\rm x`, "sh -c 'rm x'", `bash -c "rm x"`, "timeout 5 rm x",
 		"env -i rm x", "nohup rm x &", "xargs rm < list", `find . -name x -exec rm {} \;`, "sudo rm x", "busybox rm x",
 		"$(echo rm) x", `eval "rm x"`, "f(){ rm x; }; f", "r\\m x", "'/bin/rm' x", "exec rm x", "x=$(rm x)", "echo > $(rm x)",
-		"ls <(rm x)", "alias r='rm x'", "$'\\x72m' x", "{rm,x}",
+		"ls <(rm x)", "alias r='rm x'", "$'\\x72m' x", "{rm,x}", "hash -p /bin/rm ls; ls x",
 	} {
 		env, asks := ruledEnv(t, rules)
 		_, err := call(t, env, "bash", map[string]any{"command": cmd})
@@ -340,5 +343,14 @@ func TestBashAskCoversEveryCommandAndOffersTheirPrefixes(t *testing.T) {
 	env.Shell = "/bin/true" // nothing needs to run
 	if _, err := call(t, env, "bash", map[string]any{"command": "timeout 5 make -j4 && git status"}); err != nil || len(*asks) != 0 {
 		t.Fatalf("after always: %v %+v", err, *asks)
+	}
+}
+
+func BenchmarkScanBash(b *testing.B) {
+	cmd := "cd sub && FOO=1 timeout 60 go test ./... -run 'TestX|TestY' 2>&1 | tee ../log.txt | grep -v '^ok' || { echo failed $(date) >> errs; exit 1; }"
+	for b.Loop() {
+		if _, ok := scanBash(cmd, "/p"); !ok {
+			b.Fatal("no parse")
+		}
 	}
 }
