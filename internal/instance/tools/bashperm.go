@@ -1096,7 +1096,11 @@ func (env *Env) permitBash(ctx context.Context, command, dir, description string
 	if err := bash.permit(ctx, env, "bash", nil, meta); err != nil {
 		return err
 	}
-	if err := ext.permit(ctx, env, "external_directory", nil, map[string]any{"filepath": firstReal, "parentDir": firstDir}); err != nil {
+	extMeta := map[string]any{"filepath": firstReal, "parentDir": firstDir}
+	if firstReal == "" && len(ext.unknown) > 0 {
+		extMeta = map[string]any{"filepath": ext.unknown[0]}
+	}
+	if err := ext.permit(ctx, env, "external_directory", nil, extMeta); err != nil {
 		return err
 	}
 	if err := read.permit(ctx, env, "read", []string{"*"}, nil); err != nil {
