@@ -17,6 +17,7 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/crypto v0.58.0
 	golang.org/x/oauth2 v0.37.0
+	mvdan.cc/sh/v3 v3.14.1
 )
 
 require (
@@ -178,5 +179,4 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	howett.net/plist v1.0.1 // indirect
-	mvdan.cc/sh/v3 v3.14.1 // indirect
 )
