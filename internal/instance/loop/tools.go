@@ -391,7 +391,7 @@ func (r *Runner) permit(ctx context.Context, s svc, b *toolBatch, p toolPart, a 
 	b.mu.Lock()
 	sessionRules := append([]permission.Rule(nil), b.info.Permissions...)
 	b.mu.Unlock()
-	d := b.policy.With(permission.Set{Source: permission.Trusted, Rules: sessionRules}).Decide(a.Permission, a.Patterns)
+	d := b.policy.With(permission.Set{Source: permission.Trusted, Rules: sessionRules}).DecideRequest(a.Permission, a.Patterns, len(a.Unknown) > 0)
 	switch d.Effect {
 	case permission.Allow:
 		return nil
@@ -410,7 +410,7 @@ func (r *Runner) permit(ctx context.Context, s svc, b *toolBatch, p toolPart, a 
 		return &rejection{typ: "PermissionDeniedError", msg: "A plugin denied this tool call (" + a.Permission + " " + strings.Join(a.Patterns, ", ") + ")."}
 	}
 	reply := r.broker.Ask(ctx, b.info.Location.Directory, permission.Request{SessionID: b.sid, Permission: a.Permission, Patterns: a.Patterns,
-		Always: a.Always, Metadata: a.Metadata, Tool: &permission.ToolRef{MessageID: b.msgID, CallID: p.ID}})
+		Always: a.Always, Metadata: a.Metadata, Tool: &permission.ToolRef{MessageID: b.msgID, CallID: p.ID}, Unknown: a.Unknown})
 	switch {
 	case reply.Cancelled != "":
 		return &rejection{typ: "PermissionRejectedError", msg: "The permission request was cancelled (" + reply.Cancelled + ") before anyone answered it.", stop: true}
@@ -449,7 +449,7 @@ func (r *Runner) allowAlways(ctx context.Context, s svc, b *toolBatch, a tools.A
 	b.mu.Unlock()
 	s.Publish("session.updated", info, map[string]any{"info": info})
 	r.broker.Recheck(b.sid, func(req permission.Request) bool {
-		return permission.EvaluateAll(req.Permission, req.Patterns, info.Permissions).Effect == permission.Allow
+		return permission.EvaluateRequest(req.Permission, req.Patterns, len(req.Unknown) > 0, info.Permissions).Effect == permission.Allow
 	})
 	return nil
 }

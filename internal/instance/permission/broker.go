@@ -21,6 +21,10 @@ type Request struct {
 	// session.
 	Always []string `json:"always"`
 	Tool   *ToolRef `json:"tool,omitempty"`
+	// Unknown are those of Patterns that stand for resources not known
+	// before the call runs (see EvaluateAny); a recheck after another
+	// request's "always" reply allows them only as EvaluateRequest does.
+	Unknown []string `json:"-"`
 }
 
 // ToolRef is the tool call a request or form belongs to.

@@ -336,3 +336,37 @@ func TestDefaultsAskForSensitiveFiles(t *testing.T) {
 		}
 	}
 }
+
+func TestEvaluateAnyIsTheStrictestEffectAnyResourceCouldGet(t *testing.T) {
+	allowAll := []Rule{{Action: "bash", Resource: "*", Effect: Allow}}
+	for _, c := range []struct {
+		name  string
+		rules []Rule
+		want  string
+	}{
+		{"the defaults ask", nil, Ask},
+		{"everything allowed", allowAll, Allow},
+		{"everything allowed, one command denied", append(allowAll[:1:1], Rule{Action: "bash", Resource: "rm *", Effect: Deny}), Ask},
+		{"everything allowed, one command allowed again", append(allowAll[:1:1], Rule{Action: "bash", Resource: "ls *", Effect: Allow}), Allow},
+		{"a prefix rule alone", []Rule{{Action: "bash", Resource: "eval *", Effect: Allow}}, Ask},
+		{"everything denied", []Rule{{Action: "bash", Resource: "* *", Effect: Deny}}, Deny},
+		{"another action's rules do not count", append(allowAll[:1:1], Rule{Action: "edit", Resource: "x", Effect: Deny}), Allow},
+	} {
+		if d := EvaluateAny("bash", Defaults, c.rules); d.Effect != c.want {
+			t.Errorf("%s: %s, want %s", c.name, d.Effect, c.want)
+		}
+	}
+	rules := append(allowAll[:1:1], Rule{Action: "bash", Resource: "rm *", Effect: Deny})
+	if d := EvaluateRequest("bash", []string{"ls", "$X"}, false, Defaults, rules); d.Effect != Allow {
+		t.Fatalf("known resources: %s", d.Effect)
+	}
+	if d := EvaluateRequest("bash", []string{"ls", "$X"}, true, Defaults, rules); d.Effect != Ask {
+		t.Fatalf("an unknown resource with a deny rule about: %s", d.Effect)
+	}
+	if d := EvaluateRequest("bash", []string{"rm x", "$X"}, true, Defaults, rules); d.Effect != Deny || d.Rule.Resource != "rm *" {
+		t.Fatalf("a denied resource beside an unknown one: %+v", d)
+	}
+	if d := EvaluateRequest("bash", []string{"$X"}, true, Defaults, allowAll); d.Effect != Allow {
+		t.Fatalf("an unknown resource when everything is allowed: %s", d.Effect)
+	}
+}

@@ -194,6 +194,87 @@ func (p Policy) decide(action, resource string) Decision {
 	return d
 }
 
+// EvaluateAny is the decision for a resource not known before the call
+// runs (a command whose name is computed when it runs, eval's code): the
+// effect any resource could get. It is Allow only when every resource is
+// allowed (the last rule matching everything allows and no rule after it
+// restricts anything), Deny when every resource is denied, else Ask.
+func EvaluateAny(action string, sets ...[]Rule) Decision {
+	var deciders []*Rule
+	everything := false
+	for _, set := range sets {
+		for i := range set {
+			r := &set[i]
+			if !Match(action, r.Action) {
+				continue
+			}
+			if matchesAll(r.Resource) {
+				deciders, everything = deciders[:0], true
+			}
+			deciders = append(deciders, r)
+		}
+	}
+	if !everything {
+		return Decision{Effect: Ask}
+	}
+	allow, deny := true, true
+	var first *Rule
+	for _, r := range deciders {
+		if r.Effect != Allow {
+			allow = false
+			if first == nil {
+				first = r
+			}
+		}
+		if r.Effect != Deny {
+			deny = false
+		}
+	}
+	switch {
+	case allow:
+		return Decision{Effect: Allow, Rule: deciders[0]}
+	case deny:
+		return Decision{Effect: Deny, Rule: deciders[0]}
+	}
+	return Decision{Effect: Ask, Rule: first}
+}
+
+// EvaluateRequest decides a request: EvaluateAll over its resources and,
+// when some of them are unknown (see EvaluateAny), at least as strict as
+// EvaluateAny.
+func EvaluateRequest(action string, resources []string, unknown bool, sets ...[]Rule) Decision {
+	d := EvaluateAll(action, resources, sets...)
+	if !unknown || d.Effect == Deny {
+		return d
+	}
+	switch u := EvaluateAny(action, sets...); {
+	case u.Effect == Deny, u.Effect == Ask && d.Effect == Allow:
+		return u
+	}
+	return d
+}
+
+// DecideRequest decides a request as Decide does and, when some of its
+// resources are unknown before the call runs (see EvaluateAny), at least
+// as strictly as EvaluateAny over the same sets (and, for a guarded action
+// of an untrusted project, over the sets without the project's).
+func (p Policy) DecideRequest(action string, resources []string, unknown bool) Decision {
+	d := p.Decide(action, resources)
+	if !unknown || d.Effect == Deny {
+		return d
+	}
+	u := EvaluateAny(action, p.rules(func(Source) bool { return true })...)
+	if !p.TrustProject && guardedActions[action] {
+		if base := EvaluateAny(action, p.rules(func(s Source) bool { return s != Project })...); strictness(base.Effect) > strictness(u.Effect) {
+			u = base
+		}
+	}
+	if strictness(u.Effect) > strictness(d.Effect) {
+		return u
+	}
+	return d
+}
+
 // Hidden reports whether calls of a permission are denied outright, so
 // that the tools asking for it are not offered to the model: the last
 // rule for the action, over all the sets, denies every resource ("*");
@@ -263,6 +344,13 @@ func strictness(effect string) int {
 		return 2
 	}
 	return 1
+}
+
+// matchesAll reports whether a rule's resource pattern matches every
+// input ("*", "**", "* *").
+func matchesAll(pattern string) bool {
+	p := strings.TrimSuffix(pattern, " *")
+	return p != "" && strings.Trim(p, "*") == ""
 }
 
 // Match reports whether input matches a wildcard pattern: "*" is any run

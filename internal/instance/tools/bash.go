@@ -73,8 +73,7 @@ func runBash(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 		return Result{}, err
 	}
 	cmdText := strings.TrimSpace(in.Command)
-	if err := env.permit(ctx, Ask{Permission: "bash", Patterns: []string{cmdText}, Always: []string{commandPrefix(cmdText) + " *"},
-		Metadata: map[string]any{"command": cmdText, "description": in.Description}}); err != nil {
+	if err := env.permitBash(ctx, cmdText, dir, in.Description); err != nil {
 		return Result{}, err
 	}
 	title := in.Description
@@ -103,16 +102,6 @@ func runBash(ctx context.Context, env *Env, args json.RawMessage) (Result, error
 	}
 	meta["output"] = tailString(text, 30000)
 	return Result{Title: title, Output: text, Metadata: meta}, nil
-}
-
-// commandPrefix is what an "always" reply allows of a command: its first
-// word, and the second when it is a subcommand ("git status", "go test").
-func commandPrefix(cmd string) string {
-	f := strings.Fields(cmd)
-	if len(f) >= 2 && !strings.HasPrefix(f[1], "-") && strings.IndexAny(f[1], "/.=$|&;<>") < 0 {
-		return f[0] + " " + f[1]
-	}
-	return f[0]
 }
 
 // runCommand runs a command in a new sandbox (see package sandbox): the

@@ -49,6 +49,12 @@ type Ask struct {
 	Patterns   []string
 	Always     []string
 	Metadata   map[string]any
+	// Unknown are those of Patterns whose text does not show what the
+	// call does (a command whose name is computed when it runs, eval's
+	// code, a redirection to a computed path): the rules allow them only
+	// when they would allow anything (permission.EvaluateAny), and Always
+	// never covers them.
+	Unknown []string
 }
 
 // Env is what a call runs with.
