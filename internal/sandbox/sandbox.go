@@ -54,15 +54,16 @@ type Config struct {
 	Unavailable string
 }
 
-// Limits bound one sandbox: what the kernel gives per call.
+// Limits bound one sandbox: what the kernel gives per call. A zero field
+// takes DefaultLimits' value; a negative one means no limit.
 type Limits struct {
-	// Memory in bytes for everything in the sandbox (cgroup; 0: none).
+	// Memory in bytes for everything in the sandbox (cgroup).
 	Memory int64
-	// Processes alive at once in the sandbox (cgroup; 0: none).
+	// Processes alive at once in the sandbox (cgroup).
 	Processes int
-	// CPU time per process (RLIMIT_CPU; 0: none).
+	// CPU time per process (RLIMIT_CPU).
 	CPU time.Duration
-	// Files open per process (RLIMIT_NOFILE; 0: the host's).
+	// Files open per process (RLIMIT_NOFILE).
 	Files int
 }
 
@@ -183,11 +184,18 @@ func (s *Sandbox) probe() {
 }
 
 func (s *Sandbox) limits() Limits {
-	l := s.cfg.Limits
-	if l == (Limits{}) {
-		l = DefaultLimits
+	l, d := s.cfg.Limits, DefaultLimits
+	pick := func(v, def int64) int64 {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
 	}
-	return l
+	return Limits{Memory: pick(l.Memory, d.Memory), Processes: int(pick(int64(l.Processes), int64(d.Processes))),
+		CPU: time.Duration(pick(int64(l.CPU), int64(d.CPU))), Files: int(pick(int64(l.Files), int64(d.Files)))}
 }
 
 // Env builds a sandboxed run's environment from an allow-list, never from

@@ -3,6 +3,10 @@ package instance
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -41,6 +45,17 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			node_modules <directory>
 //			call_timeout <duration>
 //			tool_timeout <duration>
+//		}
+//		sandbox off
+//		sandbox {
+//			read <paths...>
+//			write <paths...>
+//			env <NAME|NAME=value...>
+//			network none|host
+//			memory <size>|none
+//			processes <n>|none
+//			cpu <duration>|none
+//			files <n>|none
 //		}
 //		heartbeat <duration>
 //		permission <action> <pattern> allow|deny|ask
@@ -156,6 +171,10 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("max_steps must be a positive whole number, not '%s'", s)
 			}
 			in.MaxSteps = n
+		case "sandbox":
+			if err := in.unmarshalSandbox(d); err != nil {
+				return err
+			}
 		case "plugin_host":
 			if d.NextArg() {
 				return d.ArgErr()
@@ -331,4 +350,98 @@ var _ caddyfile.Unmarshaler = (*Instance)(nil)
 func knownFormat(name string) bool {
 	_, ok := formats.Named(name)
 	return ok
+}
+
+// unmarshalSandbox reads `sandbox off` or a sandbox block.
+func (in *Instance) unmarshalSandbox(d *caddyfile.Dispenser) error {
+	if in.Sandbox != nil {
+		return d.Err("sandbox is declared twice")
+	}
+	in.Sandbox = &Sandbox{}
+	if d.NextArg() {
+		if d.Val() != "off" || d.NextArg() {
+			return d.Errf("sandbox takes `off` or a block, not %q", d.Val())
+		}
+		in.Sandbox.Off = true
+		return nil
+	}
+	for n := d.Nesting(); d.NextBlock(n); {
+		key := d.Val()
+		args := d.RemainingArgs()
+		if len(args) == 0 {
+			return d.ArgErr()
+		}
+		one := func() (string, error) {
+			if len(args) != 1 {
+				return "", d.Errf("sandbox %s takes one value", key)
+			}
+			return args[0], nil
+		}
+		switch key {
+		case "read":
+			in.Sandbox.Read = append(in.Sandbox.Read, args...)
+		case "write":
+			in.Sandbox.Write = append(in.Sandbox.Write, args...)
+		case "env":
+			in.Sandbox.Env = append(in.Sandbox.Env, args...)
+		case "network":
+			v, err := one()
+			if err != nil {
+				return err
+			}
+			if v != "none" && v != "host" {
+				return d.Errf("sandbox network: none or host, got %q", v)
+			}
+			in.Sandbox.Network = v
+		case "memory":
+			v, err := one()
+			if err != nil {
+				return err
+			}
+			if v == "none" {
+				in.Sandbox.Memory = -1
+				continue
+			}
+			b, err := humanize.ParseBytes(v)
+			if err != nil || b == 0 || b > 1<<50 {
+				return d.Errf("sandbox memory: a size such as 4GiB, or none; got %q", v)
+			}
+			in.Sandbox.Memory = int64(b)
+		case "processes", "files":
+			v, err := one()
+			if err != nil {
+				return err
+			}
+			n := -1
+			if v != "none" {
+				if n, err = strconv.Atoi(v); err != nil || n <= 0 {
+					return d.Errf("sandbox %s: a positive number, or none; got %q", key, v)
+				}
+			}
+			if key == "processes" {
+				in.Sandbox.Processes = n
+			} else {
+				in.Sandbox.Files = n
+			}
+		case "cpu":
+			v, err := one()
+			if err != nil {
+				return err
+			}
+			if v == "none" {
+				in.Sandbox.CPU = -1
+				continue
+			}
+			dur, err := caddy.ParseDuration(v)
+			if err != nil || dur < time.Second {
+				return d.Errf("sandbox cpu: a duration of a second or more, or none; got %q", v)
+			}
+			in.Sandbox.CPU = caddy.Duration(dur)
+		case "unavailable":
+			in.Sandbox.Unavailable = strings.Join(args, " ")
+		default:
+			return d.Errf("unknown sandbox option %q", key)
+		}
+	}
+	return nil
 }

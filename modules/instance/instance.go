@@ -32,6 +32,7 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/tools"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/ratelimit"
+	"github.com/agentgate/agentgate/internal/sandbox"
 	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/modules/agentgate"
 )
@@ -225,12 +226,99 @@ type Instance struct {
 	// Default: the bun found on PATH, no node_modules.
 	PluginHost *PluginHost `json:"plugin_host,omitempty"`
 
+	// Sandbox configures the sandbox that bash commands and the plugin
+	// host run in. Default: enforced, with the default limits and no
+	// network but the sandbox's own loopback.
+	Sandbox *Sandbox `json:"sandbox,omitempty"`
+
 	server  *server.Server
+	sandbox *sandbox.Sandbox
 	runner  *loop.Runner
 	logger  *zap.Logger
 	key     string
 	host    *pluginhost.Host
 	stopTap func()
+}
+
+// Sandbox configures the sandbox of commands and plugins. Inside it, the
+// session's project is writable (its .git/hooks, .git/config,
+// opencode.json(c) and .opencode/ read-only, its .env and key files
+// masked), the system read-only, /tmp private; the server's data
+// directory, configuration, the home directory and every process outside
+// are out of reach.
+type Sandbox struct {
+	// Off runs commands and plugins unconfined, with the server's
+	// privileges: GET /api/info and the web app say so.
+	Off bool `json:"off,omitempty"`
+	// Read are paths bound read-only into every sandbox: language caches
+	// (the Go module and build caches), toolchains outside /usr.
+	Read []string `json:"read,omitempty"`
+	// Write are paths bound read-write into every sandbox (a build cache
+	// shared with the agent).
+	Write []string `json:"write,omitempty"`
+	// Env are variables commands get besides PATH, HOME, TMPDIR, the
+	// locale and TERM: a NAME passes the server's value, NAME=value sets
+	// one.
+	Env []string `json:"env,omitempty"`
+	// Network is "none" (default: the sandbox's own loopback only; the
+	// host's, and so this server's API, unreachable) or "host" (the
+	// host's network, its loopback included).
+	Network string `json:"network,omitempty"`
+	// Memory bounds everything in one sandbox, in bytes (-1: none;
+	// default 4 GiB), where the host's cgroups allow it.
+	Memory int64 `json:"memory,omitempty"`
+	// Processes bounds the processes of one sandbox (-1: none; default
+	// 1024), where the host's cgroups allow it.
+	Processes int `json:"processes,omitempty"`
+	// CPU bounds the CPU time of each process (-1: none; default 10m).
+	CPU caddy.Duration `json:"cpu,omitempty"`
+	// Files bounds the open files of each process (-1: the host's;
+	// default 4096).
+	Files int `json:"files,omitempty"`
+	// Unavailable makes the host count as one without namespaces, with
+	// this reason (tests of the refusal).
+	Unavailable string `json:"unavailable,omitempty"`
+}
+
+// config is the sandbox package's configuration of an instance.
+func (sb *Sandbox) config(repl *caddy.Replacer, hidden []string) (sandbox.Config, error) {
+	if sb == nil {
+		sb = &Sandbox{}
+	}
+	c := sandbox.Config{Off: sb.Off, Hidden: hidden, Unavailable: sb.Unavailable,
+		Limits: sandbox.Limits{Memory: sb.Memory, Processes: sb.Processes, CPU: time.Duration(sb.CPU), Files: sb.Files}}
+	for _, p := range sb.Read {
+		p = repl.ReplaceAll(p, "")
+		if !filepath.IsAbs(p) {
+			return c, fmt.Errorf("sandbox read %q: an absolute path", p)
+		}
+		c.ReadOnly = append(c.ReadOnly, p)
+	}
+	for _, p := range sb.Write {
+		p = repl.ReplaceAll(p, "")
+		if !filepath.IsAbs(p) {
+			return c, fmt.Errorf("sandbox write %q: an absolute path", p)
+		}
+		if err := sandbox.CheckRoot(p, hidden); err != nil {
+			return c, fmt.Errorf("sandbox write: %v", err)
+		}
+		c.Writable = append(c.Writable, p)
+	}
+	for _, e := range sb.Env {
+		name, _, _ := strings.Cut(e, "=")
+		if name == "" || strings.ContainsAny(name, " \t") {
+			return c, fmt.Errorf("sandbox env %q: NAME or NAME=value", e)
+		}
+		c.Env = append(c.Env, repl.ReplaceAll(e, ""))
+	}
+	switch sb.Network {
+	case "", "none":
+	case "host":
+		c.Network = true
+	default:
+		return c, fmt.Errorf("sandbox network %q: none or host", sb.Network)
+	}
+	return c, nil
 }
 
 // PluginHost configures the plugin host: the Bun that runs the plugins
@@ -306,6 +394,15 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 	if _, err := agents.Load("", "", in.Agents); err != nil {
 		return fmt.Errorf("agents: %v", err)
 	}
+	// What no command or plugin may reach: the data directory, Caddy's
+	// data and configuration directories.
+	hidden := []string{app.DataDir(), caddy.AppDataDir(), caddy.AppConfigDir()}
+	sbc, err := in.Sandbox.config(repl, hidden)
+	if err != nil {
+		return err
+	}
+	in.sandbox = sandbox.New(sbc)
+	in.logSandbox()
 	in.key = in.Name
 	val, _, err := shared.LoadOrNew(in.key, func() (caddy.Destructor, error) {
 		return sharedState{pairing: server.NewPairing(clock.Real{}), bus: events.NewBus(0, clock.Real{}),
@@ -326,7 +423,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		runner = st.runner
 		runner.SetProvider(pc)
 		runner.SetTools(loop.ToolConfig{Rules: in.Permissions, TrustProjectPermissions: in.TrustProjectPermissions, Roots: roots, FetchPrivate: in.WebfetchPrivate,
-			BashTimeout: time.Duration(in.BashTimeout), MaxSteps: in.MaxSteps,
+			BashTimeout: time.Duration(in.BashTimeout), MaxSteps: in.MaxSteps, Sandbox: in.sandbox,
 			Secrets: func() []string { return append([]string{password}, app.SecretValues()...) }})
 		in.runner = runner
 	}
@@ -344,7 +441,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		Pairing: st.pairing, Bus: st.bus, Limiter: st.limiter, ClientIP: agentgate.ClientIP,
 		DefaultDirectory: dir, AllowedRoots: roots, Agents: in.Agents,
 		Plugins: pm, Version: caddy.CustomVersion, Heartbeat: time.Duration(in.Heartbeat), Logger: in.logger,
-		Instance: in.Name,
+		Instance: in.Name, Sandbox: in.sandbox,
 		Store: func(ctx context.Context) (store.Store, error) {
 			svc, err := app.Service(ctx)
 			if err != nil {
@@ -369,6 +466,25 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 	}
 	in.stopTap = st.bus.Tap(pm.Event)
 	return nil
+}
+
+// logSandbox says at start what confines commands and plugins, or that
+// nothing does.
+func (in *Instance) logSandbox() {
+	st := in.sandbox.Status()
+	switch st.Mode {
+	case "enforced":
+		fields := []zap.Field{zap.Strings("layers", st.Layers), zap.String("network", st.Network)}
+		for k, v := range st.Limits {
+			fields = append(fields, zap.String("limit_"+k, v))
+		}
+		in.logger.Info("commands and plugins run in a sandbox", fields...)
+	case "off":
+		in.logger.Warn("the sandbox is off: commands and plugins run with the server's privileges", zap.String("reason", st.Reason))
+	default:
+		in.logger.Error("no sandbox can be made on this host: bash and plugins are refused (write `sandbox off` to run them unconfined)",
+			zap.String("reason", st.Reason))
+	}
 }
 
 // pluginRuntime starts (lazily) the plugin host: Bun from the config or

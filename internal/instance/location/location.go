@@ -32,6 +32,9 @@ type Options struct {
 	Agents map[string]json.RawMessage
 	// Bus receives location.shutdown and agent.updated on reloads.
 	Bus *events.Bus
+	// Refuse, when set, refuses a directory (canonical) no sandbox may
+	// give the agent: the error says why.
+	Refuse func(dir string) error
 }
 
 // Locations are the loaded locations of an instance.
@@ -113,6 +116,11 @@ func (s *Locations) Check(dir string) (string, string, error) {
 		}
 		if !ok {
 			return "", "", errs.LocationDenied(clean, "Location is outside the allowed roots: "+clean)
+		}
+	}
+	if s.opts.Refuse != nil {
+		if err := s.opts.Refuse(canonical); err != nil {
+			return "", "", errs.LocationDenied(clean, "Location refused: "+err.Error())
 		}
 	}
 	return clean, canonical, nil

@@ -28,6 +28,7 @@ import (
 	"github.com/agentgate/agentgate/internal/jsonio"
 	"github.com/agentgate/agentgate/internal/ratelimit"
 	"github.com/agentgate/agentgate/internal/router"
+	"github.com/agentgate/agentgate/internal/sandbox"
 	"github.com/agentgate/agentgate/internal/store"
 )
 
@@ -66,6 +67,10 @@ type Options struct {
 	// Runner, when set, runs the session drains (provider turns); it may
 	// outlive this Server (configuration reloads) and uses the newest one.
 	Runner Runner
+	// Sandbox confines commands and plugins: GET /api/info reports it,
+	// and a location it refuses (/, a home directory, one holding the
+	// server's files) is refused. Default: sandbox.Default().
+	Sandbox *sandbox.Sandbox
 }
 
 // Runner runs the sessions' agent loops: admitted prompts wake it, and
@@ -110,9 +115,13 @@ func New(opts Options) *Server {
 	if opts.ClientIP == nil {
 		opts.ClientIP = remoteHost
 	}
+	if opts.Sandbox == nil {
+		opts.Sandbox = sandbox.Default()
+	}
 	s := &Server{opts: opts, router: &router.Router{OnError: func(w http.ResponseWriter, _ *http.Request, err error) { errs.Write(w, err) }}}
+	hidden := opts.Sandbox.Config().Hidden
 	s.locations = location.New(location.Options{DefaultDirectory: opts.DefaultDirectory, AllowedRoots: opts.AllowedRoots,
-		Agents: opts.Agents, Bus: opts.Bus})
+		Agents: opts.Agents, Bus: opts.Bus, Refuse: func(dir string) error { return sandbox.CheckRoot(dir, hidden) }})
 	s.sessions = &session.Service{Store: opts.Store, Instance: opts.Instance, Clock: opts.Clock, Bus: opts.Bus,
 		Locations: s.locations, Logger: opts.Logger}
 	if opts.Runner != nil {
@@ -275,6 +284,9 @@ type ServerInfo struct {
 		Tmp  string `json:"tmp"`
 		Home string `json:"home,omitempty"`
 	} `json:"paths"`
+	// Sandbox is what confines the agent's commands and plugins: its mode
+	// (enforced, off, unavailable), layers, network and limits.
+	Sandbox sandbox.Status `json:"sandbox"`
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request, _ router.Params) error {
@@ -291,6 +303,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request, _ router.Params) e
 	si.URLs = []string{scheme + "://" + r.Host}
 	si.Paths.Tmp = os.TempDir()
 	si.Paths.Home, _ = os.UserHomeDir()
+	si.Sandbox = s.opts.Sandbox.Status()
 	writeJSON(w, http.StatusOK, si)
 	return nil
 }

@@ -31,6 +31,16 @@ func (b webBackend) Models() []webapp.Model {
 	return out
 }
 
+func (b webBackend) Unconfined() string {
+	switch st := b.s.opts.Sandbox.Status(); st.Mode {
+	case "off":
+		return "The sandbox is off: the agent's commands and plugins run with the server's privileges."
+	case "unavailable":
+		return "No sandbox can be made on this host, so the agent's commands and plugins are refused: " + st.Reason
+	}
+	return ""
+}
+
 func (b webBackend) DefaultDirectory() string {
 	loc, err := b.s.locations.Get("")
 	if err != nil {

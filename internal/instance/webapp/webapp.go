@@ -72,6 +72,10 @@ type Backend interface {
 	Models() []Model
 	// DefaultDirectory is where new sessions are created.
 	DefaultDirectory() string
+	// Unconfined, when not empty, says why the agent's commands and
+	// plugins run without a sandbox, or are refused for want of one:
+	// every page shows it.
+	Unconfined() string
 }
 
 // Options configure the web app.
@@ -179,10 +183,16 @@ type pageData struct {
 	Status  int
 	Host    string
 	Data    any
+	// Unconfined is the sandbox's warning (see Backend.Unconfined).
+	Unconfined string
 }
 
 func (a *App) data(r *http.Request, title, nav string) *pageData {
-	return &pageData{Title: title, Nav: nav, CSRF: a.csrf, Flash: flashes[r.URL.Query().Get("done")]}
+	d := &pageData{Title: title, Nav: nav, CSRF: a.csrf, Flash: flashes[r.URL.Query().Get("done")]}
+	if a.opts.Backend != nil {
+		d.Unconfined = a.opts.Backend.Unconfined()
+	}
+	return d
 }
 
 // flashes are the messages a redirect after a form shows (?done=…).
