@@ -51,7 +51,9 @@ func TestInfoReportsTheSandbox(t *testing.T) {
 // holding the server's data are no location.
 func TestLocationsTheSandboxRefuses(t *testing.T) {
 	data := canonicalTempDir(t)
-	h := newSrvHarness(t, func(o *Options) { o.Sandbox = sandbox.New(sandbox.Config{Hidden: []string{filepath.Join(data, "agentgate")}}) })
+	h := newSrvHarness(t, func(o *Options) {
+		o.Sandbox = sandbox.New(sandbox.Config{Hidden: []string{filepath.Join(data, "agentgate")}})
+	})
 	for _, dir := range []string{"/", "/root", data} {
 		r := h.get("/api/location" + locQuery(dir))
 		m := wantError(t, r, 403, "LocationPermissionDeniedError", nil)
