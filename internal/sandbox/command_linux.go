@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,33 +16,8 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/instance/sensitive"
+	"github.com/agentgate/agentgate/internal/sandbox/sbinit"
 )
-
-// helperName is argv[0] of the helper: init dispatches on it.
-const helperName = "agentgate-sandbox"
-
-// policy is what the helper reads on fd 3: everything it needs to set one
-// sandbox up, with no secret in it.
-type policy struct {
-	Argv     []string `json:"argv"`
-	Dir      string   `json:"dir"`
-	Env      []string `json:"env"`
-	Writable []string `json:"writable"`
-	ReadOnly []string `json:"read_only"`
-	// Protect are paths inside Writable bound read-only again.
-	Protect []string `json:"protect"`
-	// MaskFiles and MaskDirs are covered by an empty read-only file or
-	// directory.
-	MaskFiles []string `json:"mask_files"`
-	MaskDirs  []string `json:"mask_dirs"`
-	// Hidden are covered like masks when they exist inside a bound path.
-	Hidden  []string `json:"hidden"`
-	Network bool     `json:"network"`
-	CPU     int64    `json:"cpu"`   // seconds
-	Files   uint64   `json:"files"` // RLIMIT_NOFILE
-	// Probe sets everything up and exits 0 without running anything.
-	Probe bool `json:"probe"`
-}
 
 // Cmd is a run in a sandbox: an exec.Cmd whose Stdin, Stdout and Stderr
 // the caller sets (or takes pipes of) before Start.
@@ -51,6 +25,7 @@ type Cmd struct {
 	*exec.Cmd
 	plain   bool
 	pol     []byte
+	network bool
 	polW    *os.File
 	group   *group
 	hit     string
@@ -91,7 +66,7 @@ func (s *Sandbox) command(spec Spec, probe bool) (*Cmd, error) {
 			return nil, err
 		}
 	}
-	p := policy{Argv: spec.Argv, Dir: spec.Dir, Env: spec.Env, Network: s.cfg.Network, Probe: probe}
+	p := sbinit.Policy{Argv: spec.Argv, Dir: spec.Dir, Env: spec.Env, Network: s.cfg.Network, Probe: probe}
 	lim := s.limits()
 	p.CPU = int64(lim.CPU / time.Second)
 	if lim.Files > 0 {
@@ -126,34 +101,14 @@ func (s *Sandbox) command(spec Spec, probe bool) (*Cmd, error) {
 			}
 		}
 	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		return nil, err
-	}
-	c := &exec.Cmd{Path: "/proc/self/exe", Args: []string{helperName, "init"}, Env: []string{}}
+	c := &exec.Cmd{Path: "/proc/self/exe", Args: []string{sbinit.Name, "init"}, Env: []string{}}
 	if os.Geteuid() != 0 {
 		// A server that is not root cannot write the user-namespace map of
 		// a child it forked while non-dumpable: a first helper, dumpable
 		// again after its exec, makes the namespaces.
-		c.Args = []string{helperName, "spawn"}
+		c.Args = []string{sbinit.Name, "spawn"}
 	}
-	return &Cmd{Cmd: c, pol: b}, nil
-}
-
-// nsAttr is how the namespaced helper is cloned.
-func nsAttr(network bool) *syscall.SysProcAttr {
-	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
-	if !network {
-		flags |= syscall.CLONE_NEWNET
-	}
-	return &syscall.SysProcAttr{
-		Cloneflags:                 flags,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-		GidMappingsEnableSetgroups: false,
-		Setsid:                     true,
-		Pdeathsig:                  syscall.SIGKILL,
-	}
+	return &Cmd{Cmd: c, pol: p.Encode(), network: p.Network}, nil
 }
 
 // spawn starts processes from one OS thread that never exits, so that
@@ -202,9 +157,7 @@ func (c *Cmd) Start() error {
 	}
 	c.Cmd.ExtraFiles = []*os.File{polR, stW}
 	if c.Args[1] == "init" {
-		var p policy
-		json.Unmarshal(c.pol, &p)
-		c.Cmd.SysProcAttr = nsAttr(p.Network)
+		c.Cmd.SysProcAttr = sbinit.NSAttr(c.network)
 	} else {
 		c.Cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	}
@@ -267,7 +220,9 @@ func (c *Cmd) Wait() error {
 	}
 	if c.group != nil {
 		c.hit = c.group.hit()
-		c.group.remove()
+		// The kernel releases the namespace's last processes a moment
+		// later: the groups go then, off the call's path.
+		go c.group.remove()
 	}
 	return c.waitErr
 }
@@ -397,5 +352,21 @@ func Scan(root string) Scanned {
 		return nil
 	})
 	sort.Strings(out.Protect)
+	return out
+}
+
+// layers describes the confinements a sandbox gets on this host.
+func layers() []string {
+	out := []string{"namespaces: user, mount, pid (fresh /proc), network, ipc, uts", "no capabilities, no_new_privs"}
+	if sbinit.Seccomp() {
+		out = append(out, "seccomp: ptrace, process_vm, io_uring, namespaces, mounts, keyrings, bpf, perf, vsock refused")
+	} else {
+		out = append(out, "seccomp: no filter for this architecture")
+	}
+	if abi := sbinit.LandlockABI(); abi > 0 {
+		out = append(out, fmt.Sprintf("landlock ABI %d: file system, and from ABI 6 signals and abstract sockets scoped", abi))
+	} else {
+		out = append(out, "landlock: not in this kernel")
+	}
 	return out
 }

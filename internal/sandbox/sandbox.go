@@ -17,6 +17,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"github.com/agentgate/agentgate/internal/sandbox/sbinit"
 	"os"
 	"path/filepath"
 	"strings"
@@ -265,7 +266,7 @@ func (s *Sandbox) Env(extra ...string) []string {
 }
 
 // Home is HOME inside a sandbox: a directory of its private /tmp.
-const Home = "/tmp/home"
+const Home = sbinit.Home
 
 var (
 	defaultOnce sync.Once

@@ -221,7 +221,7 @@ it in with --file -.`,
 	budgetList.Flags().StringVar(&bWorkspace, "workspace", "", "Workspace id")
 	budget.AddCommand(budgetSet, budgetList)
 
-	cmd.AddCommand(ws, person, member, sa, key, conn, token, budget)
+	cmd.AddCommand(ws, person, member, sa, key, conn, token, budget, sandboxCommand())
 }
 
 func keysPath(ws, sa string) string {

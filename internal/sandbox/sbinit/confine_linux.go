@@ -1,16 +1,9 @@
-package sandbox
+package sbinit
 
 import (
-	"fmt"
 	"syscall"
 	"unsafe"
 )
-
-// The package talks to the kernel through package syscall only: the
-// helper is dispatched from this package's init, which Go runs once this
-// package's imports are initialized — with nothing but the standard
-// library below it, that is before the rest of the binary (Caddy and its
-// modules) spends time initializing.
 
 const (
 	prSetDumpable        = 4
@@ -35,26 +28,26 @@ func prctl(option, arg2 uintptr) error {
 // starts the command, which inherits all of it: no_new_privs, no
 // capabilities (none can come back through an exec as root either),
 // Landlock over the bound paths, the seccomp filter.
-func confine(p *policy) error {
+func confine(p *Policy) error {
 	if err := prctl(prSetNoNewPrivs, 1); err != nil {
-		return fmt.Errorf("no_new_privs: %v", err)
+		return wrap("no_new_privs", err)
 	}
 	const secbits = 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x20 // NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, each locked
 	if err := prctl(prSetSecurebits, secbits); err != nil {
-		return fmt.Errorf("securebits: %v", err)
+		return wrap("securebits", err)
 	}
 	for c := uintptr(0); c <= 63; c++ {
 		if err := prctl(prCapbsetDrop, c); err == syscall.EINVAL {
 			break
 		} else if err != nil {
-			return fmt.Errorf("dropping capability %d: %v", c, err)
+			return wrap("dropping capability "+itoa(uint64(c)), err)
 		}
 	}
 	if err := prctl(prCapAmbient, prCapAmbientClearAll); err != nil {
-		return fmt.Errorf("ambient capabilities: %v", err)
+		return wrap("ambient capabilities", err)
 	}
 	if err := restrictLandlock(p); err != nil {
-		return fmt.Errorf("landlock: %v", err)
+		return wrap("landlock", err)
 	}
 	hdr := struct {
 		version uint32
@@ -62,10 +55,10 @@ func confine(p *policy) error {
 	}{version: 0x20080522}
 	var data [2]struct{ effective, permitted, inheritable uint32 }
 	if _, _, e := syscall.RawSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
-		return fmt.Errorf("dropping capabilities: %v", e)
+		return wrap("dropping capabilities", e)
 	}
 	if err := loadSeccomp(); err != nil {
-		return fmt.Errorf("seccomp: %v", err)
+		return wrap("seccomp", err)
 	}
 	return nil
 }
@@ -86,8 +79,8 @@ const (
 	llFileRights = llExecute | llWriteFile | llReadFile | llTruncate | llIoctlDev
 )
 
-// landlockABI is the kernel's Landlock ABI (0: none).
-func landlockABI() int {
+// LandlockABI is the kernel's Landlock ABI (0: none).
+func LandlockABI() int {
 	v, _, e := syscall.Syscall(sysLandlockCreateRuleset, 0, 0, 1)
 	if e != 0 {
 		return 0
@@ -100,8 +93,8 @@ func landlockABI() int {
 // terminal devices writable — and, from ABI 6, scopes its signals and
 // abstract sockets to the sandbox. TCP is not handled, so that a project's
 // tests can serve on the sandbox's own loopback.
-func restrictLandlock(p *policy) error {
-	abi := landlockABI()
+func restrictLandlock(p *Policy) error {
+	abi := LandlockABI()
 	if abi < 1 {
 		return nil // not in this kernel: the namespaces stay the boundary
 	}
@@ -125,7 +118,7 @@ func restrictLandlock(p *policy) error {
 	}
 	fd, _, e := syscall.Syscall(sysLandlockCreateRuleset, uintptr(unsafe.Pointer(&attr)), size, 0)
 	if e != 0 {
-		return fmt.Errorf("creating a ruleset: %v", e)
+		return wrap("creating a ruleset", e)
 	}
 	defer syscall.Close(int(fd))
 	add := func(path string, access uint64) error {
@@ -146,7 +139,7 @@ func restrictLandlock(p *policy) error {
 			fd     int32
 		}{access & handled, int32(f)}
 		if _, _, e := syscall.Syscall6(sysLandlockAddRule, fd, 1, uintptr(unsafe.Pointer(&rule)), 0, 0, 0); e != 0 {
-			return fmt.Errorf("%s: %v", path, e)
+			return wrap(path, e)
 		}
 		return nil
 	}
@@ -172,7 +165,7 @@ func restrictLandlock(p *policy) error {
 		return err
 	}
 	if _, _, e := syscall.Syscall(sysLandlockRestrictSelf, fd, 0, 0); e != 0 {
-		return fmt.Errorf("restricting: %v", e)
+		return wrap("restricting", e)
 	}
 	return nil
 }
@@ -267,18 +260,6 @@ var (
 	newEperm  = []uint32{438, 428, 429, 430, 431, 432, 433, 442} // pidfd_getfd, open_tree, move_mount, fsopen, fsconfig, fsmount, fspick, mount_setattr
 )
 
-// layers describes the confinements a sandbox gets on this host.
-func layers() []string {
-	out := []string{"namespaces: user, mount, pid (fresh /proc), network, ipc, uts", "no capabilities, no_new_privs"}
-	if sysTable != nil {
-		out = append(out, "seccomp: ptrace, process_vm, io_uring, namespaces, mounts, keyrings, bpf, perf, vsock refused")
-	} else {
-		out = append(out, "seccomp: no filter for this architecture")
-	}
-	if abi := landlockABI(); abi > 0 {
-		out = append(out, fmt.Sprintf("landlock ABI %d: file system, and from ABI 6 signals and abstract sockets scoped", abi))
-	} else {
-		out = append(out, "landlock: not in this kernel")
-	}
-	return out
-}
+// Seccomp reports whether the helper filters system calls on this
+// architecture.
+func Seccomp() bool { return sysTable != nil }

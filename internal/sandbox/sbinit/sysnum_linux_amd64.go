@@ -1,4 +1,4 @@
-package sandbox
+package sbinit
 
 // sysTable: x86-64 (AUDIT_ARCH_X86_64; x32 calls have bit 30 set).
 var sysTable = &syscalls{

@@ -1,4 +1,4 @@
-package sandbox
+package sbinit
 
 // sysTable: arm64 (AUDIT_ARCH_AARCH64); the same calls as on x86-64.
 var sysTable = &syscalls{

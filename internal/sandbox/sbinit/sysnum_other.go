@@ -1,6 +1,6 @@
 //go:build linux && !amd64 && !arm64
 
-package sandbox
+package sbinit
 
 // sysTable: no seccomp filter on other architectures (the namespaces,
 // capabilities and Landlock still confine).

@@ -1,16 +1,10 @@
-package sandbox
+package sbinit
 
 import (
-	"encoding/json"
-	"fmt"
+	"errors"
 	"io"
 	"os"
-	"os/exec"
-	"os/signal"
-	"path/filepath"
 	"runtime"
-	"sort"
-	"strings"
 	"syscall"
 	"unsafe"
 )
@@ -20,7 +14,7 @@ import (
 // process of the same user can read its memory or its environment through
 // /proc or ptrace.
 func init() {
-	if len(os.Args) >= 2 && os.Args[0] == helperName {
+	if len(os.Args) >= 2 && os.Args[0] == Name {
 		// The helper's work (namespaces, credentials, Landlock, seccomp)
 		// is per thread: it all happens on the main thread, which is also
 		// the one that starts the command.
@@ -31,57 +25,76 @@ func init() {
 		case "init":
 			initMain()
 		}
-		fmt.Fprintln(os.Stderr, "agentgate-sandbox: unknown stage")
+		os.Stderr.WriteString(Name + ": unknown stage\n")
 		os.Exit(2)
 	}
 	prctl(prSetDumpable, 0)
 }
 
+// fail reports why the sandbox could not be set up on the status pipe and
+// ends the helper.
+func fail(status *os.File, msg string) {
+	status.WriteString("error: " + msg + "\n")
+	os.Exit(125)
+}
+
+func wrap(what string, err error) error { return errors.New(what + ": " + err.Error()) }
+
+func readPolicy() ([]byte, *Policy, error) {
+	b, err := io.ReadAll(io.LimitReader(os.NewFile(3, "policy"), 16<<20))
+	if err != nil {
+		return nil, nil, wrap("reading the policy", err)
+	}
+	p, err := Decode(b)
+	return b, p, err
+}
+
+// NSAttr is how the namespaced helper is cloned: new user (the caller's
+// user mapped to root inside), mount, PID, IPC, UTS and — unless network
+// is on — network namespaces, its own session, killed with its parent.
+func NSAttr(network bool) *syscall.SysProcAttr {
+	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
+	if !network {
+		flags |= syscall.CLONE_NEWNET
+	}
+	return &syscall.SysProcAttr{
+		Cloneflags:                 flags,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		GidMappingsEnableSetgroups: false,
+		Setsid:                     true,
+		Pdeathsig:                  syscall.SIGKILL,
+	}
+}
+
 // spawnMain is the first stage of a server that is not root: dumpable
 // again after its exec, it clones the namespaced init (and can write its
 // user-namespace map), passes the policy and the status pipe on, and
-// ends with it.
+// ends with it. Killed, it takes init along (init's parent-death signal).
 func spawnMain() {
-	pol, err := io.ReadAll(os.NewFile(3, "policy"))
 	status := os.NewFile(4, "status")
+	raw, p, err := readPolicy()
 	if err != nil {
-		fmt.Fprintf(status, "error: reading the policy: %v\n", err)
-		os.Exit(125)
-	}
-	var p policy
-	if err := json.Unmarshal(pol, &p); err != nil {
-		fmt.Fprintf(status, "error: the policy: %v\n", err)
-		os.Exit(125)
+		fail(status, err.Error())
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
-		fmt.Fprintf(status, "error: %v\n", err)
-		os.Exit(125)
+		fail(status, err.Error())
 	}
-	c := &exec.Cmd{Path: "/proc/self/exe", Args: []string{helperName, "init"}, Env: []string{},
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, ExtraFiles: []*os.File{r, status}, SysProcAttr: nsAttr(p.Network)}
-	if err := c.Start(); err != nil {
-		fmt.Fprintf(status, "error: cannot make the namespaces: %v\n", err)
-		os.Exit(125)
+	proc, err := os.StartProcess("/proc/self/exe", []string{Name, "init"}, &os.ProcAttr{Env: []string{},
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, r, status}, Sys: NSAttr(p.Network)})
+	if err != nil {
+		fail(status, "cannot make the namespaces: "+err.Error())
 	}
 	r.Close()
 	status.Close()
-	w.Write(pol)
+	w.Write(raw)
 	w.Close()
-	forward(c.Process.Pid)
-	c.Wait()
-	os.Exit(exitCode(c.ProcessState.Sys().(syscall.WaitStatus)))
-}
-
-// forward passes the signals that end a run on to pid.
-func forward(pid int) {
-	ch := make(chan os.Signal, 4)
-	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
-	go func() {
-		for s := range ch {
-			syscall.Kill(pid, s.(syscall.Signal))
-		}
-	}()
+	st, err := proc.Wait()
+	if err != nil {
+		os.Exit(125)
+	}
+	os.Exit(exitCode(st.Sys().(syscall.WaitStatus)))
 }
 
 func exitCode(ws syscall.WaitStatus) int {
@@ -93,66 +106,51 @@ func exitCode(ws syscall.WaitStatus) int {
 
 // initMain is the sandbox's first process (PID 1 of its namespace, root
 // of its user namespace): it builds the file system view, confines itself
-// and starts the command, then reaps until the command ends. When it ends,
-// the kernel kills whatever else runs in the namespace.
+// and starts the command, then reaps until the command ends. When it
+// ends, the kernel kills whatever else runs in the namespace.
 func initMain() {
 	status := os.NewFile(4, "status")
-	fail := func(format string, a ...any) {
-		fmt.Fprintf(status, "error: "+format+"\n", a...)
-		os.Exit(125)
-	}
-	b, err := io.ReadAll(os.NewFile(3, "policy"))
+	_, p, err := readPolicy()
 	if err != nil {
-		fail("reading the policy: %v", err)
-	}
-	var p policy
-	if err := json.Unmarshal(b, &p); err != nil {
-		fail("the policy: %v", err)
+		fail(status, err.Error())
 	}
 	// Nothing of the sandbox may read this process's memory.
 	prctl(prSetDumpable, 0)
-	if err := buildRoot(&p); err != nil {
-		fail("%v", err)
+	if err := buildRoot(p); err != nil {
+		fail(status, err.Error())
 	}
 	if !p.Network {
 		if err := loopbackUp(); err != nil {
-			fail("bringing up the loopback: %v", err)
+			fail(status, "bringing up the loopback: "+err.Error())
 		}
 	}
 	syscall.Sethostname([]byte("sandbox"))
-	if err := setLimits(&p); err != nil {
-		fail("limits: %v", err)
+	if err := setLimits(p); err != nil {
+		fail(status, err.Error())
 	}
-	if err := confine(&p); err != nil {
-		fail("%v", err)
+	if err := confine(p); err != nil {
+		fail(status, err.Error())
 	}
 	if p.Probe {
-		fmt.Fprintln(status, "ok")
+		status.WriteString("ok\n")
 		os.Exit(0)
 	}
 	argv0, err := lookPath(p.Argv[0], p.Env)
 	if err != nil {
-		fail("%v", err)
+		fail(status, err.Error())
 	}
 	if err := os.Chdir(p.Dir); err != nil {
-		fail("the working directory %s: %v", p.Dir, err)
+		fail(status, "the working directory "+p.Dir+": "+err.Error())
 	}
 	// The command leads a session of its own: it has no controlling
 	// terminal to inject input into.
 	proc, err := os.StartProcess(argv0, p.Argv, &os.ProcAttr{Dir: p.Dir, Env: p.Env,
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}, Sys: &syscall.SysProcAttr{Setsid: true}})
 	if err != nil {
-		fail("cannot run %s: %v", p.Argv[0], err)
+		fail(status, "cannot run "+p.Argv[0]+": "+err.Error())
 	}
-	fmt.Fprintln(status, "ok")
+	status.WriteString("ok\n")
 	status.Close()
-	ch := make(chan os.Signal, 4)
-	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
-	go func() {
-		for s := range ch {
-			syscall.Kill(-1, s.(syscall.Signal))
-		}
-	}()
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, 0, nil)
@@ -167,37 +165,70 @@ func initMain() {
 
 // lookPath finds a program in the sandbox's PATH.
 func lookPath(name string, env []string) (string, error) {
-	if strings.Contains(name, "/") {
+	if contains(name, '/') {
 		return name, nil
 	}
 	path := ""
 	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
+		if len(kv) > 5 && kv[:5] == "PATH=" {
+			path = kv[5:]
 		}
 	}
-	for _, dir := range filepath.SplitList(path) {
-		p := filepath.Join(dir, name)
+	for path != "" {
+		dir := path
+		path = ""
+		for i := 0; i < len(dir); i++ {
+			if dir[i] == ':' {
+				dir, path = dir[:i], dir[i+1:]
+				break
+			}
+		}
+		if dir == "" {
+			continue
+		}
+		p := dir + "/" + name
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%s: not found in the sandbox's PATH", name)
+	return "", errors.New(name + ": not found in the sandbox's PATH")
 }
 
-// systemDirs are bound read-only (links, as in a merged /usr, are copied
-// as links).
-var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+func contains(s string, c byte) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return true
+		}
+	}
+	return false
+}
 
-// etcEntries are the only entries of /etc a sandbox sees: name service
+// parent is the directory of an absolute path.
+func parent(p string) string {
+	for i := len(p) - 1; i > 0; i-- {
+		if p[i] == '/' {
+			return p[:i]
+		}
+	}
+	return "/"
+}
+
+// SystemDirs are bound read-only (links, as in a merged /usr, are copied
+// as links).
+var SystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// EtcEntries are the only entries of /etc a sandbox sees: name service
 // and resolver files, certificates, the dynamic linker's cache, locale and
-// time zone, the Debian alternatives links — no credentials, no server
-// configuration.
-var etcEntries = []string{"passwd", "group", "hosts", "hostname", "host.conf", "nsswitch.conf", "resolv.conf", "gai.conf",
+// time zone, the Debian alternatives links, language runtimes' system
+// configuration — no credentials, no server configuration.
+var EtcEntries = []string{"passwd", "group", "hosts", "hostname", "host.conf", "nsswitch.conf", "resolv.conf", "gai.conf",
 	"protocols", "services", "ssl", "ca-certificates", "ca-certificates.conf", "pki", "alternatives", "ld.so.cache",
 	"ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "os-release", "lsb-release", "debian_version", "mime.types",
 	"magic", "inputrc", "terminfo", "shells", "bash.bashrc", "gitconfig", "python3", "perl", "xdg", "java-17-openjdk",
 	"java-21-openjdk", "fonts", "mtab"}
+
+// Home is HOME inside a sandbox: a directory of its private /tmp.
+const Home = "/tmp/home"
 
 const (
 	oldRoot = "/oldroot"
@@ -206,14 +237,14 @@ const (
 
 // buildRoot makes the sandbox's root: a tmpfs holding the bound paths,
 // pivoted to, the host's root detached.
-func buildRoot(p *policy) error {
+func buildRoot(p *Policy) error {
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making / private: %v", err)
+		return wrap("making / private", err)
 	}
 	// A scratch root on /tmp; pivoting to it leaves the host's root (with
 	// its own /tmp, uncovered) at /oldroot.
 	if err := syscall.Mount("tmpfs", "/tmp", "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755,size=4m"); err != nil {
-		return fmt.Errorf("mounting the scratch root: %v", err)
+		return wrap("mounting the scratch root", err)
 	}
 	for _, d := range []string{"/tmp" + oldRoot, "/tmp" + newRoot, "/tmp/emptydir"} {
 		if err := os.Mkdir(d, 0o755); err != nil {
@@ -227,38 +258,38 @@ func buildRoot(p *policy) error {
 		return err
 	}
 	if err := syscall.PivotRoot(".", "oldroot"); err != nil {
-		return fmt.Errorf("pivot_root: %v", err)
+		return wrap("pivot_root", err)
 	}
 	if err := os.Chdir("/"); err != nil {
 		return err
 	}
 	if err := syscall.Mount("tmpfs", newRoot, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755,size=4m"); err != nil {
-		return fmt.Errorf("mounting the new root: %v", err)
+		return wrap("mounting the new root", err)
 	}
-	for _, d := range systemDirs {
+	for _, d := range SystemDirs {
 		if err := bind(d, true, true); err != nil {
 			return err
 		}
 	}
-	for _, e := range etcEntries {
+	for _, e := range EtcEntries {
 		if err := bind("/etc/"+e, true, true); err != nil {
 			return err
 		}
 	}
 	if err := makeDev(); err != nil {
-		return fmt.Errorf("/dev: %v", err)
+		return wrap("/dev", err)
 	}
 	if err := os.Mkdir(newRoot+"/proc", 0o555); err != nil {
 		return err
 	}
 	if err := syscall.Mount("proc", newRoot+"/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mounting /proc: %v", err)
+		return wrap("mounting /proc", err)
 	}
 	if err := os.Mkdir(newRoot+"/tmp", 0o1777); err != nil {
 		return err
 	}
 	if err := syscall.Mount("tmpfs", newRoot+"/tmp", "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=1777"); err != nil {
-		return fmt.Errorf("mounting /tmp: %v", err)
+		return wrap("mounting /tmp", err)
 	}
 	if err := os.Mkdir(newRoot+Home, 0o700); err != nil {
 		return err
@@ -270,7 +301,11 @@ func buildRoot(p *policy) error {
 	}
 	// Shorter paths first, so that a root inside another is bound on top.
 	w := append([]string(nil), p.Writable...)
-	sort.Slice(w, func(i, j int) bool { return len(w[i]) < len(w[j]) })
+	for i := 1; i < len(w); i++ {
+		for j := i; j > 0 && len(w[j]) < len(w[j-1]); j-- {
+			w[j], w[j-1] = w[j-1], w[j]
+		}
+	}
 	for _, d := range w {
 		if err := bind(d, false, false); err != nil {
 			return err
@@ -299,23 +334,23 @@ func buildRoot(p *policy) error {
 		}
 	}
 	if err := syscall.Unmount(oldRoot, syscall.MNT_DETACH); err != nil {
-		return fmt.Errorf("detaching the host's root: %v", err)
+		return wrap("detaching the host's root", err)
 	}
 	if err := os.Chdir(newRoot); err != nil {
 		return err
 	}
 	if err := syscall.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("pivot_root: %v", err)
+		return wrap("pivot_root", err)
 	}
 	if err := syscall.Unmount(".", syscall.MNT_DETACH); err != nil {
-		return fmt.Errorf("detaching the scratch root: %v", err)
+		return wrap("detaching the scratch root", err)
 	}
 	if err := os.Chdir("/"); err != nil {
 		return err
 	}
 	// Nothing new can be made at the root itself.
 	if err := syscall.Mount("", "/", "", syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("making / read-only: %v", err)
+		return wrap("making / read-only", err)
 	}
 	return nil
 }
@@ -329,10 +364,10 @@ func bind(path string, readOnly, optional bool) error {
 		if optional && os.IsNotExist(err) {
 			return nil
 		}
-		return fmt.Errorf("%s: %v", path, err)
+		return wrap(path, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return fmt.Errorf("%s: %v", path, err)
+	if err := os.MkdirAll(parent(dst), 0o755); err != nil {
+		return wrap(path, err)
 	}
 	if fi.Mode()&os.ModeSymlink != 0 {
 		target, err := os.Readlink(src)
@@ -340,15 +375,15 @@ func bind(path string, readOnly, optional bool) error {
 			return err
 		}
 		if err := os.Symlink(target, dst); err != nil && !os.IsExist(err) {
-			return fmt.Errorf("%s: %v", path, err)
+			return wrap(path, err)
 		}
 		return nil
 	}
 	if err := mountPoint(dst, fi.IsDir()); err != nil {
-		return fmt.Errorf("%s: %v", path, err)
+		return wrap(path, err)
 	}
 	if err := syscall.Mount(src, dst, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
-		return fmt.Errorf("binding %s: %v", path, err)
+		return wrap("binding "+path, err)
 	}
 	if readOnly {
 		return remountReadOnly(dst)
@@ -365,7 +400,7 @@ func cover(path string, dir bool) error {
 	}
 	dst := newRoot + path
 	if err := syscall.Mount(src, dst, "", syscall.MS_BIND, ""); err != nil {
-		return fmt.Errorf("masking %s: %v", path, err)
+		return wrap("masking "+path, err)
 	}
 	return remountReadOnly(dst)
 }
@@ -384,6 +419,15 @@ func mountPoint(dst string, dir bool) error {
 	return f.Close()
 }
 
+// statfs(2) flags of a mount.
+const (
+	stNodev      = 4
+	stNoexec     = 8
+	stNoatime    = 1024
+	stNodiratime = 2048
+	stRelatime   = 4096
+)
+
 // remountReadOnly makes a bind mount read-only, keeping the flags the
 // host locked on it (a remount that drops them is refused).
 func remountReadOnly(dst string) error {
@@ -396,12 +440,12 @@ func remountReadOnly(dst string) error {
 		{stNodev, syscall.MS_NODEV}, {stNoexec, syscall.MS_NOEXEC}, {stNoatime, syscall.MS_NOATIME},
 		{stNodiratime, syscall.MS_NODIRATIME}, {stRelatime, syscall.MS_RELATIME},
 	} {
-		if st.Flags&m.st != 0 {
+		if int64(st.Flags)&m.st != 0 {
 			flags |= uintptr(m.ms)
 		}
 	}
 	if err := syscall.Mount("", dst, "", flags, ""); err != nil {
-		return fmt.Errorf("making %s read-only: %v", strings.TrimPrefix(dst, newRoot), err)
+		return wrap("making "+dst[len(newRoot):]+" read-only", err)
 	}
 	return nil
 }
@@ -421,14 +465,14 @@ func makeDev() error {
 			return err
 		}
 		if err := syscall.Mount(oldRoot+"/dev/"+n, dev+"/"+n, "", syscall.MS_BIND, ""); err != nil {
-			return fmt.Errorf("binding /dev/%s: %v", n, err)
+			return wrap("binding /dev/"+n, err)
 		}
 	}
 	if err := os.Mkdir(dev+"/pts", 0o755); err != nil {
 		return err
 	}
 	if err := syscall.Mount("devpts", dev+"/pts", "devpts", syscall.MS_NOSUID|syscall.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
-		return fmt.Errorf("mounting /dev/pts: %v", err)
+		return wrap("mounting /dev/pts", err)
 	}
 	if err := os.Mkdir(dev+"/shm", 0o1777); err != nil {
 		return err
@@ -436,9 +480,9 @@ func makeDev() error {
 	if err := syscall.Mount("tmpfs", dev+"/shm", "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=1777"); err != nil {
 		return err
 	}
-	for link, target := range map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
-		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
-		if err := os.Symlink(target, dev+"/"+link); err != nil {
+	for _, l := range [][2]string{{"ptmx", "pts/ptmx"}, {"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"},
+		{"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"}} {
+		if err := os.Symlink(l[1], dev+"/"+l[0]); err != nil {
 			return err
 		}
 	}
@@ -457,31 +501,22 @@ func loopbackUp() error {
 	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.SIOCGIFFLAGS, uintptr(unsafe.Pointer(&ifr[0]))); e != 0 {
 		return e
 	}
-	flags := *(*uint16)(unsafe.Pointer(&ifr[16])) | syscall.IFF_UP | syscall.IFF_RUNNING
-	*(*uint16)(unsafe.Pointer(&ifr[16])) = flags
+	flags := (*uint16)(unsafe.Pointer(&ifr[16]))
+	*flags |= syscall.IFF_UP | syscall.IFF_RUNNING
 	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.SIOCSIFFLAGS, uintptr(unsafe.Pointer(&ifr[0]))); e != 0 {
 		return e
 	}
 	return nil
 }
 
-// statfs(2) flags of a mount.
-const (
-	stNodev      = 4
-	stNoexec     = 8
-	stNoatime    = 1024
-	stNodiratime = 2048
-	stRelatime   = 4096
-)
-
 // setLimits sets the per-process limits the command inherits.
-func setLimits(p *policy) error {
+func setLimits(p *Policy) error {
 	if err := syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{}); err != nil {
 		return err
 	}
 	if p.CPU > 0 {
 		if err := syscall.Setrlimit(syscall.RLIMIT_CPU, &syscall.Rlimit{Cur: uint64(p.CPU), Max: uint64(p.CPU)}); err != nil {
-			return fmt.Errorf("RLIMIT_CPU: %v", err)
+			return wrap("RLIMIT_CPU", err)
 		}
 	}
 	if p.Files > 0 {
@@ -489,7 +524,7 @@ func setLimits(p *policy) error {
 		syscall.Getrlimit(syscall.RLIMIT_NOFILE, &cur)
 		n := min(p.Files, cur.Max)
 		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
-			return fmt.Errorf("RLIMIT_NOFILE: %v", err)
+			return wrap("RLIMIT_NOFILE", err)
 		}
 	}
 	return nil
