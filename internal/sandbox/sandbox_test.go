@@ -372,3 +372,67 @@ func BenchmarkPlainCall(b *testing.B) {
 		}
 	}
 }
+
+// TestSandboxAsAnUnprivilegedServer: a server that is not root (here uid
+// 65534) makes its sandboxes through the first helper stage (a server
+// that is non-dumpable cannot write its child's user-namespace map), with
+// the same confinement.
+func TestSandboxAsAnUnprivilegedServer(t *testing.T) {
+	if proj := os.Getenv("AGENTGATE_SANDBOX_NONROOT"); proj != "" {
+		s := Default()
+		if st := s.Status(); st.Mode != "enforced" {
+			fmt.Println("NOT-ENFORCED", st.Reason)
+			return
+		}
+		out, code, _ := run(t, s, proj, `id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; echo written > f && echo WROTE; ls /proc | grep -c '^[0-9]'`)
+		fmt.Printf("EXIT %d\n%s", code, out)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to become another user")
+	}
+	enforced(t, Default())
+	base, err := os.MkdirTemp("", "agentgate-nonroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	proj := filepath.Join(base, "proj")
+	if err := os.Mkdir(proj, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := os.Executable()
+	bin := filepath.Join(base, "sandbox.test")
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{base, proj} {
+		os.Chmod(p, 0o755)
+	}
+	os.Chown(proj, 65534, 65534)
+	cmd := exec.Command(bin, "-test.run=^TestSandboxAsAnUnprivilegedServer$", "-test.v")
+	cmd.Dir = base
+	cmd.Env = []string{"AGENTGATE_SANDBOX_NONROOT=" + proj, "PATH=" + os.Getenv("PATH"), "HOME=" + base}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	s := string(out)
+	t.Logf("as uid 65534:\n%s", s)
+	if strings.Contains(s, "NOT-ENFORCED") {
+		t.Fatalf("an unprivileged server cannot make a sandbox here:\n%s", s)
+	}
+	for _, want := range []string{"EXIT 0", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "WROTE"} {
+		if !strings.Contains(s, want) {
+			t.Fatalf("want %q in:\n%s", want, s)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(proj, "f")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 65534 {
+		t.Fatalf("the file the sandbox wrote: %v", err)
+	}
+}
