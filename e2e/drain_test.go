@@ -129,7 +129,7 @@ func fakeWorkspace(t *testing.T, ctx context.Context, name, secret string) (*ser
 	return s, tn, p
 }
 
-func (s *server) gatewayInstance(t *testing.T, ctx context.Context, tn tenant, p *fakeprovider.Provider, secret, directory, providerExtra string) *gwInstance {
+func (s *server) gatewayInstance(t *testing.T, ctx context.Context, tn tenant, p *fakeprovider.Provider, secret, directory, providerExtra string, instanceExtra ...string) *gwInstance {
 	t.Helper()
 	gi := &gwInstance{}
 	var conn idName
@@ -146,8 +146,8 @@ func (s *server) gatewayInstance(t *testing.T, ctx context.Context, tn tenant, p
 	}
 	instAddr := freeAddr(t)
 	cfg := s.caddyfile(config{}) + fmt.Sprintf("\nhttp://%s {\n\tbind 127.0.0.1\n\tagent_instance {\n\t\tpassword pw-e2e\n\t\tdirectory %q\n"+
-		"\t\tprovider {\n\t\t\tbase_url http://%s/custom/%s\n\t\t\tapi_key {file.%s}\n\t\t\tmodel gpt-4o\n%s\t\t}\n\t}\n}\n",
-		instAddr, directory, s.httpAddr, url.PathEscape(conn.ID), keyFile, providerExtra)
+		"\t\tprovider {\n\t\t\tbase_url http://%s/custom/%s\n\t\t\tapi_key {file.%s}\n\t\t\tmodel gpt-4o\n%s\t\t}\n%s\t}\n}\n",
+		instAddr, directory, s.httpAddr, url.PathEscape(conn.ID), keyFile, providerExtra, strings.Join(instanceExtra, ""))
 	st, b, _ := call(ctx, freshClient, "POST", "http://"+s.adminAddr+"/load", http.Header{"Content-Type": {"text/caddyfile"}}, cfg)
 	if st != 200 {
 		t.Fatalf("load: %d %s", st, b)

@@ -56,9 +56,70 @@ func opencodeEnv(t *testing.T) []string {
 	return env
 }
 
+// goSandbox is the agent_instance sandbox block under which `go test`
+// finds this machine's build and module caches, read-only, and never
+// downloads.
+func goSandbox(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE").Output()
+	if err != nil {
+		t.Skipf("no go toolchain: %v", err)
+	}
+	f := strings.Fields(string(out))
+	return fmt.Sprintf("\t\tsandbox {\n\t\t\tread %q %q\n\t\t\tenv GOCACHE=%s GOMODCACHE=%s GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local\n\t\t}\n",
+		f[0], f[1], f[0], f[1])
+}
+
+// calcProject writes a Go module (standard library only) whose test fails
+// until Add adds.
+func calcProject(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"go.mod":      "module example.com/calc\n\ngo 1.21\n",
+		"add.go":      "package calc\n\n// Add adds.\nfunc Add(a, b int) int { return a - b }\n",
+		"add_test.go": "package calc\n\nimport \"testing\"\n\nfunc TestAdd(t *testing.T) {\n\tif Add(2, 3) != 5 {\n\t\tt.Fatal(\"Add(2, 3) != 5\")\n\t}\n}\n",
+		"NOTES.md":    "ship on Friday\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// calcScript is the agent's side of the journeys: read add.go, fix it,
+// run `go test ./...` (in the sandbox), then answer with what the test
+// printed.
+func calcScript() func(body []byte) fakeprovider.Step {
+	var mu sync.Mutex
+	n := 0
+	args := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	return func(body []byte) fakeprovider.Step {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		switch n {
+		case 1:
+			return fakeprovider.Step{Text: "Let me look.", Calls: []fakeprovider.Call{{ID: "call_read", Name: "read", Args: args(map[string]any{"filePath": "add.go"})}}}
+		case 2:
+			return fakeprovider.Step{Calls: []fakeprovider.Call{{ID: "call_edit", Name: "edit",
+				Args: args(map[string]any{"filePath": "add.go", "oldString": "return a - b", "newString": "return a + b"})}}}
+		case 3:
+			return fakeprovider.Step{Text: "Running the tests.", Calls: []fakeprovider.Call{{ID: "call_bash", Name: "bash",
+				Args: args(map[string]any{"command": "go test ./...", "description": "run the tests"})}}}
+		}
+		if strings.Contains(string(body), "ok  \\texample.com/calc") || strings.Contains(string(body), "ok  \texample.com/calc") {
+			return fakeprovider.Step{Text: "The tests pass in the sandbox."}
+		}
+		return fakeprovider.Step{Text: "The tests did not pass."}
+	}
+}
+
 // TestOpenCodeRunAttach runs `opencode run --attach` from the released
 // CLI against the instance server: it creates a session over the v1
-// routes, the agent reads a file through a tool and answers through the
+// routes, the agent reads a Go file, edits it and runs `go test ./...`
+// inside the sandbox (allowed by the instance's rule), answers through the
 // gateway, and the CLI prints the answer and exits 0.
 func TestOpenCodeRunAttach(t *testing.T) {
 	if testing.Short() {
@@ -68,44 +129,36 @@ func TestOpenCodeRunAttach(t *testing.T) {
 	oc := opencodeBinary(t, ctx)
 	const secret = "sk-provider-opencode-SECRET"
 	s, tn, p := fakeWorkspace(t, ctx, "OpenCode", secret)
-	args := func(v any) string { b, _ := json.Marshal(v); return string(b) }
-	var mu sync.Mutex
-	n := 0
-	p.SetBehavior(fakeprovider.Behavior{Script: func(body []byte) fakeprovider.Step {
-		mu.Lock()
-		defer mu.Unlock()
-		n++
-		if n == 1 {
-			return fakeprovider.Step{Calls: []fakeprovider.Call{{ID: "call_read", Name: "read", Args: args(map[string]any{"filePath": "NOTES.md"})}}}
-		}
-		return fakeprovider.Step{Text: "The notes say: ship on Friday."}
-	}})
-	project := t.TempDir()
-	if err := os.WriteFile(filepath.Join(project, "NOTES.md"), []byte("ship on Friday\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gi := s.gatewayInstance(t, ctx, tn, p, secret, project, "")
+	p.SetBehavior(fakeprovider.Behavior{Script: calcScript()})
+	project := calcProject(t)
+	gi := s.gatewayInstance(t, ctx, tn, p, secret, project, "", goSandbox(t), "\t\tpermission bash \"go test *\" allow\n")
 
-	cmd := exec.CommandContext(ctx, oc, "run", "--attach", gi.base, "-p", "pw-e2e", "what do the notes say?")
+	cmd := exec.CommandContext(ctx, oc, "run", "--attach", gi.base, "-p", "pw-e2e", "make the failing test pass")
 	cmd.Dir = project
 	cmd.Env = opencodeEnv(t)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("opencode run --attach: %v\n%s\nserver log:\n%s", err, out, tail(s.stderr.String(), 40))
 	}
-	if !strings.Contains(string(out), "The notes say: ship on Friday.") {
+	if !strings.Contains(string(out), "The tests pass in the sandbox.") {
 		t.Fatalf("the answer is not printed:\n%s", out)
 	}
 	t.Logf("opencode run --attach printed:\n%s", out)
+	if b, _ := os.ReadFile(filepath.Join(project, "add.go")); !strings.Contains(string(b), "return a + b") {
+		t.Fatalf("add.go was not edited: %s", b)
+	}
 
 	// The session is the instance's own: its messages through the v2 API.
 	_, b, _ := call(ctx, httpClient, "GET", gi.base+"/api/session?order=desc&limit=1", gi.auth, nil)
 	sid := gjson.GetBytes(b, "data.0.id").String()
 	_, b, _ = call(ctx, httpClient, "GET", gi.base+"/api/session/"+sid+"/message?order=asc", gi.auth, nil)
-	types := gjson.GetBytes(b, "data.#.type").String()
-	if types != `["user","assistant","assistant","idle"]` ||
-		gjson.GetBytes(b, `data.1.content.#(type=="tool").state.status`).String() != "completed" {
+	if types := gjson.GetBytes(b, "data.#.type").String(); types != `["user","assistant","assistant","assistant","assistant","idle"]` {
 		t.Fatalf("session %s messages: %s", sid, b)
+	}
+	bash := gjson.GetBytes(b, `data.3.content.#(type=="tool")`)
+	if bash.Get("state.status").String() != "completed" || !strings.Contains(bash.Get("state.content.0.text").String(), "ok  \texample.com/calc") ||
+		!strings.Contains(bash.Get("state.content.0.text").String(), "exit code 0") {
+		t.Fatalf("go test in the sandbox: %s", bash.Raw)
 	}
 }
 
@@ -151,8 +204,9 @@ func (m *tmuxScreen) waitFor(ctx context.Context, what string, texts ...string) 
 
 // TestOpenCodeTUIJourney drives the released TUI (`opencode attach`)
 // under tmux against the instance server: it opens, a prompt streams its
-// answer, the agent's bash call asks for permission, the user allows it
-// in the TUI, and the command's output and the final answer show.
+// answer, the agent reads and edits a Go file, its `go test ./...` asks
+// for permission, the user allows it in the TUI, the tests run in the
+// sandbox and the final answer shows.
 func TestOpenCodeTUIJourney(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real binary")
@@ -168,15 +222,9 @@ func TestOpenCodeTUIJourney(t *testing.T) {
 	oc := opencodeBinary(t, ctx)
 	const secret = "sk-provider-tui-SECRET"
 	s, tn, p := fakeWorkspace(t, ctx, "TUI", secret)
-	p.SetBehavior(fakeprovider.Behavior{Script: func(body []byte) fakeprovider.Step {
-		if strings.Contains(string(body), `"role":"tool"`) {
-			return fakeprovider.Step{Text: "The command printed hi-from-bash."}
-		}
-		return fakeprovider.Step{Text: "Running it.", Calls: []fakeprovider.Call{{ID: "call_bash", Name: "bash",
-			Args: `{"command":"echo hi-from-bash","description":"say hi"}`}}}
-	}})
-	project := t.TempDir()
-	gi := s.gatewayInstance(t, ctx, tn, p, secret, project, "")
+	p.SetBehavior(fakeprovider.Behavior{Script: calcScript()})
+	project := calcProject(t)
+	gi := s.gatewayInstance(t, ctx, tn, p, secret, project, "", goSandbox(t))
 
 	// The TUI runs from a script that sets its isolated environment.
 	script := filepath.Join(t.TempDir(), "tui.sh")
@@ -198,20 +246,24 @@ func TestOpenCodeTUIJourney(t *testing.T) {
 	t.Cleanup(func() { exec.Command("tmux", "-S", m.socket, "kill-server").Run() })
 
 	m.waitFor(ctx, "the TUI opens", "Ask anything", "gpt-4o")
-	m.run(ctx, "send-keys", "-t", "tui", "-l", "run the hello command")
+	m.run(ctx, "send-keys", "-t", "tui", "-l", "make the failing test pass")
 	time.Sleep(300 * time.Millisecond)
 	m.run(ctx, "send-keys", "-t", "tui", "Enter")
-	m.waitFor(ctx, "the permission ask", "Permission required", "echo hi-from-bash", "Allow once")
+	m.waitFor(ctx, "the permission ask", "Permission required", "go test ./...", "Allow once")
 	m.run(ctx, "send-keys", "-t", "tui", "Enter") // Allow once
-	final := m.waitFor(ctx, "the answer", "hi-from-bash", "The command printed hi-from-bash.")
+	final := m.waitFor(ctx, "the answer", "The tests pass in the sandbox.")
 	t.Logf("the TUI shows:\n%s", final)
 
-	// The TUI's answer reached the agent: the call ran once, allowed.
+	// The TUI's answer reached the agent: the file was edited, and the
+	// command ran once, allowed, in the sandbox.
+	if b, _ := os.ReadFile(filepath.Join(project, "add.go")); !strings.Contains(string(b), "return a + b") {
+		t.Fatalf("add.go was not edited: %s", b)
+	}
 	_, body, _ := call(ctx, httpClient, "GET", gi.base+"/api/session?order=desc&limit=1", gi.auth, nil)
 	sid := gjson.GetBytes(body, "data.0.id").String()
 	_, body, _ = call(ctx, httpClient, "GET", gi.base+"/api/session/"+sid+"/message?order=asc", gi.auth, nil)
-	part := gjson.GetBytes(body, `data.#(type=="assistant").content.#(type=="tool")`)
-	if part.Get("state.status").String() != "completed" || !strings.Contains(part.Get("state.content.0.text").String(), "hi-from-bash") {
+	part := gjson.GetBytes(body, `data.#(type=="assistant")#.content.#(name=="bash")|0`)
+	if part.Get("state.status").String() != "completed" || !strings.Contains(part.Get("state.content.0.text").String(), "ok  \texample.com/calc") {
 		t.Fatalf("the bash call: %s", body)
 	}
 }
