@@ -19,6 +19,7 @@
 //
 //	go run ./bench -quick   # about a minute, one repetition
 //	go run ./bench          # the full run, three repetitions (a few minutes)
+//	go run ./bench -sandbox # what the sandbox adds to a bash call, p50
 //
 // It writes bench/results/<date>.md and bench/results/<date>-latency.svg.
 // With taskset available and two or more CPUs, the servers (caddy, Node)
@@ -92,6 +93,7 @@ func main() {
 	traceFile := flag.String("trace", "", "write an execution trace of caddy, taken while lane (c) runs at -profile-conc (in the last repetition), to this file")
 	dur := flag.Duration("dur", 0, "the length of each throughput measurement (default 1s with -quick, else 2s)")
 	only := flag.String("only", "", "measure only this figure (throughput or streams); for tuning, the report is not written")
+	sandboxOnly := flag.Bool("sandbox", false, "measure only what the sandbox adds to a bash call (through the binary's `agentgate sandbox bench`) and write <date>-sandbox.md")
 	flag.Parse()
 
 	o := fullOptions()
@@ -141,6 +143,19 @@ func main() {
 		o.stamp += "-quick"
 	}
 	ctx := context.Background()
+	if *sandboxOnly {
+		calls, reps := 300, 5
+		if o.quick {
+			calls, reps = 100, 3
+		}
+		path, err := runSandboxBench(ctx, root, o.bin, o.out, o.stamp, calls, reps)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "bench: wrote %s\n", path)
+		return
+	}
 	res, err := run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
