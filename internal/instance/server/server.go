@@ -43,6 +43,13 @@ type Options struct {
 	// ClientIP returns the address a request comes from (the caller honours
 	// trusted proxies). Default: the host of RemoteAddr.
 	ClientIP func(r *http.Request) string
+	// TrustedProxy reports whether the request's peer is a proxy whose
+	// forwarded client address and scheme are believed. Default: none is.
+	TrustedProxy func(r *http.Request) bool
+	// CORSOrigins are origins (scheme://host[:port]) whose pages may call
+	// the instance from a browser; every other origin's are refused.
+	// Entries that are not origins are ignored (the caller validates).
+	CORSOrigins []string
 	// DefaultDirectory is the location used when a request names none.
 	DefaultDirectory string
 	// AllowedRoots, when not empty, are the only directories (and their
@@ -85,6 +92,7 @@ type Server struct {
 	locations *location.Locations
 	sessions  *session.Service
 	web       *webapp.App
+	cors      map[string]bool // normalised CORSOrigins
 }
 
 // New builds a server.
@@ -110,7 +118,18 @@ func New(opts Options) *Server {
 	if opts.ClientIP == nil {
 		opts.ClientIP = remoteHost
 	}
+	if opts.TrustedProxy == nil {
+		opts.TrustedProxy = func(*http.Request) bool { return false }
+	}
 	s := &Server{opts: opts, router: &router.Router{OnError: func(w http.ResponseWriter, _ *http.Request, err error) { errs.Write(w, err) }}}
+	for _, o := range opts.CORSOrigins {
+		if n, err := NormalizeOrigin(o); err == nil {
+			if s.cors == nil {
+				s.cors = map[string]bool{}
+			}
+			s.cors[n] = true
+		}
+	}
 	s.locations = location.New(location.Options{DefaultDirectory: opts.DefaultDirectory, AllowedRoots: opts.AllowedRoots,
 		Agents: opts.Agents, Bus: opts.Bus})
 	s.sessions = &session.Service{Store: opts.Store, Instance: opts.Instance, Clock: opts.Clock, Bus: opts.Bus,
@@ -188,7 +207,8 @@ func NewAuthLimiter(clk clock.Clock) *ratelimit.Limiter {
 	return ratelimit.New(AuthFailuresPerAddress, AuthFailureWindow, clk)
 }
 
-// ServeHTTP authenticates (except the pairing link) and dispatches.
+// ServeHTTP refuses what guard refuses, authenticates (except the pairing
+// link), refuses a body without a Content-Type, and dispatches.
 //
 // With authentication on, failures are counted per client address: a wrong
 // password or token in Basic or ?auth_token=, and a pairing code that is not
@@ -203,6 +223,9 @@ func NewAuthLimiter(clk clock.Clock) *ratelimit.Limiter {
 // checked in the microseconds between; the password check itself is a
 // constant-time compare, never a slow hash.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.guard(w, r) {
+		return
+	}
 	if s.opts.Auth.Enabled() {
 		if wait := s.opts.Limiter.RetryAfter(s.addressKey(r)); wait > 0 {
 			errs.Write(w, errs.TooManyRequests(wait))
@@ -214,6 +237,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// explains pairing, never a Basic challenge.
 		switch s.opts.Auth.check(r) {
 		case authOK:
+			if err := bodyType(r); err != nil {
+				s.web.Refuse(w, r, err)
+				return
+			}
 			s.web.ServeHTTP(w, r)
 		case authWrong:
 			s.opts.Limiter.Fail(s.addressKey(r))
@@ -233,6 +260,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			errs.Write(w, errs.Unauthorized("Authentication required"))
 			return
 		}
+	}
+	if err := bodyType(r); err != nil {
+		errs.Write(w, err)
+		return
 	}
 	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, fsReadPrefix) {
 		s.fsRead(w, r)
