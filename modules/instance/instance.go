@@ -211,6 +211,13 @@ type Instance struct {
 	// Default: the bun found on PATH, no node_modules.
 	PluginHost *PluginHost `json:"plugin_host,omitempty"`
 
+	// CORSOrigins are the origins (`scheme://host[:port]`) of web pages
+	// allowed to call the instance from a browser: their requests and
+	// preflights get CORS headers. Every other page's request, one a
+	// browser marks cross-site or same-site or whose Origin is not the
+	// instance's own, is refused with 403, reads included. Default: none.
+	CORSOrigins []string `json:"cors_origins,omitempty"`
+
 	server  *server.Server
 	runner  *loop.Runner
 	logger  *zap.Logger
@@ -328,6 +335,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 	opts := server.Options{
 		Auth:    &server.Auth{Username: in.Username, Password: password, Clock: clock.Real{}},
 		Pairing: st.pairing, Bus: st.bus, Limiter: st.limiter, ClientIP: agentgate.ClientIP,
+		TrustedProxy: agentgate.TrustedProxy, CORSOrigins: in.CORSOrigins,
 		DefaultDirectory: dir, AllowedRoots: roots, Agents: in.Agents,
 		Plugins: pm, Version: caddy.CustomVersion, Heartbeat: time.Duration(in.Heartbeat), Logger: in.logger,
 		Instance: in.Name,
@@ -416,6 +424,11 @@ func (in *Instance) Validate() error {
 	}
 	if in.Directory != "" && !strings.Contains(in.Directory, "{") && !filepath.IsAbs(in.Directory) {
 		return fmt.Errorf("directory must be an absolute path, got %q", in.Directory)
+	}
+	for _, o := range in.CORSOrigins {
+		if _, err := server.NormalizeOrigin(o); err != nil {
+			return fmt.Errorf("cors_origins: %q is not an origin: %v", o, err)
+		}
 	}
 	return nil
 }

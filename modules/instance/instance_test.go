@@ -62,6 +62,10 @@ type result struct {
 func serve(t *testing.T, in *Instance, method, target string, headers ...string) result {
 	t.Helper()
 	req := httptest.NewRequest(method, target, nil)
+	// From this machine to its loopback name: without a password the
+	// instance answers nothing else (httptest's defaults, 192.0.2.1 and
+	// example.com, are refused).
+	req.RemoteAddr, req.Host = "127.0.0.1:41234", "localhost:4096"
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
