@@ -218,13 +218,9 @@ func quoteHost(h string) string {
 // the operation (the API's decoder refuses them; the web app takes its
 // forms).
 func bodyType(r *http.Request) error {
-	hasBody := r.ContentLength > 0 || (r.ContentLength < 0 && len(r.TransferEncoding) > 0)
-	for _, te := range r.TransferEncoding {
-		if strings.EqualFold(te, "chunked") {
-			hasBody = true
-		}
-	}
-	if !hasBody {
+	// A length of -1 is a body of unknown length: chunked, or HTTP/2 and
+	// HTTP/3 data without a Content-Length.
+	if r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
 		return nil
 	}
 	ct := r.Header.Get("Content-Type")
