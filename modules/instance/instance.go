@@ -149,8 +149,13 @@ func (p *Provider) config(repl *caddy.Replacer) (loop.ProviderConfig, error) {
 // the password or a pairing token; `?auth_token=` carries the same for
 // event-stream clients, and a paired browser's cookie is honoured for
 // same-origin requests. Without a password, authentication is off (a
-// warning is logged). Failed authentications are limited per client
-// address as Caddy determines it (trusted_proxies honoured).
+// warning is logged) and only this machine is answered: a loopback peer
+// (behind a trusted proxy, a loopback client too) naming a loopback Host.
+// Failed authentications are limited per client address as Caddy
+// determines it (trusted_proxies honoured). Requests a browser sends for
+// another site's page (Sec-Fetch-Site cross-site or same-site, or an
+// Origin other than the instance's own and not in cors_origins) are
+// refused with 403 before authentication, password or not.
 type Instance struct {
 	// Name identifies the instance; pairing codes and event subscribers are
 	// kept across config reloads per name. Default: "default".

@@ -207,8 +207,11 @@ func NewAuthLimiter(clk clock.Clock) *ratelimit.Limiter {
 	return ratelimit.New(AuthFailuresPerAddress, AuthFailureWindow, clk)
 }
 
-// ServeHTTP refuses what guard refuses, authenticates (except the pairing
-// link), refuses a body without a Content-Type, and dispatches.
+// ServeHTTP serves a request in this order: guard (403 for another site's
+// pages, and without a password for a peer or Host that is not loopback;
+// a listed origin's preflight answered), the limit of failed
+// authentications (429), authentication (401, except the pairing link), a
+// body without a Content-Type (400), then the route.
 //
 // With authentication on, failures are counted per client address: a wrong
 // password or token in Basic or ?auth_token=, and a pairing code that is not
