@@ -1,15 +1,18 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -26,42 +29,9 @@ func TestInstanceRefusesCrossSite(t *testing.T) {
 	}
 	ctx := testContext(t, 2*time.Minute)
 	bin := caddyBinary(t)
-	project := t.TempDir()
-	os.Mkdir(filepath.Join(project, ".git"), 0o755)
-	os.MkdirAll(filepath.Join(project, ".opencode", "plugin"), 0o755)
-	marker := filepath.Join(project, "plugin-loaded")
-	os.WriteFile(filepath.Join(project, ".opencode", "plugin", "marker.ts"), []byte(`
-import { writeFileSync } from "node:fs";
-export const Marker = async ({ directory }) => {
-  writeFileSync(directory + "/plugin-loaded", "loaded\n");
-  return {};
-};
-`), 0o644)
+	project, marker := markerProject(t)
 
-	s := newServer(t, bin, config{})
-	_, port, _ := net.SplitHostPort(s.httpAddr)
-	// No host matcher: every Host reaches the instance, which must refuse
-	// the ones that are not loopback names itself.
-	caddyfile := fmt.Sprintf(`{
-	admin %s
-	agentgate {
-		storage badger %q
-	}
-}
-
-http://:%s {
-	bind 127.0.0.1
-	agent_instance {
-		directory %q
-		cors_origins https://app.example
-		plugin_host {
-			bun %q
-		}
-	}
-}
-`, s.adminAddr, filepath.Join(s.dir, "data"), port, project, bunBinary(t, ctx))
-	os.WriteFile(s.cfgPath, []byte(caddyfile), 0o600)
-	s.start()
+	s, port := startOpenInstance(t, ctx, bin, project, "cors_origins https://app.example")
 	base := "http://" + s.httpAddr
 	self := "http://localhost:" + port
 
@@ -110,15 +80,6 @@ http://:%s {
 		}
 		return len(out.Data)
 	}
-	waitFor(t, ctx, "instance answers", func() bool {
-		req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/info", nil)
-		resp, err := httpClient.Do(req)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
 
 	// (a) fetch(url, {mode: "no-cors", method: "POST", body: new Blob([json])})
 	// from a page of https://evil.example.
@@ -194,4 +155,117 @@ http://:%s {
 	if n := sessions(); n != 1 {
 		t.Fatalf("%d sessions, want the listed origin's one", n)
 	}
+}
+
+// markerProject is a project whose local plugin writes the file it
+// returns when the plugin loads.
+func markerProject(t *testing.T) (project, marker string) {
+	t.Helper()
+	project = t.TempDir()
+	os.Mkdir(filepath.Join(project, ".git"), 0o755)
+	os.MkdirAll(filepath.Join(project, ".opencode", "plugin"), 0o755)
+	os.WriteFile(filepath.Join(project, ".opencode", "plugin", "marker.ts"), []byte(`
+import { writeFileSync } from "node:fs";
+export const Marker = async ({ directory }) => {
+  writeFileSync(directory + "/plugin-loaded", "loaded\n");
+  return {};
+};
+`), 0o644)
+	return project, filepath.Join(project, "plugin-loaded")
+}
+
+// startOpenInstance starts the real binary with an instance as the
+// default config has it, no password, on loopback, but under a site
+// address without a host matcher (http://:<port>), so that every Host
+// reaches the instance; extra is more of its options. It returns when the
+// instance answers.
+func startOpenInstance(t *testing.T, ctx context.Context, bin, project, extra string) (*server, string) {
+	t.Helper()
+	s := newServer(t, bin, config{})
+	_, port, _ := net.SplitHostPort(s.httpAddr)
+	caddyfile := fmt.Sprintf(`{
+	admin %s
+	agentgate {
+		storage badger %q
+	}
+}
+
+http://:%s {
+	bind 127.0.0.1
+	agent_instance {
+		directory %q
+		%s
+		plugin_host {
+			bun %q
+		}
+	}
+}
+`, s.adminAddr, filepath.Join(s.dir, "data"), port, project, extra, bunBinary(t, ctx))
+	os.WriteFile(s.cfgPath, []byte(caddyfile), 0o600)
+	s.start()
+	waitFor(t, ctx, "instance answers", func() bool {
+		st, _, err := call(ctx, httpClient, "GET", "http://"+s.httpAddr+"/api/info", nil, nil)
+		return err == nil && st == 200
+	})
+	return s, port
+}
+
+// TestInstanceBrowserCrossSite: Chromium visits a page of another site
+// (127.0.0.1 on another port; the instance is http://localhost:<port>)
+// whose script fires the attack at the instance: no session is created,
+// the project's plugins do not load, and the page reads nothing.
+func TestInstanceBrowserCrossSite(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	dir := browserReady(t, ctx)
+	project, marker := markerProject(t)
+	s, port := startOpenInstance(t, ctx, caddyBinary(t), project, "")
+	base := "http://" + s.httpAddr
+	var mu sync.Mutex
+	var seen []string
+	attacker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.Path)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, "<!doctype html><title>cute cats</title><p>Nothing to see here.</p>")
+	}))
+	defer attacker.Close()
+
+	out := runBrowser(t, ctx, dir, "crosssite", map[string]string{
+		"INSTANCE_URL": "http://localhost:" + port, "ATTACKER_URL": attacker.URL + "/cats", "PROJECT_DIR": project,
+	})
+	if sent := strs(out["sent"]); len(sent) != 4 {
+		t.Fatalf("the page's requests: %v", sent)
+	}
+	for _, p := range strs(out["sent"]) {
+		if strings.Contains(p, ":") {
+			t.Fatalf("the page could not send %s", p)
+		}
+	}
+	if out["read"] != "blocked" {
+		t.Fatalf("the page read the instance's answer: %v", out["read"])
+	}
+	mu.Lock()
+	if len(seen) == 0 {
+		t.Fatal("the browser never visited the attacker's page")
+	}
+	mu.Unlock()
+	st, b, _ := call(ctx, httpClient, "GET", base+"/api/session", nil, nil)
+	var list struct{ Data []json.RawMessage }
+	if st != 200 || json.Unmarshal(b, &list) != nil || len(list.Data) != 0 {
+		t.Fatalf("sessions after the visit: %d %s", st, b)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the visit loaded the project's plugins")
+	}
+	// The same read from a client (no Origin) loads them: the refusals
+	// were what kept them away.
+	q := "?" + url.Values{"location[directory]": {project}}.Encode()
+	if st, b, _ := call(ctx, httpClient, "GET", base+"/api/plugin"+q, nil, nil); st != 200 {
+		t.Fatalf("plugin list: %d %s", st, b)
+	}
+	waitFor(t, ctx, "the plugin loads for a client", func() bool {
+		_, err := os.Stat(marker)
+		return err == nil
+	})
 }
