@@ -29,6 +29,11 @@
 //           asks again; after NETWORK_CONTROL/resume the page shows the ask
 //           without a reload and rejects it. Last the
 //           stats, sessions and delete-confirmation pages.
+//   crosssite  A page of another site, ATTACKER_URL, fires at the instance
+//           at INSTANCE_URL what any page can send without asking: a no-cors
+//           POST /api/session with an untyped JSON body, no-cors reads of
+//           PROJECT_DIR's location and plugins, a CORS read, an image. The
+//           test checks on the instance that nothing happened.
 //
 // With SCREENSHOT_DIR set, each page is saved as <name>-desktop.png
 // (1280×800) and <name>-phone.png (390×844), full page. CHROMIUM overrides
@@ -92,6 +97,53 @@ async function signInTo(page, path) {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const scenarios = {
+  // crosssite: a page of another site (ATTACKER_URL) the user merely visits
+  // fires requests at the instance (INSTANCE_URL) that a page can send
+  // without asking first: a no-cors POST with an untyped JSON body, no-cors
+  // reads of a project (PROJECT_DIR), a form post, an image. The test then
+  // checks on the instance that none of them had an effect.
+  async crosssite(page) {
+    const url = need("INSTANCE_URL", process.env.INSTANCE_URL).replace(/\/+$/, "");
+    const project = need("PROJECT_DIR", process.env.PROJECT_DIR);
+    await page.goto(need("ATTACKER_URL", process.env.ATTACKER_URL));
+    const out = await page.evaluate(
+      async ({ url, project }) => {
+        const body = JSON.stringify({ title: "pwned", permissions: [{ action: "bash", resource: "*", effect: "allow" }] });
+        const q = "?" + new URLSearchParams({ "location[directory]": project });
+        const sent = [];
+        for (const [path, init] of [
+          ["/api/session", { mode: "no-cors", method: "POST", body: new Blob([body]) }],
+          ["/api/session", { mode: "no-cors", method: "POST", body, headers: { "Content-Type": "text/plain" } }],
+          ["/api/location" + q, { mode: "no-cors" }],
+          ["/api/plugin" + q, { mode: "no-cors" }],
+        ]) {
+          try {
+            await fetch(url + path, init);
+            sent.push(path);
+          } catch (e) {
+            sent.push(path + ": " + e);
+          }
+        }
+        // A CORS read of the instance's answer is blocked by the browser
+        // unless the instance allows this origin.
+        let read = "blocked";
+        try {
+          read = await (await fetch(url + "/api/session")).text();
+        } catch {}
+        const img = new Image();
+        img.src = url + "/api/agent" + q;
+        await new Promise((r) => {
+          img.onload = img.onerror = r;
+        });
+        return { sent, read };
+      },
+      { url, project },
+    );
+    // The instance's 403s and the blocked read are what the browser logs
+    // as errors here: they are the expected outcome, not a page fault.
+    out.refusals_logged = consoleErrors.splice(0).length;
+    return out;
+  },
   async instance(page, context) {
     const url = need("INSTANCE_URL", process.env.INSTANCE_URL).replace(/\/+$/, "");
     const auth = "Basic " + Buffer.from(need("INSTANCE_AUTH", process.env.INSTANCE_AUTH)).toString("base64");
@@ -324,8 +376,8 @@ let page;
 const userDataDir = await mkdtemp(join(tmpdir(), "agentgate-chromium-"));
 const consoleErrors = [];
 try {
-  if (!scenarios[scenario]) throw new Error(`unknown scenario ${JSON.stringify(scenario)}; use device, keys, pages or instance`);
-  if (scenario !== "instance") need("AGENTGATE_CONSOLE_URL", base);
+  if (!scenarios[scenario]) throw new Error(`unknown scenario ${JSON.stringify(scenario)}; use device, keys, pages, instance or crosssite`);
+  if (scenario !== "instance" && scenario !== "crosssite") need("AGENTGATE_CONSOLE_URL", base);
   if (shots) await mkdir(shots, { recursive: true });
   context = await chromium.launchPersistentContext(userDataDir, {
     executablePath,

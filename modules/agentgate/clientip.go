@@ -21,3 +21,11 @@ func ClientIP(r *http.Request) string {
 	}
 	return host
 }
+
+// TrustedProxy reports whether Caddy found the request's peer among the
+// server's trusted_proxies (so its forwarded client address and scheme are
+// believed). Outside a Caddy server no peer is.
+func TrustedProxy(r *http.Request) bool {
+	trusted, _ := caddyhttp.GetVar(r.Context(), caddyhttp.TrustedProxyVarKey).(bool)
+	return trusted
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/formats"
 	"github.com/agentgate/agentgate/internal/instance/agents"
+	"github.com/agentgate/agentgate/internal/instance/server"
 )
 
 func init() {
@@ -38,6 +39,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		username <basic username>
 //		directory <default location>
 //		allow_root <directories...>
+//		cors_origins <origins...>
 //		plugin <name@version...>
 //		registry <npm registry url>
 //		plugin_host {
@@ -112,6 +114,17 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			in.AllowedRoots = append(in.AllowedRoots, roots...)
+		case "cors_origins":
+			origins := d.RemainingArgs()
+			if len(origins) == 0 {
+				return d.ArgErr()
+			}
+			for _, o := range origins {
+				if _, err := server.NormalizeOrigin(o); err != nil {
+					return d.Errf("cors_origins: '%s' is not an origin (scheme://host[:port]): %v", o, err)
+				}
+			}
+			in.CORSOrigins = append(in.CORSOrigins, origins...)
 		case "plugin":
 			ps := d.RemainingArgs()
 			if len(ps) == 0 {

@@ -150,8 +150,13 @@ func (p *Provider) config(repl *caddy.Replacer) (loop.ProviderConfig, error) {
 // the password or a pairing token; `?auth_token=` carries the same for
 // event-stream clients, and a paired browser's cookie is honoured for
 // same-origin requests. Without a password, authentication is off (a
-// warning is logged). Failed authentications are limited per client
-// address as Caddy determines it (trusted_proxies honoured).
+// warning is logged) and only this machine is answered: a loopback peer
+// (behind a trusted proxy, a loopback client too) naming a loopback Host.
+// Failed authentications are limited per client address as Caddy
+// determines it (trusted_proxies honoured). Requests a browser sends for
+// another site's page (Sec-Fetch-Site cross-site or same-site, or an
+// Origin other than the instance's own and not in cors_origins) are
+// refused with 403 before authentication, password or not.
 type Instance struct {
 	// Name identifies the instance; pairing codes and event subscribers are
 	// kept across config reloads per name. Default: "default".
@@ -230,6 +235,13 @@ type Instance struct {
 	// host run in. Default: enforced, with the default limits and no
 	// network but the sandbox's own loopback.
 	Sandbox *Sandbox `json:"sandbox,omitempty"`
+
+	// CORSOrigins are the origins (`scheme://host[:port]`) of web pages
+	// allowed to call the instance from a browser: their requests and
+	// preflights get CORS headers. Every other page's request, one a
+	// browser marks cross-site or same-site or whose Origin is not the
+	// instance's own, is refused with 403, reads included. Default: none.
+	CORSOrigins []string `json:"cors_origins,omitempty"`
 
 	server  *server.Server
 	sandbox *sandbox.Sandbox
@@ -439,6 +451,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 	opts := server.Options{
 		Auth:    &server.Auth{Username: in.Username, Password: password, Clock: clock.Real{}},
 		Pairing: st.pairing, Bus: st.bus, Limiter: st.limiter, ClientIP: agentgate.ClientIP,
+		TrustedProxy: agentgate.TrustedProxy, CORSOrigins: in.CORSOrigins,
 		DefaultDirectory: dir, AllowedRoots: roots, Agents: in.Agents,
 		Plugins: pm, Version: caddy.CustomVersion, Heartbeat: time.Duration(in.Heartbeat), Logger: in.logger,
 		Instance: in.Name, Sandbox: in.sandbox,
@@ -546,6 +559,11 @@ func (in *Instance) Validate() error {
 	}
 	if in.Directory != "" && !strings.Contains(in.Directory, "{") && !filepath.IsAbs(in.Directory) {
 		return fmt.Errorf("directory must be an absolute path, got %q", in.Directory)
+	}
+	for _, o := range in.CORSOrigins {
+		if _, err := server.NormalizeOrigin(o); err != nil {
+			return fmt.Errorf("cors_origins: %q is not an origin: %v", o, err)
+		}
 	}
 	return nil
 }

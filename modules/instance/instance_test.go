@@ -62,6 +62,10 @@ type result struct {
 func serve(t *testing.T, in *Instance, method, target string, headers ...string) result {
 	t.Helper()
 	req := httptest.NewRequest(method, target, nil)
+	// From this machine to its loopback name: without a password the
+	// instance answers nothing else (httptest's defaults, 192.0.2.1 and
+	// example.com, are refused).
+	req.RemoteAddr, req.Host = "127.0.0.1:41234", "localhost:4096"
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
@@ -474,5 +478,63 @@ func TestTrustProjectPermissionsCaddyfile(t *testing.T) {
 	}
 	if err := new(Instance).UnmarshalCaddyfile(caddyfile.NewTestDispenser("agent_instance {\n trust_project_permissions yes\n}")); err == nil {
 		t.Error("trust_project_permissions took an argument")
+	}
+}
+
+// cors_origins: parsed from the Caddyfile, checked by Validate, and given
+// to the server, which answers a listed origin with CORS headers and
+// refuses any other; Caddy's trusted-proxy verdict decides whose
+// forwarded client address counts for the no-password loopback rule.
+func TestCORSOriginsAndTrustedProxy(t *testing.T) {
+	var parsed Instance
+	if err := parsed.UnmarshalCaddyfile(caddyfile.NewTestDispenser("agent_instance {\n cors_origins https://app.example http://localhost:3000\n}")); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(parsed.CORSOrigins, []string{"https://app.example", "http://localhost:3000"}) {
+		t.Fatalf("parsed %q", parsed.CORSOrigins)
+	}
+	for _, bad := range []string{"agent_instance {\n cors_origins\n}", "agent_instance {\n cors_origins null\n}",
+		"agent_instance {\n cors_origins app.example\n}", "agent_instance {\n cors_origins https://app.example/ui\n}"} {
+		var in Instance
+		if err := in.UnmarshalCaddyfile(caddyfile.NewTestDispenser(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	if err := (&Instance{CORSOrigins: []string{"*"}}).Validate(); err == nil {
+		t.Error("cors_origins * validated")
+	}
+
+	in := provision(t, &Instance{Name: t.Name(), CORSOrigins: parsed.CORSOrigins})
+	r := serve(t, in, "GET", "/api/info", "Origin", "https://app.example", "Sec-Fetch-Site", "cross-site")
+	if r.status != 200 || r.header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Fatalf("listed origin: %d %v %s", r.status, r.header, r.body)
+	}
+	r = serve(t, in, "OPTIONS", "/api/session", "Origin", "https://app.example", "Access-Control-Request-Method", "POST")
+	if r.status != 204 || r.header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Fatalf("preflight: %d %v %s", r.status, r.header, r.body)
+	}
+	if r := serve(t, in, "GET", "/api/info", "Origin", "https://other.example"); r.status != 403 {
+		t.Fatalf("other origin: %d %s", r.status, r.body)
+	}
+
+	// A loopback peer Caddy trusts as a proxy, forwarding a remote client:
+	// refused without a password; the same client address from a peer
+	// Caddy does not trust is not believed.
+	from := func(trusted bool) result {
+		req := httptest.NewRequest("GET", "/api/info", nil)
+		req.RemoteAddr, req.Host = "127.0.0.1:41234", "localhost:4096"
+		vars := map[string]any{caddyhttp.ClientIPVarKey: "203.0.113.9", caddyhttp.TrustedProxyVarKey: trusted}
+		req = req.WithContext(context.WithValue(req.Context(), caddyhttp.VarsCtxKey, vars))
+		rec := httptest.NewRecorder()
+		if err := in.ServeHTTP(rec, req, caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil })); err != nil {
+			t.Fatal(err)
+		}
+		return result{status: rec.Code, body: rec.Body.String()}
+	}
+	if r := from(true); r.status != 403 {
+		t.Fatalf("trusted proxy forwarding a remote client: %d %s", r.status, r.body)
+	}
+	if r := from(false); r.status != 200 {
+		t.Fatalf("untrusted peer: %d %s", r.status, r.body)
 	}
 }

@@ -58,6 +58,10 @@ func Field(field, msg string) *Error {
 // Unauthorized refuses missing or wrong credentials.
 func Unauthorized(msg string) *Error { return New(401, "UnauthorizedError", msg) }
 
+// Forbidden refuses a request the instance does not answer at all, such
+// as one a page of another origin made a browser send.
+func Forbidden(msg string) *Error { return New(403, "ForbiddenError", msg) }
+
 // TooManyRequests refuses a client address that failed authentication too
 // often; wait is how long it stays refused.
 func TooManyRequests(wait time.Duration) *Error {

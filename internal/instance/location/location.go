@@ -179,6 +179,15 @@ func (s *Locations) Get(dir string) (*Location, error) {
 	return loc, nil
 }
 
+// Loaded reports whether the directory (canonical, as Check returns it)
+// is loaded.
+func (s *Locations) Loaded(canonical string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.loaded[canonical]
+	return ok
+}
+
 // AgentsOf returns the agents of a session's directory as the location
 // stands now (loaded fresh when it is not loaded), or nil when the
 // directory is no usable location.

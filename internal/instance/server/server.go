@@ -44,6 +44,13 @@ type Options struct {
 	// ClientIP returns the address a request comes from (the caller honours
 	// trusted proxies). Default: the host of RemoteAddr.
 	ClientIP func(r *http.Request) string
+	// TrustedProxy reports whether the request's peer is a proxy whose
+	// forwarded client address and scheme are believed. Default: none is.
+	TrustedProxy func(r *http.Request) bool
+	// CORSOrigins are origins (scheme://host[:port]) whose pages may call
+	// the instance from a browser; every other origin's are refused.
+	// Entries that are not origins are ignored (the caller validates).
+	CORSOrigins []string
 	// DefaultDirectory is the location used when a request names none.
 	DefaultDirectory string
 	// AllowedRoots, when not empty, are the only directories (and their
@@ -90,6 +97,7 @@ type Server struct {
 	locations *location.Locations
 	sessions  *session.Service
 	web       *webapp.App
+	cors      map[string]bool // normalised CORSOrigins
 }
 
 // New builds a server.
@@ -118,7 +126,18 @@ func New(opts Options) *Server {
 	if opts.Sandbox == nil {
 		opts.Sandbox = sandbox.Default()
 	}
+	if opts.TrustedProxy == nil {
+		opts.TrustedProxy = func(*http.Request) bool { return false }
+	}
 	s := &Server{opts: opts, router: &router.Router{OnError: func(w http.ResponseWriter, _ *http.Request, err error) { errs.Write(w, err) }}}
+	for _, o := range opts.CORSOrigins {
+		if n, err := NormalizeOrigin(o); err == nil {
+			if s.cors == nil {
+				s.cors = map[string]bool{}
+			}
+			s.cors[n] = true
+		}
+	}
 	hidden := opts.Sandbox.Config().Hidden
 	s.locations = location.New(location.Options{DefaultDirectory: opts.DefaultDirectory, AllowedRoots: opts.AllowedRoots,
 		Agents: opts.Agents, Bus: opts.Bus, Refuse: func(dir string) error { return sandbox.CheckRoot(dir, hidden) }})
@@ -197,7 +216,11 @@ func NewAuthLimiter(clk clock.Clock) *ratelimit.Limiter {
 	return ratelimit.New(AuthFailuresPerAddress, AuthFailureWindow, clk)
 }
 
-// ServeHTTP authenticates (except the pairing link) and dispatches.
+// ServeHTTP serves a request in this order: guard (403 for another site's
+// pages, and without a password for a peer or Host that is not loopback;
+// a listed origin's preflight answered), the limit of failed
+// authentications (429), authentication (401, except the pairing link), a
+// body without a Content-Type (400), then the route.
 //
 // With authentication on, failures are counted per client address: a wrong
 // password or token in Basic or ?auth_token=, and a pairing code that is not
@@ -212,6 +235,9 @@ func NewAuthLimiter(clk clock.Clock) *ratelimit.Limiter {
 // checked in the microseconds between; the password check itself is a
 // constant-time compare, never a slow hash.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.guard(w, r) {
+		return
+	}
 	if s.opts.Auth.Enabled() {
 		if wait := s.opts.Limiter.RetryAfter(s.addressKey(r)); wait > 0 {
 			errs.Write(w, errs.TooManyRequests(wait))
@@ -223,6 +249,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// explains pairing, never a Basic challenge.
 		switch s.opts.Auth.check(r) {
 		case authOK:
+			if err := bodyType(r); err != nil {
+				s.web.Refuse(w, r, err)
+				return
+			}
 			s.web.ServeHTTP(w, r)
 		case authWrong:
 			s.opts.Limiter.Fail(s.addressKey(r))
@@ -242,6 +272,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			errs.Write(w, errs.Unauthorized("Authentication required"))
 			return
 		}
+	}
+	if err := bodyType(r); err != nil {
+		errs.Write(w, err)
+		return
 	}
 	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, fsReadPrefix) {
 		s.fsRead(w, r)

@@ -108,9 +108,10 @@ func TestWebPairedBrowser(t *testing.T) {
 	}
 	cookie := (&http.Response{Header: r.header}).Cookies()[0]
 	wantPage(t, h.page("/", "auth", "none", "Cookie", cookie.Name+"="+cookie.Value), http.StatusOK, "first session", "New session")
-	// A cookie sent with a cross-origin request is not honoured.
+	// A cookie sent with a cross-origin request is not honoured: the
+	// request is refused before authentication.
 	r = h.page("/", "auth", "none", "Cookie", cookie.Name+"="+cookie.Value, "Origin", "https://evil.example")
-	wantPage(t, r, http.StatusUnauthorized, "Pair this browser")
+	wantPage(t, r, http.StatusForbidden, "another origin")
 }
 
 // TestWebFormsRefuseForgeries: a form without the CSRF token, with

@@ -235,6 +235,22 @@ func (a *App) fail(w http.ResponseWriter, r *http.Request, err error) {
 	a.render(w, status, "error", d)
 }
 
+// Refuse answers a request the instance refuses before it reaches the
+// app (a tagged error such as 403 ForbiddenError) with a bare error page:
+// no navigation and no CSRF token, since nobody was authenticated.
+func (a *App) Refuse(w http.ResponseWriter, r *http.Request, err error) {
+	secure(w)
+	status, msg := http.StatusInternalServerError, "Something went wrong."
+	var tagged *errs.Error
+	if errors.As(err, &tagged) {
+		status = tagged.Status
+		if m, ok := tagged.Fields["message"].(string); ok {
+			msg = m
+		}
+	}
+	a.render(w, status, "error", &pageData{Title: "Error", Minimal: true, Status: status, Error: msg})
+}
+
 func (a *App) notFound(w http.ResponseWriter, r *http.Request) {
 	a.fail(w, r, errs.New(http.StatusNotFound, "NotFoundError", "There is no page here."))
 }
