@@ -49,7 +49,7 @@ func withPlugins(t *testing.T, h *drainHarness, files map[string]string, mod fun
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
 	o := pluginhost.Options{Bun: bun, Modules: modules, Dir: t.TempDir(), Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()},
-		CallTimeout: 5 * time.Second, LoadTimeout: 30 * time.Second, Backoff: 50 * time.Millisecond}
+		CallTimeout: 5 * time.Second, LoadTimeout: 30 * time.Second, Backoff: 50 * time.Millisecond, Handler: h.srv}
 	if mod != nil {
 		mod(&o)
 	}
@@ -60,8 +60,7 @@ func withPlugins(t *testing.T, h *drainHarness, files map[string]string, mod fun
 	t.Cleanup(host.Close)
 	m := h.opts.Plugins
 	m.SetLogger(zap.New(core))
-	m.SetRuntime(&plugins.Runtime{Host: host, ServerURL: func() string { return h.ts.URL },
-		Auth: func() string { return basicHeader("opencode", testPassword) }})
+	m.SetRuntime(&plugins.Runtime{Host: host, Auth: func(dir string) string { return "Bearer " + ScopedToken(dir, time.Hour) }})
 	h.runner.SetPlugins(m)
 	t.Cleanup(h.opts.Bus.Tap(m.Event))
 	return logs
