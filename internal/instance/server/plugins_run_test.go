@@ -362,7 +362,9 @@ export const Probe = async ({ client }) => {
 func TestPluginsNeedTheSandbox(t *testing.T) {
 	h := newAgentHarness(t, "chat", &script{})
 	withPlugins(t, h, map[string]string{"p.js": `export const P = async () => ({ tool: { t: { description: "", args: {}, execute: async () => "ran" } } });`},
-		func(o *pluginhost.Options) { o.Sandbox = sandbox.New(sandbox.Config{Unavailable: "simulated: no user namespaces"}) })
+		func(o *pluginhost.Options) {
+			o.Sandbox = sandbox.New(sandbox.Config{Unavailable: "simulated: no user namespaces"})
+		})
 	p := pluginList(t, h)["p"]
 	if p.Get("state.status").String() != "failed" || !strings.Contains(p.Get("state.error").String(), "sandbox is unavailable") ||
 		!strings.Contains(p.Get("state.error").String(), "simulated: no user namespaces") {
