@@ -43,8 +43,8 @@ func npmRegistry(t *testing.T, ctx context.Context) string {
 // TestRealPluginPackageRuns: a released OpenCode plugin from the npm
 // registry, pinned (opencode-copilot-auth 0.0.9, no dependencies), is
 // installed by plugin.update with its integrity checked, loads in the
-// plugin host and reports active with the hooks it defines; before the
-// install it is failed.
+// plugin host (in the sandbox) and reports active with the hooks it
+// defines; before the install it is failed.
 func TestRealPluginPackageRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real binary and reaches the npm registry")
@@ -113,5 +113,9 @@ http://%s {
 	hooks, _ := p.Features["hooks"].([]any)
 	if p.State.Status != "active" || p.Source.Version != version || p.Features["server"] != true || len(hooks) == 0 || hooks[0] != "auth" {
 		t.Fatalf("after the install: %+v", p)
+	}
+	// It runs in the sandbox, its installed package bound read-only.
+	if p.Features["sandbox"] != "enforced" {
+		t.Fatalf("the plugin does not run sandboxed: %+v", p)
 	}
 }

@@ -68,7 +68,9 @@ func (s *Sandbox) command(spec Spec, probe bool) (*Cmd, error) {
 	}
 	p := sbinit.Policy{Argv: spec.Argv, Dir: spec.Dir, Env: spec.Env, Network: s.cfg.Network, Probe: probe}
 	lim := s.limits()
-	p.CPU = int64(lim.CPU / time.Second)
+	if !spec.LongLived {
+		p.CPU = int64(lim.CPU / time.Second)
+	}
 	if lim.Files > 0 {
 		p.Files = uint64(lim.Files)
 	}

@@ -87,6 +87,10 @@ type Spec struct {
 	// ReadOnly are further paths the run may read (a plugin host's
 	// runtime and modules).
 	ReadOnly []string
+	// LongLived runs without the per-process CPU time limit (a plugin
+	// host lives as long as its location; its memory and process limits
+	// still hold).
+	LongLived bool
 }
 
 // Status is what GET /api/info and the start-up log say about the sandbox.

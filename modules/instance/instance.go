@@ -5,7 +5,6 @@ package instance
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -467,7 +466,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		opts.Runner = runner
 	}
 	in.server = server.New(opts)
-	rt, err := in.pluginRuntime(app, repl, opts.Auth, password, st.runner)
+	rt, err := in.pluginRuntime(app, repl, password)
 	if err != nil {
 		shared.Delete(in.key)
 		in.key = ""
@@ -501,10 +500,13 @@ func (in *Instance) logSandbox() {
 }
 
 // pluginRuntime starts (lazily) the plugin host: Bun from the config or
-// PATH, in a private directory under the data directory, with the
-// environment a bash command gets (no key, token, password or provider
-// credential).
-func (in *Instance) pluginRuntime(app *agentgate.App, repl *caddy.Replacer, auth *server.Auth, password string, runner *loop.Runner) (*plugins.Runtime, error) {
+// PATH, its files in a private directory under the data directory, a
+// process per location in the instance's sandbox (with the sandbox off,
+// plain processes with the environment a command gets: no key, token,
+// password or provider credential). The plugins' client talks to this
+// instance's handler over the host's stdio with a token scoped to its
+// location: no instance credential reaches a plugin.
+func (in *Instance) pluginRuntime(app *agentgate.App, repl *caddy.Replacer, password string) (*plugins.Runtime, error) {
 	cfg := in.PluginHost
 	if cfg == nil {
 		cfg = &PluginHost{}
@@ -523,24 +525,14 @@ func (in *Instance) pluginRuntime(app *agentgate.App, repl *caddy.Replacer, auth
 	}
 	host, err := pluginhost.New(pluginhost.Options{Bun: bun, Modules: repl.ReplaceAll(cfg.NodeModules, ""),
 		Dir: filepath.Join(app.DataDir(), "plugin-host", in.Name), Env: tools.ScrubEnv(os.Environ(), secrets),
+		Sandbox: in.sandbox, Handler: in.server,
 		CallTimeout: time.Duration(cfg.CallTimeout), ToolTimeout: time.Duration(cfg.ToolTimeout), Logger: in.logger.Named("plugins")})
 	if err != nil {
 		return nil, fmt.Errorf("plugin host: %v", err)
 	}
 	in.host = host
 	return &plugins.Runtime{Host: host,
-		ServerURL: func() string {
-			if a := runner.Addr(); a != "" {
-				return "http://" + a
-			}
-			return ""
-		},
-		Auth: func() string {
-			if !auth.Enabled() {
-				return ""
-			}
-			return "Basic " + base64.StdEncoding.EncodeToString([]byte(in.Username+":"+auth.NewToken()))
-		},
+		Auth: func(dir string) string { return "Bearer " + server.ScopedToken(dir, server.TokenTTL) },
 		Config: func(loc plugins.Location) any {
 			return map[string]any{"agent": in.Agents, "plugin": in.Plugins, "directory": loc.Dir}
 		},

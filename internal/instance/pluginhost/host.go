@@ -1,33 +1,43 @@
-// Package pluginhost runs an instance's OpenCode plugins in a sidecar
-// process: Bun running host.mjs, which imports each plugin module, calls
+// Package pluginhost runs an instance's OpenCode plugins in sidecar
+// processes: Bun running host.mjs, which imports each plugin module, calls
 // its plugin functions with the OpenCode plugin input and keeps the hooks
-// they return. The server talks to it over stdio, one JSON request per line
-// on stdin and one marked JSON answer per line on stdout.
+// they return. Each location has a process of its own, confined by the
+// instance's sandbox (see package sandbox): the location's project is its
+// only writable directory, Bun, the node_modules, the host's script and
+// the installed packages it reads, and it has no network. The server talks
+// to it over stdio, one JSON request per line on stdin and one marked JSON
+// answer per line on stdout; the plugins' client reaches the server over
+// the same channel (see rpc.go), never over the network.
 //
-// The host is expendable: every call has a deadline; a call that times out
-// is followed by a ping, and a host that does not answer it is killed and
-// started again on the next call (with a backoff after crashes); a plugin
-// that throws fails that call only. Plugins load per location (each gets
-// its directory), lazily, and again after Reload.
+// A process is expendable: every call has a deadline; a call that times
+// out is followed by a ping, and a process that does not answer it is
+// killed and started again on the next load (with a backoff after
+// crashes); a plugin that throws fails that call only. Plugins load per
+// location, lazily, and again after Reload, which kills every process (and
+// with it everything its plugins started).
 package pluginhost
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/agentgate/agentgate/internal/sandbox"
 )
 
 //go:embed host.mjs
@@ -38,6 +48,10 @@ var pluginShim []byte
 
 // mark starts every answer line of the host.
 const mark = "\x1eagentgate-host "
+
+// ClientURL is the base URL of the plugins' client: never resolved, every
+// request it makes goes to the server over stdio.
+const ClientURL = "http://agentgate.plugin"
 
 // Defaults of Options.
 const (
@@ -58,17 +72,27 @@ type Options struct {
 	// plugin cannot resolve from its own directory resolve there, and the
 	// plugins' client is its @opencode-ai/sdk.
 	Modules string
-	// Dir is a private directory for the host's files (its script and its
-	// log of what plugins print).
+	// Dir is a private directory for the host's files: its script (in
+	// runtime/, which the processes read) and the logs of what plugins
+	// print (in logs/, which they never see).
 	Dir string
-	// Env is the host's environment (already scrubbed of secrets by the
-	// caller).
+	// Env is the environment of a process run without a sandbox (sandbox
+	// off), already scrubbed of secrets by the caller. A sandboxed process
+	// gets the sandbox's allow-listed environment instead.
 	Env []string
+	// Sandbox confines the processes (default: sandbox.Default()). When
+	// it is unavailable plugins do not load; when it is off they run as
+	// plain processes.
+	Sandbox *sandbox.Sandbox
+	// Handler serves the requests of the plugins' client (the instance's
+	// API). Each request's context carries the location of the process
+	// that sent it (see RequestLocation). Nil: they are answered 503.
+	Handler http.Handler
 	// CallTimeout bounds a hook call, ToolTimeout a plugin tool's run,
 	// LoadTimeout loading a location's plugins.
 	CallTimeout, ToolTimeout, LoadTimeout time.Duration
-	// Backoff is the wait before the host starts again after it died
-	// unasked; it doubles with each crash in a row, up to 30 s.
+	// Backoff is the wait before a location's process starts again after
+	// it died unasked; it doubles with each crash in a row, up to 30 s.
 	Backoff time.Duration
 	Logger  *zap.Logger
 }
@@ -79,20 +103,26 @@ type Spec struct {
 	ID    string `json:"id"`
 	Entry string `json:"entry"`
 	Error string `json:"error,omitempty"`
+	// Root, when set, is the directory the plugin's files are in (an
+	// installed package's): the sandbox binds it read-only.
+	Root string `json:"-"`
 }
 
 // LoadInput is what a location's plugins are loaded with: the plugin
-// input (directory, worktree, project, the server's URL and the
-// credential of its client) and the location's configuration, which the
-// config hooks see.
+// input (directory, worktree, project and the credential of its client)
+// and the location's configuration, which the config hooks see.
 type LoadInput struct {
 	Directory string         `json:"directory"`
 	Worktree  string         `json:"worktree"`
 	Project   map[string]any `json:"project"`
-	ServerURL string         `json:"serverUrl"`
-	Auth      string         `json:"auth"`
-	Plugins   []Spec         `json:"plugins"`
-	Config    any            `json:"config"`
+	// ServerURL is the plugins' serverUrl (default ClientURL); their client
+	// talks to the server over stdio whatever it is.
+	ServerURL string `json:"serverUrl"`
+	// Auth is the Authorization header of the client's requests: a
+	// credential valid for this location only.
+	Auth    string `json:"auth"`
+	Plugins []Spec `json:"plugins"`
+	Config  any    `json:"config"`
 }
 
 // Status is how a plugin loaded: its hooks and tools, or the loader's
@@ -112,22 +142,34 @@ type ToolDef struct {
 	Schema      json.RawMessage `json:"schema"`
 }
 
-// Host is the plugin host of one instance.
+// Host is the plugin host of one instance: a process per location.
 type Host struct {
-	opts Options
-	log  *zap.Logger
+	opts    Options
+	log     *zap.Logger
+	bun     string // resolved
+	bunRoot string // what the sandbox binds of Bun
+	modules string // resolved
+	runtime string // the processes' read-only directory
 
-	mu        sync.Mutex
-	proc      *proc
-	crashes   int
-	nextStart time.Time
-	gen       int // starts of the process; loaded locations are of one
-	locs      map[string]*location
-	closed    bool
+	mu     sync.Mutex
+	slots  map[string]*slot // by location directory
+	closed bool
 
 	eventsOnce sync.Once
 	events     chan hostEvent
 	quit       chan struct{} // closed by Close
+}
+
+// slot is one location's process and what it loaded.
+type slot struct {
+	dir       string
+	worktree  string
+	roots     []string // installed packages' directories
+	proc      *proc
+	crashes   int
+	nextStart time.Time
+	gen       int // starts of the process; loaded is of one
+	loaded    *location
 }
 
 type location struct {
@@ -137,7 +179,7 @@ type location struct {
 	err      error
 }
 
-// New returns a host; the process starts on first use.
+// New returns a host; processes start on first use.
 func New(opts Options) (*Host, error) {
 	if opts.Bun == "" {
 		return nil, errors.New("no Bun executable")
@@ -157,9 +199,31 @@ func New(opts Options) (*Host, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	shim := filepath.Join(opts.Dir, "shims", "@opencode-ai", "plugin")
-	if err := os.MkdirAll(shim, 0o700); err != nil {
+	if opts.Sandbox == nil {
+		opts.Sandbox = sandbox.Default()
+	}
+	h := &Host{opts: opts, log: opts.Logger, slots: map[string]*slot{}, quit: make(chan struct{})}
+	h.bun = resolve(opts.Bun)
+	h.bunRoot = h.bun
+	// Bun as npm installs it (@oven/bun-linux-x64/bin/bun) is bound with
+	// its package; a bun elsewhere alone.
+	if bin := filepath.Dir(h.bun); filepath.Base(bin) == "bin" {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(bin), "package.json")); err == nil {
+			h.bunRoot = filepath.Dir(bin)
+		}
+	}
+	if opts.Modules != "" {
+		h.modules = resolve(opts.Modules)
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
+	}
+	h.runtime = filepath.Join(resolve(opts.Dir), "runtime")
+	shim := filepath.Join(h.runtime, "shims", "@opencode-ai", "plugin")
+	for _, d := range []string{shim, filepath.Join(opts.Dir, "logs")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
 	}
 	for name, b := range map[string][]byte{
 		"host.mjs": hostScript,
@@ -169,20 +233,54 @@ func New(opts Options) (*Host, error) {
 		filepath.Join("shims", "@opencode-ai", "plugin", "index.mjs"):    pluginShim,
 		filepath.Join("shims", "@opencode-ai", "plugin", "package.json"): []byte(`{"name":"@opencode-ai/plugin","version":"0.0.0-agentgate","type":"module","main":"index.mjs"}`),
 	} {
-		if err := os.WriteFile(filepath.Join(opts.Dir, name), b, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(h.runtime, name), b, 0o600); err != nil {
 			return nil, err
 		}
 	}
-	return &Host{opts: opts, log: opts.Logger, locs: map[string]*location{}, quit: make(chan struct{})}, nil
+	return h, nil
 }
 
-// ErrRestarting is a call made while the host waits to start again after
-// a crash.
+func resolve(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return filepath.Clean(p)
+}
+
+// Confinement is how the processes run: "enforced" (each in a sandbox),
+// "off" (plain processes, the operator's choice) or "unavailable" (none
+// runs: plugins fail to load), with the sandbox's reason.
+func (h *Host) Confinement() (mode, reason string) {
+	st := h.opts.Sandbox.Status()
+	return st.Mode, st.Reason
+}
+
+// LogPath is the log of what a location's plugins print.
+func (h *Host) LogPath(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	base := strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r == '.' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, filepath.Base(dir))
+	if len(base) > 40 {
+		base = base[:40]
+	}
+	return filepath.Join(h.opts.Dir, "logs", base+"-"+hex.EncodeToString(sum[:6])+".log")
+}
+
+// ErrRestarting is a call made while a location's process waits to start
+// again after a crash.
 var ErrRestarting = errors.New("the plugin host stopped and is waiting to start again")
 
-// proc is one run of the host process.
+// ErrNotLoaded is a call for a location whose plugins are not loaded.
+var ErrNotLoaded = errors.New("location not loaded")
+
+// proc is one run of a location's process.
 type proc struct {
-	cmd     *exec.Cmd
+	cmd     *sandbox.Cmd
+	dir     string
 	stdin   io.WriteCloser
 	mu      sync.Mutex
 	pending map[int64]chan answer
@@ -190,6 +288,7 @@ type proc struct {
 	done    chan struct{} // closed when the process has exited
 	ready   chan struct{}
 	killed  bool
+	rpcs    chan struct{} // bounds the client requests served at once
 }
 
 type answer struct {
@@ -197,22 +296,67 @@ type answer struct {
 	Error  *string         `json:"error"`
 }
 
-// start runs the process (h.mu held).
-func (h *Host) start() (*proc, error) {
+// command prepares a location's process: in a sandbox whose writable
+// directories are the location's project (and the location, when it lies
+// outside), and which reads Bun, the node_modules, the host's runtime
+// directory and the installed packages.
+func (h *Host) command(s *slot) (*sandbox.Cmd, error) {
+	sb := h.opts.Sandbox
+	nodePath := filepath.Join(h.runtime, "shims")
+	if h.modules != "" {
+		nodePath = h.modules + string(os.PathListSeparator) + nodePath
+	}
+	own := []string{"AGENTGATE_PLUGIN_MODULES=" + h.modules, "NODE_PATH=" + nodePath}
+	mode, reason := h.Confinement()
+	var env []string
+	switch mode {
+	case "off":
+		env = append(append([]string(nil), h.opts.Env...), own...)
+	case "enforced":
+		env = append(sb.Env(), own...)
+	default:
+		return nil, fmt.Errorf("plugins are not run: %w: %s (the operator can write `sandbox off` to run them unconfined)", sandbox.ErrUnavailable, reason)
+	}
+	writable := []string{}
+	if s.worktree != "" {
+		writable = append(writable, s.worktree)
+	}
+	if s.worktree == "" || !within(resolve(s.worktree), resolve(s.dir)) {
+		writable = append(writable, s.dir)
+	}
+	ro := []string{h.bunRoot, h.runtime}
+	if h.modules != "" {
+		ro = append(ro, h.modules)
+	}
+	ro = append(ro, s.roots...)
+	cmd, err := sb.Command(sandbox.Spec{Argv: []string{h.bun, filepath.Join(h.runtime, "host.mjs")}, Dir: h.runtime, Env: env,
+		Writable: writable, ReadOnly: ro, LongLived: true})
+	if err != nil {
+		return nil, fmt.Errorf("plugins are not run: %w", err)
+	}
+	return cmd, nil
+}
+
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
+}
+
+// start runs a location's process (h.mu held).
+func (h *Host) start(s *slot) (*proc, error) {
 	if h.closed {
 		return nil, errors.New("the plugin host is closed")
 	}
-	if time.Now().Before(h.nextStart) {
+	if h.slots[s.dir] != s {
+		return nil, errors.New("the plugins were reloaded meanwhile")
+	}
+	if time.Now().Before(s.nextStart) {
 		return nil, ErrRestarting
 	}
-	cmd := exec.Command(h.opts.Bun, filepath.Join(h.opts.Dir, "host.mjs"))
-	cmd.Dir = h.opts.Dir
-	nodePath := filepath.Join(h.opts.Dir, "shims")
-	if h.opts.Modules != "" {
-		nodePath = h.opts.Modules + string(os.PathListSeparator) + nodePath
+	cmd, err := h.command(s)
+	if err != nil {
+		return nil, err
 	}
-	cmd.Env = append(append([]string(nil), h.opts.Env...), "AGENTGATE_PLUGIN_MODULES="+h.opts.Modules, "NODE_PATH="+nodePath)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -221,18 +365,21 @@ func (h *Host) start() (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	logf, err := os.OpenFile(filepath.Join(h.opts.Dir, "host.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	logPath := h.LogPath(s.dir)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	cmd.Stderr = &cappedWriter{w: logf, left: maxLog}
+	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("starting the plugin host: %w", err)
 	}
-	p := &proc{cmd: cmd, stdin: stdin, pending: map[int64]chan answer{}, done: make(chan struct{}), ready: make(chan struct{})}
-	h.gen++
-	go p.read(stdout, h.log)
+	p := &proc{cmd: cmd, dir: s.dir, stdin: stdin, pending: map[int64]chan answer{}, done: make(chan struct{}), ready: make(chan struct{}),
+		rpcs: make(chan struct{}, maxRPCs)}
+	s.gen++
+	go p.read(stdout, h)
 	go func() {
 		err := cmd.Wait()
 		logf.Close()
@@ -244,35 +391,36 @@ func (h *Host) start() (*proc, error) {
 		}
 		p.mu.Unlock()
 		close(p.done)
-		h.exited(p, killed, err)
+		h.exited(s, p, killed, err, logPath)
 	}()
 	return p, nil
 }
 
 // exited forgets a process that ended; one that died unasked delays the
 // next start.
-func (h *Host) exited(p *proc, killed bool, err error) {
+func (h *Host) exited(s *slot, p *proc, killed bool, err error, logPath string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.proc == p {
-		h.proc = nil
+	if s.proc == p {
+		s.proc = nil
 	}
 	if killed || h.closed {
 		return
 	}
-	h.crashes++
-	wait := h.opts.Backoff << min(h.crashes-1, 5)
+	s.crashes++
+	wait := h.opts.Backoff << min(s.crashes-1, 5)
 	if wait > maxBackoff {
 		wait = maxBackoff
 	}
-	h.nextStart = time.Now().Add(wait)
-	h.log.Warn("plugin host exited; it starts again on the next call", zap.Error(err), zap.Duration("after", wait),
-		zap.String("log", filepath.Join(h.opts.Dir, "host.log")))
+	s.nextStart = time.Now().Add(wait)
+	h.log.Warn("plugin host exited; it starts again on the next load", zap.Error(err), zap.Duration("after", wait),
+		zap.String("location", s.dir), zap.String("log", logPath))
 }
 
-// read dispatches the host's answers; output without the mark is what a
-// plugin wrote to stdout, counted and dropped.
-func (p *proc) read(r io.Reader, log *zap.Logger) {
+// read dispatches the process's answers and its client's requests; output
+// without the mark is what a plugin wrote to stdout, counted and dropped,
+// and so is a marked line that is not well-formed.
+func (p *proc) read(r io.Reader, h *Host) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	garbage := 0
 	for {
@@ -282,15 +430,21 @@ func (p *proc) read(r io.Reader, log *zap.Logger) {
 			if i != 0 {
 				garbage++
 				if garbage == 1 || garbage%1000 == 0 {
-					log.Warn("a plugin wrote to the plugin host's stdout; the output is dropped", zap.Int("lines", garbage))
+					h.log.Warn("a plugin wrote to the plugin host's stdout; the output is dropped", zap.Int("lines", garbage))
 				}
 			}
 			if i >= 0 {
 				var a struct {
-					ID int64 `json:"id"`
+					ID  int64           `json:"id"`
+					RPC string          `json:"rpc"`
+					Req json.RawMessage `json:"req"`
 					answer
 				}
 				if json.Unmarshal(line[i+len(mark):], &a) == nil {
+					if a.RPC != "" {
+						p.serveRPC(h, a.ID, a.RPC, a.Req)
+						continue
+					}
 					if a.ID == 0 {
 						select {
 						case <-p.ready:
@@ -329,51 +483,65 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 	}
 }
 
+// write sends one line to the process.
+func (p *proc) write(b []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, err := p.stdin.Write(append(b, '\n'))
+	return err
+}
+
+// kill ends the process and everything its plugins started.
 func (p *proc) kill() {
 	p.mu.Lock()
 	p.killed = true
 	p.mu.Unlock()
-	if p.cmd.Process != nil {
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	}
+	p.cmd.Kill()
 }
 
-// running returns the process, starting it when needed.
-func (h *Host) running() (*proc, error) {
+// running returns a location's process, starting it when needed.
+func (h *Host) running(s *slot) (*proc, error) {
 	h.mu.Lock()
-	p := h.proc
+	p := s.proc
 	if p == nil {
 		var err error
-		if p, err = h.start(); err != nil {
+		if p, err = h.start(s); err != nil {
 			h.mu.Unlock()
 			return nil, err
 		}
-		h.proc = p
+		s.proc = p
 	}
 	h.mu.Unlock()
 	select {
 	case <-p.ready:
 		return p, nil
 	case <-p.done:
-		return nil, errors.New("the plugin host exited as it started (see its log)")
+		return nil, fmt.Errorf("the plugin host exited as it started (see %s)", h.LogPath(s.dir))
 	case <-time.After(h.opts.LoadTimeout):
 		p.kill()
 		return nil, errors.New("the plugin host did not start in time")
 	}
 }
 
-// call sends a request and waits for its answer, at most timeout. A call
-// that times out is followed by a ping: a host that does not answer that
-// either is stuck and is killed.
-func (h *Host) call(ctx context.Context, method string, params any, timeout time.Duration) (json.RawMessage, error) {
-	p, err := h.running()
-	if err != nil {
-		return nil, err
+// call sends a request to a loaded location's process and waits for its
+// answer, at most timeout. A call that times out is followed by a ping: a
+// process that does not answer that either is stuck and is killed.
+func (h *Host) call(ctx context.Context, dir, method string, params any, timeout time.Duration) (json.RawMessage, error) {
+	h.mu.Lock()
+	s := h.slots[dir]
+	var p *proc
+	if s != nil && s.loaded != nil && s.loaded.gen == s.gen {
+		p = s.proc
+	}
+	h.mu.Unlock()
+	if p == nil {
+		return nil, ErrNotLoaded
 	}
 	res, err := p.send(ctx, method, params, timeout)
 	if errors.Is(err, context.DeadlineExceeded) && method != "ping" {
 		if _, perr := p.send(context.Background(), "ping", nil, 2*time.Second); perr != nil {
-			h.log.Warn("the plugin host stopped answering; it is killed and starts again on the next call", zap.String("method", method))
+			h.log.Warn("the plugin host stopped answering; it is killed and starts again on the next load", zap.String("method", method),
+				zap.String("location", dir))
 			p.kill()
 		}
 		return nil, fmt.Errorf("plugin %s: no answer within %v", method, timeout)
@@ -398,10 +566,7 @@ func (p *proc) send(ctx context.Context, method string, params any, timeout time
 		forget()
 		return nil, err
 	}
-	p.mu.Lock()
-	_, err = p.stdin.Write(append(b, '\n'))
-	p.mu.Unlock()
-	if err != nil {
+	if err := p.write(b); err != nil {
 		forget()
 		return nil, errors.New("the plugin host is gone")
 	}
@@ -425,19 +590,24 @@ func (p *proc) send(ctx context.Context, method string, params any, timeout time
 	}
 }
 
-// Load loads a location's plugins unless they are loaded in the running
-// process already, and returns how each loaded. in is called only when a
-// load is needed.
+// Load loads a location's plugins in its process unless they are loaded
+// there already, and returns how each loaded. in is called only when a
+// load is needed; the process starts with the worktree and the package
+// roots in gives.
 func (h *Host) Load(ctx context.Context, dir string, in func() LoadInput) ([]Status, error) {
 	for {
 		h.mu.Lock()
-		l := h.locs[dir]
-		alive := h.proc != nil && l != nil && l.gen == h.gen
-		if alive && l.loading == nil && l.err == nil {
+		if h.closed {
 			h.mu.Unlock()
-			return l.statuses, nil
+			return nil, errors.New("the plugin host is closed")
 		}
-		if alive && l.loading != nil {
+		s := h.slots[dir]
+		if s == nil {
+			s = &slot{dir: dir}
+			h.slots[dir] = s
+		}
+		l := s.loaded
+		if l != nil && l.loading != nil {
 			ch := l.loading
 			h.mu.Unlock()
 			select {
@@ -447,19 +617,40 @@ func (h *Host) Load(ctx context.Context, dir string, in func() LoadInput) ([]Sta
 				return nil, ctx.Err()
 			}
 		}
+		if l != nil && s.proc != nil && l.gen == s.gen && l.err == nil {
+			h.mu.Unlock()
+			return l.statuses, nil
+		}
 		l = &location{loading: make(chan struct{})}
-		h.locs[dir] = l
+		s.loaded = l
 		h.mu.Unlock()
 
 		input := in()
+		if input.ServerURL == "" {
+			input.ServerURL = ClientURL
+		}
+		var roots []string
+		for _, sp := range input.Plugins {
+			if sp.Root != "" {
+				roots = append(roots, sp.Root)
+			}
+		}
+		h.mu.Lock()
+		if s.proc != nil && (s.worktree != input.Worktree || !slicesEqual(s.roots, roots)) {
+			// What the sandbox binds changed: a new process.
+			s.proc.kill()
+			s.proc = nil
+		}
+		s.worktree, s.roots = input.Worktree, roots
+		h.mu.Unlock()
+
 		var out struct {
 			Plugins []Status `json:"plugins"`
 		}
-		var err error
-		p, err := h.running()
+		p, err := h.running(s)
 		if err == nil {
 			h.mu.Lock()
-			l.gen = h.gen
+			l.gen = s.gen
 			h.mu.Unlock()
 			var raw json.RawMessage
 			raw, err = p.send(ctx, "load", input, h.opts.LoadTimeout)
@@ -474,23 +665,51 @@ func (h *Host) Load(ctx context.Context, dir string, in func() LoadInput) ([]Sta
 		l.statuses, l.err = out.Plugins, err
 		close(l.loading)
 		l.loading = nil
-		if err != nil {
-			delete(h.locs, dir)
+		if err != nil && s.loaded == l {
+			s.loaded = nil
 		}
 		h.mu.Unlock()
 		return out.Plugins, err
 	}
 }
 
-// Loaded returns a location's statuses in the running process, if loaded.
+func slicesEqual(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Loaded returns a location's statuses in its running process, if loaded.
 func (h *Host) Loaded(dir string) ([]Status, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	l := h.locs[dir]
-	if l == nil || h.proc == nil || l.gen != h.gen || l.loading != nil || l.err != nil {
+	s := h.slots[dir]
+	if s == nil || s.proc == nil || s.loaded == nil {
+		return nil, false
+	}
+	l := s.loaded
+	if l.gen != s.gen || l.loading != nil || l.err != nil {
 		return nil, false
 	}
 	return l.statuses, true
+}
+
+// Pid is the process id (as the server sees it) of the process that runs
+// a location's plugins: the sandbox's first process, or Bun itself
+// without a sandbox; 0 when none runs.
+func (h *Host) Pid(dir string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.slots[dir]; s != nil && s.proc != nil && s.proc.cmd.Process != nil {
+		return s.proc.cmd.Process.Pid
+	}
+	return 0
 }
 
 // ToolContext is what a plugin tool's execute gets about its call.
@@ -510,7 +729,7 @@ type ToolResult struct {
 
 // Tool runs a plugin's tool.
 func (h *Host) Tool(ctx context.Context, dir, worktree, plugin, name string, args json.RawMessage, tc ToolContext) (ToolResult, error) {
-	raw, err := h.call(ctx, "tool", map[string]any{"directory": dir, "worktree": worktree, "plugin": plugin, "name": name,
+	raw, err := h.call(ctx, dir, "tool", map[string]any{"directory": dir, "worktree": worktree, "plugin": plugin, "name": name,
 		"args": args, "context": tc}, h.opts.ToolTimeout)
 	var r ToolResult
 	if err == nil {
@@ -526,7 +745,7 @@ func (h *Host) Trigger(ctx context.Context, dir, hook string, input, output map[
 	if st, ok := h.Loaded(dir); !ok || !hasHook(st, hook) {
 		return output, nil
 	}
-	raw, err := h.call(ctx, "trigger", map[string]any{"directory": dir, "name": hook, "input": input, "output": output}, h.opts.CallTimeout)
+	raw, err := h.call(ctx, dir, "trigger", map[string]any{"directory": dir, "name": hook, "input": input, "output": output}, h.opts.CallTimeout)
 	if err != nil {
 		return output, err
 	}
@@ -572,7 +791,7 @@ func (h *Host) Event(dir string, ev json.RawMessage) {
 			for {
 				select {
 				case e := <-h.events:
-					h.call(context.Background(), "event", map[string]any{"directory": e.dir, "event": e.ev}, h.opts.CallTimeout)
+					h.call(context.Background(), e.dir, "event", map[string]any{"directory": e.dir, "event": e.ev}, h.opts.CallTimeout)
 				case <-h.quit:
 					return
 				}
@@ -585,17 +804,22 @@ func (h *Host) Event(dir string, ev json.RawMessage) {
 	}
 }
 
-// Reload stops the process: every location loads its plugins afresh on
-// its next use (a new module cache included).
+// Reload stops every location's process (and what its plugins started):
+// every location loads its plugins afresh on its next use (a new module
+// cache included).
 func (h *Host) Reload() {
 	h.mu.Lock()
-	p := h.proc
-	h.proc = nil
-	h.locs = map[string]*location{}
-	h.crashes, h.nextStart = 0, time.Time{}
+	slots := h.slots
+	h.slots = map[string]*slot{}
 	h.mu.Unlock()
-	if p != nil {
-		p.kill()
+	for _, s := range slots {
+		h.mu.Lock()
+		p := s.proc
+		s.proc = nil
+		h.mu.Unlock()
+		if p != nil {
+			p.kill()
+		}
 	}
 }
 

@@ -1,9 +1,12 @@
-// agentgate's plugin host: runs an instance's OpenCode plugins in Bun and
-// answers the instance server over stdio. Requests come on stdin, one JSON
-// object per line ({id, method, params}); answers ({id, result} or {id,
-// error}) go to stdout, each line starting with MARK, so that whatever a
-// plugin prints (console output goes to stderr; a stray stdout write is
-// told apart by the missing mark) never passes for an answer.
+// agentgate's plugin host: runs one location's OpenCode plugins in Bun
+// (in the instance's sandbox) and answers the instance server over stdio.
+// Requests come on stdin, one JSON object per line ({id, method, params});
+// answers ({id, result} or {id, error}) go to stdout, each line starting
+// with MARK, so that whatever a plugin prints (console output goes to
+// stderr; a stray stdout write is told apart by the missing mark) never
+// passes for an answer. The plugins' client requests go out the same way
+// ({rpc: "http", id, req}) and their answers come in on stdin ({rpc:
+// "http", id, res}).
 import { pathToFileURL } from "node:url";
 import readline from "node:readline";
 
@@ -88,18 +91,48 @@ async function toolSchema(args) {
 // Locations: directory → loaded plugins [{id, hooks}].
 const locations = new Map();
 
+// The plugins' client talks to the server over stdio (the host has no
+// network): its fetch sends each request as a marked {rpc: "http"} line
+// and the server answers on stdin. The base URL is never resolved.
+const CLIENT_URL = "http://agentgate.plugin";
+const MAX_BODY = 4 << 20;
+const httpPending = new Map();
+let httpNext = 0;
+async function rpcFetch(input, init) {
+  const req = input instanceof Request ? input : new Request(input, init);
+  const u = new URL(req.url);
+  const headers = {};
+  req.headers.forEach((v, k) => { headers[k] = v; });
+  let body = "";
+  if (req.body) {
+    const buf = Buffer.from(await req.arrayBuffer());
+    if (buf.length > MAX_BODY) throw new Error("request body too large for the plugin host");
+    body = buf.toString("base64");
+  }
+  const id = ++httpNext;
+  const res = await new Promise((resolve) => {
+    httpPending.set(id, resolve);
+    send({ rpc: "http", id, req: { method: req.method, url: u.pathname + u.search, headers, body } });
+  });
+  const status = Number(res?.status) || 502;
+  const bytes = Buffer.from(String(res?.body ?? ""), "base64");
+  const nobody = status === 204 || status === 304 || req.method === "HEAD";
+  return new Response(nobody ? null : bytes, { status, headers: res?.headers ?? {} });
+}
+
 async function makeClient(p) {
   const sdk = fromModules("@opencode-ai/sdk/client") || fromModules("@opencode-ai/sdk");
   if (!sdk) return null;
   const mod = await import(pathToFileURL(sdk).href);
-  return mod.createOpencodeClient({ baseUrl: p.serverUrl, headers: { Authorization: p.auth }, directory: p.directory });
+  const headers = p.auth ? { Authorization: p.auth } : {};
+  return mod.createOpencodeClient({ baseUrl: CLIENT_URL, headers, directory: p.directory, fetch: rpcFetch });
 }
 
 async function load(p) {
   const client = await makeClient(p).catch(() => null);
   const $ = Bun.$.cwd(p.directory);
   let serverUrl;
-  try { serverUrl = new URL(p.serverUrl); } catch {}
+  try { serverUrl = new URL(p.serverUrl || CLIENT_URL); } catch {}
   const input = { client, project: p.project ?? {}, directory: p.directory, worktree: p.worktree, serverUrl, $ };
   const loaded = [];
   const report = [];
@@ -192,6 +225,13 @@ const rl = readline.createInterface({ input: process.stdin, crlfDelay: Infinity 
 rl.on("line", (line) => {
   let req;
   try { req = JSON.parse(line); } catch { return; }
+  if (!req || typeof req !== "object") return;
+  if (req.rpc === "http") {
+    const resolve = httpPending.get(req.id);
+    httpPending.delete(req.id);
+    if (resolve) resolve(req.res);
+    return;
+  }
   const fn = methods[req.method];
   if (!fn) { send({ id: req.id, error: `unknown method ${req.method}` }); return; }
   Promise.resolve().then(() => fn(req.params ?? {})).then(

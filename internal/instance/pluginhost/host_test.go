@@ -217,13 +217,13 @@ export const P = async () => {
 	if out, err := trigger("ok"); err != nil || out["temperature"] != 0.1 {
 		t.Fatalf("after a hung hook the host answers: %v %v", out, err)
 	}
-	gen := h.gen
+	gen := h.genOf(dir)
 	if _, err := trigger("spin"); err == nil {
 		t.Fatal("a spinning hook answered")
 	}
 	waitFor(t, func() bool { _, ok := h.Loaded(dir); return !ok })
-	if out, err := trigger("ok"); err != nil || out["temperature"] != 0.1 || h.gen == gen {
-		t.Fatalf("after the spin the host was not restarted: %v %v (gen %d → %d)", out, err, gen, h.gen)
+	if out, err := trigger("ok"); err != nil || out["temperature"] != 0.1 || h.genOf(dir) == gen {
+		t.Fatalf("after the spin the host was not restarted: %v %v (gen %d → %d)", out, err, gen, h.genOf(dir))
 	}
 	if _, err := trigger("exit"); err == nil {
 		t.Fatal("exit answered")
@@ -232,10 +232,20 @@ export const P = async () => {
 		_, err := trigger("ok")
 		return err == nil
 	})
-	logged, _ := os.ReadFile(filepath.Join(h.opts.Dir, "host.log"))
+	logged, _ := os.ReadFile(h.LogPath(dir))
 	if !strings.Contains(string(logged), "plugin chatter") {
 		t.Fatalf("the host's log: %q", logged)
 	}
+}
+
+// genOf is the count of a location's process starts.
+func (h *Host) genOf(dir string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.slots[dir]; s != nil {
+		return s.gen
+	}
+	return 0
 }
 
 func waitFor(t *testing.T, cond func() bool) {

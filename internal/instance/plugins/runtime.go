@@ -27,10 +27,10 @@ type Location struct {
 type Runtime struct {
 	Host   *pluginhost.Host
 	NoHost string
-	// ServerURL is this server's base URL for the plugins' client; Auth
-	// the Authorization header it sends (a credential of this instance).
-	ServerURL func() string
-	Auth      func() string
+	// Auth is the Authorization header the plugins' client of a location
+	// sends (over its host's stdio): a credential valid for that location
+	// only, never an instance credential.
+	Auth func(dir string) string
 	// Config is what the plugins' config hooks see of a location.
 	Config func(loc Location) any
 }
@@ -64,7 +64,7 @@ func (m *Manager) specs(projectDir string) []pluginhost.Spec {
 			continue
 		}
 		entry, err := packageEntry(m.versionDir(p.name, p.version))
-		sp := pluginhost.Spec{ID: packageHostID(p.name), Entry: entry}
+		sp := pluginhost.Spec{ID: packageHostID(p.name), Entry: entry, Root: m.versionDir(p.name, p.version)}
 		if err != nil {
 			sp.Error = err.Error()
 		}
@@ -156,11 +156,8 @@ func (m *Manager) load(ctx context.Context, loc Location) ([]pluginhost.Status, 
 	return rt.Host.Load(ctx, loc.Dir, func() pluginhost.LoadInput {
 		in := pluginhost.LoadInput{Directory: loc.Dir, Worktree: loc.ProjectDir, Plugins: specs,
 			Project: map[string]any{"id": loc.ProjectID, "worktree": loc.ProjectDir}}
-		if rt.ServerURL != nil {
-			in.ServerURL = rt.ServerURL()
-		}
 		if rt.Auth != nil {
-			in.Auth = rt.Auth()
+			in.Auth = rt.Auth(loc.Dir)
 		}
 		if rt.Config != nil {
 			in.Config = rt.Config(loc)
@@ -176,6 +173,7 @@ func (m *Manager) load(ctx context.Context, loc Location) ([]pluginhost.Status, 
 func (m *Manager) Running(ctx context.Context, loc Location) []Info {
 	m = m.self()
 	list := m.List(loc.ProjectDir)
+	rt := m.runtime()
 	loaded, err := m.load(ctx, loc)
 	st := make(map[string]pluginhost.Status, len(loaded))
 	for _, s := range loaded {
@@ -204,11 +202,29 @@ func (m *Manager) Running(ctx context.Context, loc Location) []Info {
 		case !s.OK:
 			m.fail(info, s.Error)
 		default:
-			info.Features = map[string]any{"server": true, "hooks": nonNil(s.Hooks), "tools": toolNames(s.Tools)}
+			info.Features = map[string]any{"server": true, "hooks": nonNil(s.Hooks), "tools": toolNames(s.Tools), "sandbox": sandboxMode(rt)}
 		}
 	}
 	shadowed(list)
 	return list
+}
+
+// sandboxMode is how the plugins run: "enforced" (each location's host
+// in its own sandbox) or "off" (plain processes, the operator's choice).
+func sandboxMode(rt *Runtime) string {
+	mode, _ := rt.Host.Confinement()
+	return mode
+}
+
+// Confinement is how the plugins run (see pluginhost.Host.Confinement):
+// "enforced", "off" or "unavailable" with its reason; "" when no host
+// runs them.
+func (m *Manager) Confinement() (mode, reason string) {
+	rt := m.self().runtime()
+	if rt == nil || rt.Host == nil {
+		return "", ""
+	}
+	return rt.Host.Confinement()
 }
 
 func nonNil(s []string) []string {

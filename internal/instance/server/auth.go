@@ -207,3 +207,57 @@ func (p *Pairing) Redeem(code string) bool {
 	}
 	return p.Clock.Now().Before(exp)
 }
+
+// scopeSecret signs location-scoped tokens: random per server process,
+// never derived from the password (an instance without one still scopes
+// its plugins), never stored or logged.
+var scopeSecret = func() []byte {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return b
+}()
+
+// scopedPrefix starts a location-scoped token.
+const scopedPrefix = "loc1."
+
+// ScopedToken issues a credential for one location's plugins:
+// "loc1.<expiresAtEpochSeconds>.<directory, base64url>.<sig>", signed with
+// this process's scope secret. It is honoured only on requests that come
+// from that location's plugin host over its stdio (see servePlugin), and
+// only for that location: it is never an instance credential, on the
+// network or anywhere.
+func ScopedToken(dir string, ttl time.Duration) string {
+	exp := strconv.FormatInt(time.Now().Add(ttl).Unix(), 10)
+	d := base64.RawURLEncoding.EncodeToString([]byte(dir))
+	return scopedPrefix + exp + "." + d + "." + scopeSign(exp, dir)
+}
+
+func scopeSign(exp, dir string) string {
+	m := hmac.New(sha256.New, scopeSecret)
+	m.Write([]byte("loc:" + dir + "\x00" + exp))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// scopedDir checks a location-scoped token and returns its location.
+func scopedDir(tok string, now time.Time) (string, bool) {
+	rest, ok := strings.CutPrefix(tok, scopedPrefix)
+	if !ok || len(tok) > 8192 {
+		return "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 {
+		return "", false
+	}
+	n, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil || now.Unix() >= n {
+		return "", false
+	}
+	d, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return "", false
+	}
+	if !hmac.Equal([]byte(parts[2]), []byte(scopeSign(parts[0], string(d)))) {
+		return "", false
+	}
+	return string(d), true
+}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/agentgate/agentgate/internal/fakeprovider"
 	"github.com/agentgate/agentgate/internal/instance/pluginhost"
 	"github.com/agentgate/agentgate/internal/instance/plugins"
+	"github.com/agentgate/agentgate/internal/sandbox"
 )
 
 // testBun is the Bun npm installs in examples/clients (skipped when it is
@@ -35,6 +37,9 @@ func testBun(t *testing.T) (bun, modules string) {
 	return bun, modules
 }
 
+// lastPluginToken is the last token withPlugins gave plugins.
+var lastPluginToken atomic.Value
+
 // withPlugins gives a drain harness a plugin host over its manager, and
 // the local plugin files in its project.
 func withPlugins(t *testing.T, h *drainHarness, files map[string]string, mod func(*pluginhost.Options)) *observer.ObservedLogs {
@@ -49,7 +54,7 @@ func withPlugins(t *testing.T, h *drainHarness, files map[string]string, mod fun
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
 	o := pluginhost.Options{Bun: bun, Modules: modules, Dir: t.TempDir(), Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()},
-		CallTimeout: 5 * time.Second, LoadTimeout: 30 * time.Second, Backoff: 50 * time.Millisecond}
+		CallTimeout: 5 * time.Second, LoadTimeout: 30 * time.Second, Backoff: 50 * time.Millisecond, Handler: h.srv}
 	if mod != nil {
 		mod(&o)
 	}
@@ -60,8 +65,11 @@ func withPlugins(t *testing.T, h *drainHarness, files map[string]string, mod fun
 	t.Cleanup(host.Close)
 	m := h.opts.Plugins
 	m.SetLogger(zap.New(core))
-	m.SetRuntime(&plugins.Runtime{Host: host, ServerURL: func() string { return h.ts.URL },
-		Auth: func() string { return basicHeader("opencode", testPassword) }})
+	m.SetRuntime(&plugins.Runtime{Host: host, Auth: func(dir string) string {
+		tok := ScopedToken(dir, time.Hour)
+		lastPluginToken.Store(tok)
+		return "Bearer " + tok
+	}})
 	h.runner.SetPlugins(m)
 	t.Cleanup(h.opts.Bus.Tap(m.Event))
 	return logs
@@ -248,5 +256,131 @@ export const F = async () => ({
 	parts = toolParts(h.waitIdle(sid, 2))
 	if len(parts) != 2 || parts[1].Get("state.content.0.text").String() != `echo {"text":"back"}` {
 		t.Fatalf("after the crash: %v", parts)
+	}
+}
+
+// TestPluginClientIsScopedToItsLocation: the plugins' client (the
+// released SDK, over the host's stdio) lists its location's sessions and
+// reads them; a request for another directory, for another location's
+// session, to reload the locations, to pair, or to create a session with
+// permission rules is refused; the plugins' environment holds no
+// instance password, and their token is no credential on the HTTP API.
+func TestPluginClientIsScopedToItsLocation(t *testing.T) {
+	h := newAgentHarness(t, "chat", &script{})
+	other := canonicalTempDir(t)
+	withPlugins(t, h, map[string]string{"probe.js": `
+export const Probe = async ({ client }) => {
+  const st = async (p) => { const r = await p; return r.response ? r.response.status : "no response"; };
+  const run = async (fn) => JSON.stringify(await fn());
+  return {
+    tool: {
+      mine: { description: "", args: {}, execute: () => run(async () => {
+        const l = await client.session.list();
+        return { status: l.response.status, dirs: l.data.map((s) => s.directory), ids: l.data.map((s) => s.id) };
+      }) },
+      get: { description: "", args: {}, execute: (a) => run(async () => st(client.session.get({ path: { id: a.id } }))) },
+      otherDir: { description: "", args: {}, execute: (a) => run(async () => st(client.session.list({ query: { directory: a.dir } }))) },
+      otherCreate: { description: "", args: {}, execute: (a) => run(async () =>
+        st(client._client.post({ url: "/api/session", body: { title: "x", location: { directory: a.dir } } }))) },
+      reload: { description: "", args: {}, execute: () => run(async () => st(client._client.post({ url: "/api/location/reload" }))) },
+      pair: { description: "", args: {}, execute: () => run(async () => st(client._client.post({ url: "/api/pair" }))) },
+      grant: { description: "", args: {}, execute: () => run(async () => [
+        await st(client.session.create({ body: { title: "x", permission: [{ permission: "bash", pattern: "*", action: "allow" }] } })),
+        await st(client._client.post({ url: "/api/session", body: { title: "x", permissions: [{ action: "bash", resource: "*", effect: "allow" }] } })),
+      ]) },
+      create: { description: "", args: {}, execute: () => run(async () => {
+        const r = await client.session.create({ body: { title: "made by a plugin" } });
+        return { status: r.response.status, directory: r.data && r.data.directory };
+      }) },
+      env: { description: "", args: {}, execute: () => JSON.stringify(process.env) },
+    },
+  };
+};`}, nil)
+	mine := gjson.GetBytes(h.send("POST", "/api/session", map[string]any{"title": "mine"}).body, "data.id").String()
+	theirs := gjson.GetBytes(h.send("POST", "/api/session", map[string]any{"title": "theirs", "location": map[string]any{"directory": other}}).body, "data.id").String()
+	if mine == "" || theirs == "" {
+		t.Fatal("sessions not created")
+	}
+	loc, err := h.srv.locations.Get(h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := pluginLocation(loc)
+	tool := func(name string, args map[string]any) string {
+		t.Helper()
+		h.opts.Plugins.Tools(t.Context(), pl) // loads
+		b, _ := json.Marshal(args)
+		res, err := h.opts.Plugins.RunTool(t.Context(), pl, "local:"+filepath.Join(h.dir, ".opencode", "plugin", "probe.js"), name, b, pluginhost.ToolContext{})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return res.Output
+	}
+	out := tool("mine", nil)
+	if gjson.Get(out, "status").Int() != 200 || !strings.Contains(out, mine) || strings.Contains(out, theirs) {
+		t.Fatalf("the plugin's session list: %s", out)
+	}
+	for _, d := range gjson.Get(out, "dirs").Array() {
+		if d.String() != h.dir {
+			t.Fatalf("the list has another location's session: %s", out)
+		}
+	}
+	if out := tool("get", map[string]any{"id": mine}); out != "200" {
+		t.Fatalf("its own session: %s", out)
+	}
+	for name, args := range map[string]map[string]any{
+		"get": {"id": theirs}, "otherDir": {"dir": other}, "otherCreate": {"dir": other}, "reload": nil, "pair": nil,
+	} {
+		if out := tool(name, args); out != "403" {
+			t.Errorf("%s %v: %s, want 403", name, args, out)
+		}
+	}
+	if out := tool("grant", nil); out != "[403,403]" {
+		t.Errorf("sessions with permission rules: %s", out)
+	}
+	if out := tool("create", nil); gjson.Get(out, "status").Int() != 200 || gjson.Get(out, "directory").String() != h.dir {
+		t.Errorf("a session the plugin makes: %s", out)
+	}
+	if env := tool("env", nil); strings.Contains(env, testPassword) {
+		t.Errorf("the plugin's environment has the instance password: %s", env)
+	}
+	token, _ := lastPluginToken.Load().(string)
+	if token == "" {
+		t.Fatal("the plugins got no token")
+	}
+	for _, a := range []string{"Bearer " + token, basicHeader("opencode", token)} {
+		if r := h.do("GET", "/api/session", nil, "Authorization", a); r.status != 401 {
+			t.Errorf("the plugins' token on the HTTP API (%.12s…): %d", a, r.status)
+		}
+	}
+}
+
+// TestPluginsNeedTheSandbox: when the sandbox is unavailable, GET
+// /api/plugin shows every local plugin failed with the sandbox's reason,
+// and its tools are not offered; with it, an active plugin's features
+// say it runs sandboxed.
+func TestPluginsNeedTheSandbox(t *testing.T) {
+	h := newAgentHarness(t, "chat", &script{})
+	withPlugins(t, h, map[string]string{"p.js": `export const P = async () => ({ tool: { t: { description: "", args: {}, execute: async () => "ran" } } });`},
+		func(o *pluginhost.Options) {
+			o.Sandbox = sandbox.New(sandbox.Config{Unavailable: "simulated: no user namespaces"})
+		})
+	p := pluginList(t, h)["p"]
+	if p.Get("state.status").String() != "failed" || !strings.Contains(p.Get("state.error").String(), "sandbox is unavailable") ||
+		!strings.Contains(p.Get("state.error").String(), "simulated: no user namespaces") {
+		t.Fatalf("without a sandbox: %s", p.Raw)
+	}
+	loc, _ := h.srv.locations.Get(h.dir)
+	if tools := h.opts.Plugins.Tools(t.Context(), pluginLocation(loc)); len(tools) != 0 {
+		t.Fatalf("tools offered without a sandbox: %v", tools)
+	}
+
+	if sandbox.Default().Status().Mode != "enforced" {
+		return
+	}
+	h2 := newAgentHarness(t, "chat", &script{})
+	withPlugins(t, h2, map[string]string{"p.js": `export const P = async () => ({});`}, nil)
+	if p := pluginList(t, h2)["p"]; p.Get("state.status").String() != "active" || p.Get("features.sandbox").String() != "enforced" {
+		t.Fatalf("sandboxed: %s", p.Raw)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/events"
 	"github.com/agentgate/agentgate/internal/instance/location"
 	"github.com/agentgate/agentgate/internal/instance/loop"
+	"github.com/agentgate/agentgate/internal/instance/pluginhost"
 	"github.com/agentgate/agentgate/internal/instance/plugins"
 	"github.com/agentgate/agentgate/internal/instance/session"
 	"github.com/agentgate/agentgate/internal/instance/webapp"
@@ -234,7 +235,15 @@ func NewAuthLimiter(clk clock.Clock) *ratelimit.Limiter {
 // requests racing in parallel can pass the limit by the few that are
 // checked in the microseconds between; the password check itself is a
 // constant-time compare, never a slow hash.
+//
+// A request from a location's plugin host (over its stdio, see package
+// pluginhost) is served by servePlugin: only the location-scoped token
+// counts there, and only for that location.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if dir, ok := pluginhost.RequestLocation(r.Context()); ok {
+		s.servePlugin(w, r, dir)
+		return
+	}
 	if !s.guard(w, r) {
 		return
 	}
