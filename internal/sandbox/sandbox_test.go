@@ -376,7 +376,8 @@ func BenchmarkPlainCall(b *testing.B) {
 // TestSandboxAsAnUnprivilegedServer: a server that is not root (here uid
 // 65534) makes its sandboxes through the first helper stage (a server
 // that is non-dumpable cannot write its child's user-namespace map), with
-// the same confinement.
+// the same confinement; and, non-dumpable, its environment is unreadable
+// to the same user's other processes.
 func TestSandboxAsAnUnprivilegedServer(t *testing.T) {
 	if proj := os.Getenv("AGENTGATE_SANDBOX_NONROOT"); proj != "" {
 		s := Default()
@@ -386,6 +387,10 @@ func TestSandboxAsAnUnprivilegedServer(t *testing.T) {
 		}
 		out, code, _ := run(t, s, proj, `id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; echo written > f && echo WROTE; ls /proc | grep -c '^[0-9]'`)
 		fmt.Printf("EXIT %d\n%s", code, out)
+		// The server is non-dumpable: a process of the same user outside
+		// any sandbox cannot read its environment either.
+		b, err := exec.Command("cat", fmt.Sprintf("/proc/%d/environ", os.Getpid())).CombinedOutput()
+		fmt.Printf("ENVIRON %v %s\n", err, b)
 		return
 	}
 	if os.Geteuid() != 0 {
@@ -426,6 +431,9 @@ func TestSandboxAsAnUnprivilegedServer(t *testing.T) {
 	t.Logf("as uid 65534:\n%s", s)
 	if strings.Contains(s, "NOT-ENFORCED") {
 		t.Fatalf("an unprivileged server cannot make a sandbox here:\n%s", s)
+	}
+	if strings.Contains(s, "AGENTGATE_SANDBOX_NONROOT=") || !strings.Contains(s, "Permission denied") {
+		t.Fatalf("a same-user process read the server's environment:\n%s", s)
 	}
 	for _, want := range []string{"EXIT 0", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "WROTE"} {
 		if !strings.Contains(s, want) {
