@@ -9,19 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-)
 
-// sandboxFigures are what `caddy agentgate sandbox bench` prints: one
-// bash call (bash -c true, started and waited for as the bash tool does)
-// in a sandbox and plainly, in turn, from the server's own binary.
-type sandboxFigures struct {
-	Calls        int     `json:"calls"`
-	SandboxedP50 float64 `json:"sandboxed_p50_ms"`
-	SandboxedP90 float64 `json:"sandboxed_p90_ms"`
-	PlainP50     float64 `json:"plain_p50_ms"`
-	PlainP90     float64 `json:"plain_p90_ms"`
-	AddedP50     float64 `json:"added_p50_ms"`
-}
+	"github.com/agentgate/agentgate/modules/agentgate"
+)
 
 // runSandboxBench builds the binary (unless bin is given), runs its
 // sandbox bench reps times and writes bench/results/<stamp>-sandbox.md.
@@ -55,7 +45,7 @@ func runSandboxBench(ctx context.Context, root, bin, out, stamp string, calls, r
 		if err != nil {
 			return "", fmt.Errorf("sandbox bench: %v", err)
 		}
-		var f sandboxFigures
+		var f agentgate.SandboxBench
 		if err := json.Unmarshal(b, &f); err != nil {
 			return "", fmt.Errorf("sandbox bench printed %q: %v", b, err)
 		}

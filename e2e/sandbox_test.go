@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,23 +13,8 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
+	"github.com/agentgate/agentgate/internal/testenv"
 )
-
-// hostProcs lists the host's processes whose command line holds s.
-func hostProcs(s string) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if c := strings.ReplaceAll(string(b), "\x00", " "); strings.Contains(c, s) {
-			out = append(out, e.Name()+": "+c)
-		}
-	}
-	return out
-}
 
 // TestSandboxEscapesThroughTheRealBinary: the real binary, its default
 // sandbox, an agent whose rules allow every command. The escapes a review
@@ -120,14 +104,18 @@ setsid -f sleep 1%s; nohup sleep 2%s >/dev/null 2>&1 & (sleep 3%s &); echo escap
 		t.Fatalf("opencode.json changed: %s", b)
 	}
 	waitFor(t, ctx, "the daemons end with the call", func() bool {
-		return len(hostProcs("sleep 1"+marker)) == 0 && len(hostProcs("sleep 2"+marker)) == 0 && len(hostProcs("sleep 3"+marker)) == 0
+		return len(testenv.HostProcesses("sleep 1"+marker)) == 0 && len(testenv.HostProcesses("sleep 2"+marker)) == 0 && len(testenv.HostProcesses("sleep 3"+marker)) == 0
 	})
 
 	// A command still running when the server is killed dies with it.
 	if st, b, _ := call(ctx, httpClient, "POST", gi.base+"/api/session/"+id+"/prompt", gi.auth, map[string]any{"text": "again"}); st != 200 {
 		t.Fatalf("prompt: %d %s", st, b)
 	}
-	waitFor(t, ctx, "the long command runs", func() bool { return len(hostProcs("sleep 5"+marker)) > 0 && len(hostProcs("sleep 4"+marker)) > 0 })
+	waitFor(t, ctx, "the long command runs", func() bool {
+		return len(testenv.HostProcesses("sleep 5"+marker)) > 0 && len(testenv.HostProcesses("sleep 4"+marker)) > 0
+	})
 	s.kill()
-	waitFor(t, ctx, "the sandbox dies with the server", func() bool { return len(hostProcs("sleep 4"+marker)) == 0 && len(hostProcs("sleep 5"+marker)) == 0 })
+	waitFor(t, ctx, "the sandbox dies with the server", func() bool {
+		return len(testenv.HostProcesses("sleep 4"+marker)) == 0 && len(testenv.HostProcesses("sleep 5"+marker)) == 0
+	})
 }

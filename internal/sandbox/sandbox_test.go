@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentgate/agentgate/internal/testenv"
 )
 
 // run runs a bash script in a sandbox of s with dir writable and returns
@@ -187,28 +189,12 @@ func TestLoopbackInside(t *testing.T) {
 	fmt.Println("LOOPBACK-OK")
 }
 
-// hostProcesses lists the host's processes whose command line holds s.
-func hostProcesses(s string) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
-			out = append(out, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
-	return out
-}
-
 // gone waits (bounded) until no host process holds s.
 func gone(t *testing.T, s string) {
 	t.Helper()
 	var left []string
 	for i := 0; i < 100; i++ {
-		if left = hostProcesses(s); len(left) == 0 {
+		if left = testenv.HostProcesses(s); len(left) == 0 {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -257,13 +243,13 @@ func TestSandboxDiesWithTheServer(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 500 && len(hostProcesses("sleep 876543")) == 0; i++ {
+	for i := 0; i < 500 && len(testenv.HostProcesses("sleep 876543")) == 0; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(100 * time.Millisecond)
-	if len(hostProcesses("sleep 87654")) < 3 {
+	if len(testenv.HostProcesses("sleep 87654")) < 3 {
 		srv.Process.Kill()
-		t.Fatalf("the sandboxed processes did not start: %v\n%s", hostProcesses("sleep 87654"), out.String())
+		t.Fatalf("the sandboxed processes did not start: %v\n%s", testenv.HostProcesses("sleep 87654"), out.String())
 	}
 	srv.Process.Signal(syscall.SIGKILL)
 	srv.Wait()

@@ -48,11 +48,7 @@ func (s *Server) servePlugin(w http.ResponseWriter, r *http.Request, dir string)
 		errs.Write(w, err)
 		return
 	}
-	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, fsReadPrefix) {
-		s.fsRead(w, r)
-		return
-	}
-	s.router.ServeHTTP(w, r)
+	s.route(w, r)
 }
 
 // pluginRefused says what a plugin's request would do that it may not,

@@ -286,6 +286,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		errs.Write(w, err)
 		return
 	}
+	s.route(w, r)
+}
+
+// route dispatches an admitted request: the file reads (a path of any
+// depth), then the route table.
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, fsReadPrefix) {
 		s.fsRead(w, r)
 		return
