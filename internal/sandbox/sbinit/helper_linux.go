@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/signal"
 	"runtime"
 	"syscall"
 	"unsafe"
@@ -151,6 +152,13 @@ func initMain() {
 	}
 	status.WriteString("ok\n")
 	status.Close()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	go func() {
+		for s := range sigs {
+			syscall.Kill(-1, s.(syscall.Signal))
+		}
+	}()
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, 0, nil)
