@@ -471,3 +471,21 @@ func TestEveryToolHasAValidSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestBashLimitHitIsAClearError: a command that reaches the sandbox's
+// memory limit is killed, and the result says which limit it reached.
+func TestBashLimitHitIsAClearError(t *testing.T) {
+	env, _ := project(t, nil)
+	env.Sandbox = sandbox.New(sandbox.Config{Limits: sandbox.Limits{Memory: 64 << 20}})
+	st := env.Sandbox.Status()
+	if st.Mode != "enforced" || strings.HasPrefix(st.Limits["memory"], "not enforced") {
+		if os.Getenv("CI") != "" && st.Mode != "enforced" {
+			t.Fatalf("no sandbox: %+v", st)
+		}
+		t.Skipf("no memory limit on this host: %+v", st)
+	}
+	res := mustCall(t, env, "bash", map[string]any{"command": `x=$(head -c 400000000 /dev/zero | tr '\0' a); echo survived ${#x}`})
+	if strings.Contains(res.Output, "survived") || !strings.Contains(res.Output, "sandbox's memory limit") || res.Metadata["exit"] != (*int)(nil) {
+		t.Fatalf("the memory limit: %q %v", res.Output, res.Metadata)
+	}
+}

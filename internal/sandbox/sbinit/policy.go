@@ -2,7 +2,7 @@
 // sandbox (its first process) before the command, dispatched from this
 // package's init when the binary is re-run as "agentgate-sandbox".
 //
-// It imports nothing above what package os itself needs: Go initializes a
+// It imports only package os, os/signal and what they need: Go initializes a
 // package once its imports are, in import-path order, so with these
 // imports the helper runs about 2 ms into the process, before the rest of
 // the binary (Caddy, its modules and their dependencies) spends time
