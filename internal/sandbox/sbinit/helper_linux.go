@@ -235,9 +235,6 @@ var EtcEntries = []string{"passwd", "group", "hosts", "hostname", "host.conf", "
 	"magic", "inputrc", "terminfo", "shells", "bash.bashrc", "gitconfig", "python3", "perl", "xdg", "java-17-openjdk",
 	"java-21-openjdk", "fonts", "mtab"}
 
-// Home is HOME inside a sandbox: a directory of its private /tmp.
-const Home = "/tmp/home"
-
 const (
 	oldRoot = "/oldroot"
 	newRoot = "/newroot"

@@ -14,6 +14,9 @@ import "errors"
 // Name is argv[0] of the helper.
 const Name = "agentgate-sandbox"
 
+// Home is HOME inside a sandbox: a directory of its private /tmp.
+const Home = "/tmp/home"
+
 // Policy is what the helper reads on fd 3: everything it needs to set one
 // sandbox up, with no secret in it.
 type Policy struct {
