@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -28,7 +27,6 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/pluginhost"
 	"github.com/agentgate/agentgate/internal/instance/plugins"
 	"github.com/agentgate/agentgate/internal/instance/server"
-	"github.com/agentgate/agentgate/internal/instance/tools"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/ratelimit"
 	"github.com/agentgate/agentgate/internal/sandbox"
@@ -466,7 +464,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		opts.Runner = runner
 	}
 	in.server = server.New(opts)
-	rt, err := in.pluginRuntime(app, repl, password)
+	rt, err := in.pluginRuntime(app, repl)
 	if err != nil {
 		shared.Delete(in.key)
 		in.key = ""
@@ -502,11 +500,11 @@ func (in *Instance) logSandbox() {
 // pluginRuntime starts (lazily) the plugin host: Bun from the config or
 // PATH, its files in a private directory under the data directory, a
 // process per location in the instance's sandbox (with the sandbox off,
-// plain processes with the environment a command gets: no key, token,
-// password or provider credential). The plugins' client talks to this
+// plain processes with the environment a command gets: an allow-list,
+// never the server's own). The plugins' client talks to this
 // instance's handler over the host's stdio with a token scoped to its
 // location: no instance credential reaches a plugin.
-func (in *Instance) pluginRuntime(app *agentgate.App, repl *caddy.Replacer, password string) (*plugins.Runtime, error) {
+func (in *Instance) pluginRuntime(app *agentgate.App, repl *caddy.Replacer) (*plugins.Runtime, error) {
 	cfg := in.PluginHost
 	if cfg == nil {
 		cfg = &PluginHost{}
@@ -519,12 +517,8 @@ func (in *Instance) pluginRuntime(app *agentgate.App, repl *caddy.Replacer, pass
 		}
 		bun = p
 	}
-	secrets := append([]string{password}, app.SecretValues()...)
-	if in.Provider != nil {
-		secrets = append(secrets, repl.ReplaceAll(in.Provider.APIKey, ""))
-	}
 	host, err := pluginhost.New(pluginhost.Options{Bun: bun, Modules: repl.ReplaceAll(cfg.NodeModules, ""),
-		Dir: filepath.Join(app.DataDir(), "plugin-host", in.Name), Env: tools.ScrubEnv(os.Environ(), secrets),
+		Dir: filepath.Join(app.DataDir(), "plugin-host", in.Name),
 		Sandbox: in.sandbox, Handler: in.server,
 		CallTimeout: time.Duration(cfg.CallTimeout), ToolTimeout: time.Duration(cfg.ToolTimeout), Logger: in.logger.Named("plugins")})
 	if err != nil {

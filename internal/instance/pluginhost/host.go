@@ -76,9 +76,9 @@ type Options struct {
 	// runtime/, which the processes read) and the logs of what plugins
 	// print (in logs/, which they never see).
 	Dir string
-	// Env is the environment of a process run without a sandbox (sandbox
-	// off), already scrubbed of secrets by the caller. A sandboxed process
-	// gets the sandbox's allow-listed environment instead.
+	// Env, when set, is the environment of a process run without a
+	// sandbox (sandbox off); default: the sandbox's allow-listed one, as a
+	// sandboxed process gets.
 	Env []string
 	// Sandbox confines the processes (default: sandbox.Default()). When
 	// it is unavailable plugins do not load; when it is off they run as
@@ -311,7 +311,11 @@ func (h *Host) command(s *slot) (*sandbox.Cmd, error) {
 	var env []string
 	switch mode {
 	case "off":
-		env = append(append([]string(nil), h.opts.Env...), own...)
+		env = h.opts.Env
+		if env == nil {
+			env = sb.Env()
+		}
+		env = append(append([]string(nil), env...), own...)
 	case "enforced":
 		env = append(sb.Env(), own...)
 	default:
