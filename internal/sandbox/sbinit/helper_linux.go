@@ -397,13 +397,17 @@ func bind(path string, readOnly, optional bool) error {
 }
 
 // cover mounts an empty read-only file or directory over a path of the
-// new root.
+// new root. A path that is gone, or became a link, since the server
+// scanned the project is left alone (a link is never followed).
 func cover(path string, dir bool) error {
 	src := "/emptyfile"
 	if dir {
 		src = "/emptydir"
 	}
 	dst := newRoot + path
+	if fi, err := os.Lstat(dst); err != nil || fi.Mode()&os.ModeSymlink != 0 || fi.IsDir() != dir {
+		return nil
+	}
 	if err := syscall.Mount(src, dst, "", syscall.MS_BIND, ""); err != nil {
 		return wrap("masking "+path, err)
 	}
