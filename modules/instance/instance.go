@@ -518,7 +518,7 @@ func (in *Instance) pluginRuntime(app *agentgate.App, repl *caddy.Replacer) (*pl
 		bun = p
 	}
 	host, err := pluginhost.New(pluginhost.Options{Bun: bun, Modules: repl.ReplaceAll(cfg.NodeModules, ""),
-		Dir: filepath.Join(app.DataDir(), "plugin-host", in.Name),
+		Dir:     filepath.Join(app.DataDir(), "plugin-host", in.Name),
 		Sandbox: in.sandbox, Handler: in.server,
 		CallTimeout: time.Duration(cfg.CallTimeout), ToolTimeout: time.Duration(cfg.ToolTimeout), Logger: in.logger.Named("plugins")})
 	if err != nil {
