@@ -32,6 +32,13 @@ func BadRequest(format string, a ...any) *Error {
 func Unauthorized() *Error {
 	return New(http.StatusUnauthorized, "Unauthorized", "missing, invalid, expired or revoked credential")
 }
+
+// AmbiguousCredential answers a request that carries two different
+// credentials: which one it means is not the server's to guess. The
+// message names the slots, never a credential.
+func AmbiguousCredential(format string, a ...any) *Error {
+	return New(http.StatusBadRequest, "AmbiguousCredential", format, a...)
+}
 func Forbidden(format string, a ...any) *Error {
 	return New(http.StatusForbidden, "Forbidden", format, a...)
 }

@@ -225,29 +225,46 @@ func TestUpstreamPath(t *testing.T) {
 }
 
 func TestClientCredentialOrderAndSlots(t *testing.T) {
+	// cred is ClientCredential's credential, failing on a conflict: the
+	// order of the slots matters only once they agree.
+	cred := func(h http.Header, q ...string) string {
+		t.Helper()
+		c, conflict := ClientCredential(h, q)
+		if conflict {
+			t.Fatalf("%v %q: conflict", h, q)
+		}
+		return c
+	}
 	h := http.Header{}
-	if ClientCredential(h, "") != "" {
+	if cred(h) != "" {
 		t.Fatal("no credential expected")
 	}
-	if ClientCredential(h, "q") != "q" {
+	if cred(h, "q") != "q" {
 		t.Fatal("?key= not read")
 	}
-	h.Set("X-Goog-Api-Key", "g")
-	if ClientCredential(h, "q") != "g" {
-		t.Fatal("x-goog-api-key not preferred over ?key=")
+	if cred(h, "", "q") != "q" {
+		t.Fatal("a blank ?key= must not count")
 	}
-	h.Set("Api-Key", "a")
-	h.Set("X-Api-Key", "x")
-	if ClientCredential(h, "q") != "x" {
-		t.Fatal("x-api-key not preferred")
+	h.Set("X-Goog-Api-Key", "g")
+	if cred(h) != "g" {
+		t.Fatal("x-goog-api-key not read")
+	}
+	h.Set("Api-Key", "g")
+	h.Set("X-Api-Key", " g ")
+	if cred(h, "g") != "g" {
+		t.Fatal("one credential in every slot")
 	}
 	h.Set("Authorization", "Basic zzz")
-	if ClientCredential(h, "q") != "x" {
+	if cred(h, "g") != "g" {
 		t.Fatal("a non-bearer Authorization must not count")
 	}
-	h.Set("Authorization", "bearer  b ")
-	if ClientCredential(h, "q") != "b" {
-		t.Fatal("bearer not preferred")
+	h.Set("Authorization", "bearer  g ")
+	if cred(h, "g", "g") != "g" {
+		t.Fatal("bearer not read")
+	}
+	h.Set("Authorization", "Bearer   ")
+	if cred(h) != "g" {
+		t.Fatal("a blank bearer must not count")
 	}
 
 	for kind, want := range map[string][2]string{
@@ -307,6 +324,65 @@ func TestSupports(t *testing.T) {
 	} {
 		if Supports(c.kind, c.f) != c.ok {
 			t.Errorf("%s %v", c.kind, c.f)
+		}
+	}
+}
+
+// Two different credentials anywhere in a request's slots are a conflict,
+// whichever slots carry them.
+func TestClientCredentialConflict(t *testing.T) {
+	slots := []struct {
+		name string
+		set  func(h http.Header, q *[]string, v string)
+	}{
+		{"Authorization", func(h http.Header, _ *[]string, v string) { h.Add("Authorization", "Bearer "+v) }},
+		{"Api-Key", func(h http.Header, _ *[]string, v string) { h.Add("Api-Key", v) }},
+		{"X-Api-Key", func(h http.Header, _ *[]string, v string) { h.Add("X-Api-Key", v) }},
+		{"X-Goog-Api-Key", func(h http.Header, _ *[]string, v string) { h.Add("X-Goog-Api-Key", v) }},
+		{"?key=", func(_ http.Header, q *[]string, v string) { *q = append(*q, v) }},
+	}
+	for _, a := range slots {
+		for _, b := range slots { // a slot with itself: the slot repeated
+			h, q := http.Header{}, []string(nil)
+			a.set(h, &q, "agk_one")
+			b.set(h, &q, "agk_two")
+			if _, conflict := ClientCredential(h, q); !conflict {
+				t.Errorf("%s + %s: no conflict", a.name, b.name)
+			}
+			h, q = http.Header{}, nil
+			a.set(h, &q, "agk_one")
+			b.set(h, &q, "agk_one")
+			if c, conflict := ClientCredential(h, q); conflict || c != "agk_one" {
+				t.Errorf("%s + %s, the same credential: %q %v", a.name, b.name, c, conflict)
+			}
+		}
+	}
+	// A credential and its prefix differ too.
+	if _, conflict := ClientCredential(http.Header{"X-Api-Key": {"agk_one"}}, []string{"agk_on"}); !conflict {
+		t.Error("a prefix is the same credential")
+	}
+}
+
+// The common request, one credential, allocates nothing; nor does the same
+// credential in two slots.
+func TestClientCredentialAllocs(t *testing.T) {
+	one := http.Header{"Authorization": {"Bearer agk_0123456789abcdef0123456789abcdef0123456789"}}
+	two := http.Header{"Authorization": {"Bearer agk_0123456789abcdef0123456789abcdef0123456789"},
+		"X-Api-Key": {"agk_0123456789abcdef0123456789abcdef0123456789"}}
+	for name, h := range map[string]http.Header{"one": one, "two": two} {
+		if n := testing.AllocsPerRun(100, func() { ClientCredential(h, nil) }); n != 0 {
+			t.Errorf("%s: %v allocations", name, n)
+		}
+	}
+}
+
+func TestSameCredential(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{{"", "", true}, {"k", "k", true}, {"k", "K", false}, {"ka", "kb", false}, {"k", "kk", false}} {
+		if SameCredential(c.a, c.b) != c.want {
+			t.Errorf("SameCredential(%q, %q) != %v", c.a, c.b, c.want)
 		}
 	}
 }

@@ -53,18 +53,58 @@ func clientCredentialHeaders() []string {
 // format whose key slots include it.
 const QueryKey = "key"
 
-// ClientCredential returns the workspace credential of a request: the first
-// of Authorization: Bearer, the formats' key headers and ?key=.
-func ClientCredential(h http.Header, queryKey string) string {
-	if v := h.Get("Authorization"); len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
-		return strings.TrimSpace(v[7:])
-	}
-	for _, name := range ClientCredentialHeaders[1:] {
-		if v := h.Get(name); v != "" {
-			return strings.TrimSpace(v)
+// ClientCredential returns the workspace credential of a request, read
+// from every slot a client may carry it in: each Authorization value that
+// is a bearer token, each value of the formats' key headers, and each
+// ?key= value (queryKeys, as parsed from the query). A blank value is no
+// credential. cred is the first credential found in that order; conflict
+// reports that two slots, or two values of one slot, carry credentials
+// that differ (compared in constant time): the request is ambiguous and
+// must be refused whichever of them is valid. The same credential in
+// several slots is no conflict (some SDKs send both Authorization and
+// their own key header). A request with one credential costs no
+// comparison and no allocation.
+func ClientCredential(h http.Header, queryKeys []string) (cred string, conflict bool) {
+	for _, v := range h["Authorization"] {
+		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+			cred, conflict = addCredential(cred, conflict, strings.TrimSpace(v[7:]))
 		}
 	}
-	return queryKey
+	for _, name := range ClientCredentialHeaders[1:] {
+		for _, v := range h[name] {
+			cred, conflict = addCredential(cred, conflict, strings.TrimSpace(v))
+		}
+	}
+	for _, v := range queryKeys {
+		cred, conflict = addCredential(cred, conflict, v)
+	}
+	return cred, conflict
+}
+
+// addCredential adds the credential v of one more slot to those found so
+// far: the first becomes cred, any later one that differs is a conflict.
+func addCredential(cred string, conflict bool, v string) (string, bool) {
+	switch {
+	case v == "":
+	case cred == "":
+		cred = v
+	case !SameCredential(cred, v):
+		conflict = true
+	}
+	return cred, conflict
+}
+
+// SameCredential reports whether a and b are the same credential, in time
+// that depends on their lengths only, never on where they first differ.
+func SameCredential(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	var d byte
+	for i := 0; i < len(a); i++ {
+		d |= a[i] ^ b[i]
+	}
+	return d == 0
 }
 
 // CredentialFormat is the format whose SDK sends a credential the way this

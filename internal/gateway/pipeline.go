@@ -214,13 +214,15 @@ func (c *call) reserveAndForward(p *service.Principal, amount money.Pico) *apier
 func (c *call) authenticate() (*service.Principal, *apierr.Error) {
 	r := c.r
 	c.query = r.URL.Query()
-	qkey := c.query.Get(formats.QueryKey)
-	cred := formats.ClientCredential(r.Header, qkey)
+	cred, conflict := formats.ClientCredential(r.Header, c.query[formats.QueryKey])
 	if !c.envelope.Valid() {
-		c.envelope = formats.CredentialFormat(r.Header, qkey)
+		c.envelope = formats.CredentialFormat(r.Header, c.query.Get(formats.QueryKey))
 	}
 	orgID := r.Header.Get("X-Org-Id")
 	stripClientSecrets(r, c.query)
+	if conflict {
+		return nil, ambiguousCredential()
+	}
 
 	svc, err := c.p.Service(r.Context())
 	if err != nil {
@@ -427,6 +429,13 @@ func (c *call) finish(res *ledger.Reservation, status int, result formats.MeterR
 		return
 	}
 	res.SettleAsync(rec, record)
+}
+
+// ambiguousCredential answers a request whose credential slots carry two
+// different credentials, before either is resolved: valid or not, neither
+// is taken over the other.
+func ambiguousCredential() *apierr.Error {
+	return apierr.AmbiguousCredential("the request carries two different credentials (Authorization, x-api-key, api-key, x-goog-api-key or ?key=); send one")
 }
 
 // stripClientSecrets removes every client credential, cookie and x-org-id

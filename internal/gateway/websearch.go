@@ -24,8 +24,11 @@ func (p *Pipeline) ServeWebsearch(w http.ResponseWriter, r *http.Request) {
 
 func (p *Pipeline) websearch(w http.ResponseWriter, r *http.Request) *apierr.Error {
 	q := r.URL.Query()
-	cred := formats.ClientCredential(r.Header, q.Get(formats.QueryKey))
+	cred, conflict := formats.ClientCredential(r.Header, q[formats.QueryKey])
 	stripClientSecrets(r, q)
+	if conflict {
+		return ambiguousCredential()
+	}
 	svc, err := p.Service(r.Context())
 	if err != nil {
 		return apierr.As(err)

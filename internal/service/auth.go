@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/formats"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/store"
 )
@@ -82,6 +83,75 @@ func BearerToken(h http.Header) string {
 		return strings.TrimSpace(v[7:])
 	}
 	return ""
+}
+
+// The Console web's session cookie: __Host-ag_session on HTTPS (the prefix
+// pins it to the host, path / and Secure), ag_session on plain HTTP.
+const (
+	SessionCookieTLS   = "__Host-ag_session"
+	SessionCookiePlain = "ag_session"
+)
+
+// maxSessionCookies bounds the session cookies CheckSessionCookies looks
+// up for one request; a request with more is refused.
+const maxSessionCookies = 4
+
+// CheckSessionCookies refuses, with 400 AmbiguousCredential, a request
+// whose bearer credential resolved to p while a session cookie it also
+// carries is the live session of someone else: a person's session agrees
+// with a token of that same person only, and with no service-account key.
+// A cookie that is no live session (malformed, expired, signed out) names
+// nobody and is ignored, as browsers keep stale ones. Without a Cookie
+// header it costs nothing. The bearer credential alone still decides who
+// the request acts as.
+func (s *Service) CheckSessionCookies(ctx context.Context, p *Principal, r *http.Request) error {
+	if len(r.Header["Cookie"]) == 0 {
+		return nil
+	}
+	n := 0
+	for _, name := range [...]string{SessionCookieTLS, SessionCookiePlain} {
+		for _, c := range r.CookiesNamed(name) {
+			if c.Value == "" {
+				continue
+			}
+			if n++; n > maxSessionCookies {
+				return apierr.AmbiguousCredential("the request carries too many session cookies")
+			}
+			sess, err := s.LookupSession(ctx, c.Value)
+			if err != nil {
+				if apierr.As(err).Status == http.StatusUnauthorized {
+					continue
+				}
+				return err
+			}
+			if p.Kind != KindPerson || p.PersonID != sess.Person.ID {
+				return apierr.AmbiguousCredential("the bearer credential and the session cookie belong to different principals; send one")
+			}
+		}
+	}
+	return nil
+}
+
+// ConsoleBearer returns the bearer token of a Console request, and whether
+// its Authorization header is repeated with another bearer token
+// (compared in constant time): such a request is ambiguous. A repeated
+// header with the same token is one credential.
+func ConsoleBearer(h http.Header) (token string, conflict bool) {
+	vs := h["Authorization"]
+	for _, v := range vs {
+		if len(v) <= 7 || !strings.EqualFold(v[:7], "bearer ") {
+			continue
+		}
+		t := strings.TrimSpace(v[7:])
+		switch {
+		case t == "":
+		case token == "":
+			token = t
+		case !formats.SameCredential(token, t):
+			conflict = true
+		}
+	}
+	return token, conflict
 }
 
 // lastUsedEvery bounds how often a key's last_used_at is written.

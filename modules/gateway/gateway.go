@@ -43,7 +43,10 @@ func init() {
 //
 // The workspace credential is read from `Authorization: Bearer`,
 // `x-api-key`, `api-key`, `x-goog-api-key` or `?key=`, and checked before
-// the path is; every client credential, cookie and `x-org-id` is removed
+// the path is. A request whose slots (a repeated header or `?key=`
+// included) carry two different credentials is refused with 400
+// `AmbiguousCredential`; the same credential in several slots is one
+// credential. Every client credential, cookie and `x-org-id` is removed
 // before forwarding, and the connection's credential is set in the
 // provider's native header. Gateway errors are JSON with `_tag` and
 // `message` inside the error envelope of the connection's format (before

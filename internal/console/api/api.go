@@ -102,15 +102,30 @@ func (a *API) Routes() []endpoint.Route { return a.routes }
 
 // authenticate resolves the request's credential: Authorization: Bearer,
 // with x-org-id; on the account routes, which name no workspace, without.
+// Two different bearer tokens, or a Console session cookie sent along (a
+// browser's) of someone else, make the request ambiguous: 400.
 func authenticate(r *http.Request, svc *service.Service, _ router.Params) (*service.Principal, error) {
-	cred := service.BearerToken(r.Header)
+	cred, conflict := service.ConsoleBearer(r.Header)
+	if conflict {
+		return nil, apierr.AmbiguousCredential("the request carries two different bearer credentials; send one")
+	}
 	if cred == "" {
 		return nil, apierr.Unauthorized()
 	}
+	var p *service.Principal
+	var err error
 	if accountRoutes[r.URL.Path] {
-		return svc.AuthenticateAccount(r.Context(), cred)
+		p, err = svc.AuthenticateAccount(r.Context(), cred)
+	} else {
+		p, err = svc.Authenticate(r.Context(), cred, r.Header.Get("x-org-id"))
 	}
-	return svc.Authenticate(r.Context(), cred, r.Header.Get("x-org-id"))
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.CheckSessionCookies(r.Context(), p, r); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // accountRoutes are about the caller's own account: who signed in and the

@@ -16,8 +16,8 @@ import (
 // Cookie names. On HTTPS the __Host- prefix pins the cookie to this host,
 // path / and Secure; plain HTTP (a local Console) cannot use the prefix.
 const (
-	SessionCookieTLS   = "__Host-ag_session"
-	SessionCookiePlain = "ag_session"
+	SessionCookieTLS   = service.SessionCookieTLS
+	SessionCookiePlain = service.SessionCookiePlain
 	signInCookieTLS    = "__Host-ag_signin"
 	signInCookiePlain  = "ag_signin"
 )
