@@ -786,3 +786,53 @@ func TestDeviceCodeDefaultClients(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceUnknownCodesLimited: the real binary counts polls with unknown
+// device codes per client address (as Caddy determines it): after ten, the
+// address's polls — its real, pending code included — get 429 with the
+// error slow_down in the token endpoint's JSON and Retry-After.
+func TestDeviceUnknownCodesLimited(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	s := startServer(t, ctx, caddyBinary(t), config{})
+	base := "http://" + s.httpAddr
+	post := func(body string) (int, http.Header, map[string]any) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, "POST", base+"/auth/device/token", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json") // what the OpenCode CLI sends
+		res, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("token endpoint: %d %q %v", res.StatusCode, res.Header.Get("Content-Type"), err)
+		}
+		return res.StatusCode, res.Header, out
+	}
+	st, b, err := call(ctx, httpClient, "POST", base+"/auth/device/code", http.Header{"Content-Type": {"application/json"}}, `{"client_id":"opencode-cli"}`)
+	var start struct {
+		DeviceCode string `json:"device_code"`
+	}
+	if err != nil || st != 200 || json.Unmarshal(b, &start) != nil {
+		t.Fatalf("device code: %d %v %s", st, err, b)
+	}
+	poll := func(code string) string {
+		return `{"grant_type":"` + deviceGrant + `","client_id":"opencode-cli","device_code":"` + code + `"}`
+	}
+	if st, _, out := post(poll(start.DeviceCode)); st != 400 || out["error"] != "authorization_pending" {
+		t.Fatalf("pending: %d %v", st, out)
+	}
+	for i := 0; i < 10; i++ {
+		if st, _, out := post(poll(fmt.Sprintf("ag_dc_guess%d", i))); st != 400 || out["error"] != "invalid_grant" {
+			t.Fatalf("unknown code %d: %d %v", i, st, out)
+		}
+	}
+	st, h, out := post(poll(start.DeviceCode))
+	if st != http.StatusTooManyRequests || out["error"] != "slow_down" || h.Get("Retry-After") == "" || h.Get("WWW-Authenticate") != "" {
+		t.Fatalf("the real code from the guessing address: %d %v Retry-After %q", st, out, h.Get("Retry-After"))
+	}
+}

@@ -37,9 +37,21 @@ type OAuthError struct {
 	Description string
 	// Interval is the new polling interval of a slow_down, in seconds.
 	Interval int
+	// RetryAfter, when positive, is sent as the Retry-After header.
+	RetryAfter time.Duration
+
+	unknownCode bool // the device_code names no grant of this client
 }
 
 func (e *OAuthError) Error() string { return e.Code + ": " + e.Description }
+
+// IsUnknownDeviceCode reports whether err answers a poll with a device_code
+// that names no grant of the polling client: what a guesser gets, and what
+// the token endpoint counts per client address.
+func IsUnknownDeviceCode(err error) bool {
+	var oe *OAuthError
+	return errors.As(err, &oe) && oe.unknownCode
+}
 
 func oauthErr(code, desc string) *OAuthError {
 	return &OAuthError{Status: 400, Code: code, Description: desc}
@@ -145,6 +157,7 @@ func (s *Service) PollDevice(ctx context.Context, clientID, deviceCode string) (
 		g, err := tx.DeviceGrant(id)
 		if errors.Is(err, store.ErrNotFound) || (err == nil && g.ClientID != clientID) {
 			oerr = oauthErr("invalid_grant", "unknown device_code")
+			oerr.unknownCode = true
 			return nil
 		}
 		if err != nil {

@@ -183,14 +183,25 @@ func TestPollDeviceStates(t *testing.T) {
 	ws := e.workspace("acme")
 	alice := e.person(ws, store.RoleMember)
 
+	// Unknown codes, and other clients' codes, are told apart (the token
+	// endpoint counts them per client address); nothing else is.
 	_, err := e.svc.PollDevice(ctx, cli, "ag_dc_"+strings.Repeat("A", 43))
 	wantOAuth(t, "unknown device_code", err, "invalid_grant")
+	if !service.IsUnknownDeviceCode(err) {
+		t.Fatal("an unknown device_code is not marked as one")
+	}
 	_, err = e.svc.PollDevice(ctx, cli, "")
 	wantOAuth(t, "missing device_code", err, "invalid_request")
+	if service.IsUnknownDeviceCode(err) {
+		t.Fatal("a missing device_code is marked unknown")
+	}
 
 	d := e.start(true)
 	_, err = e.svc.PollDevice(ctx, "other-cli", d.DeviceCode)
 	wantOAuth(t, "another client's device_code", err, "invalid_grant")
+	if !service.IsUnknownDeviceCode(err) {
+		t.Fatal("another client's device_code is not marked unknown")
+	}
 	// The other client's poll did not count: the right client is not told
 	// to slow down.
 	_, err = e.svc.PollDevice(ctx, cli, d.DeviceCode)
@@ -248,7 +259,11 @@ func TestPollDeviceStates(t *testing.T) {
 	}
 	// The code is single use.
 	e.clk.Advance(time.Minute)
-	wantOAuth(t, "replaying the consumed code", err2(e.svc.PollDevice(ctx, cli, d.DeviceCode)), "invalid_grant")
+	_, err = e.svc.PollDevice(ctx, cli, d.DeviceCode)
+	wantOAuth(t, "replaying the consumed code", err, "invalid_grant")
+	if service.IsUnknownDeviceCode(err) {
+		t.Fatal("a consumed code is marked unknown")
+	}
 	_, err = e.svc.LookupUserCode(ctx, d.UserCode)
 	wantErr(t, "LookupUserCode of a consumed code", err, 404, "DeviceCodeNotFound")
 	wantErr(t, "approving a consumed code", e.svc.DecideDevice(ctx, alice, d.UserCode, true, ws), 404, "DeviceCodeNotFound")

@@ -84,7 +84,7 @@ func (c *Console) Provision(ctx caddy.Context) error {
 	if len(clients) == 0 {
 		clients = []string{"agentgate-cli", "opencode-cli"}
 	}
-	c.oauth = &oauth.Handler{Service: app.Service, BaseURL: c.ConsoleURL, Clients: map[string]bool{}}
+	c.oauth = &oauth.Handler{Service: app.Service, BaseURL: c.ConsoleURL, Clients: map[string]bool{}, ClientIP: agentgate.ClientIP}
 	for _, id := range clients {
 		c.oauth.Clients[id] = true
 	}

@@ -12,12 +12,17 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/ratelimit"
 	"github.com/agentgate/agentgate/internal/service"
 )
 
@@ -32,6 +37,21 @@ const (
 // GrantDeviceCode is the device-code grant type.
 const GrantDeviceCode = "urn:ietf:params:oauth:grant-type:device_code"
 
+// Guessing of device codes. Pacing of one real code is the grant's own
+// slow_down; this limits a client address that polls with device codes
+// naming no grant of its client (unknown, or another client's): after
+// UnknownCodesPerIP of them within UnknownCodeWindow (sliding), every
+// device-code poll from that address — a real, pending code included — is
+// answered 429 with the error slow_down, the new interval and Retry-After,
+// until the oldest counted one leaves the window. No code is looked at
+// then, so refused polls neither count nor touch a grant's pacing. Clients
+// switch on the error, not on the status: slow_down makes them poll more
+// slowly and keep going.
+const (
+	UnknownCodesPerIP = 10
+	UnknownCodeWindow = 15 * time.Minute
+)
+
 // Handler serves the endpoints.
 type Handler struct {
 	// Service returns the Console service (503 while the store opens).
@@ -41,6 +61,49 @@ type Handler struct {
 	// BaseURL is the Console's public base URL; empty means the request's
 	// scheme and host.
 	BaseURL string
+	// ClientIP returns the client address a request comes from, for the
+	// limit on unknown device codes. Default: the host of RemoteAddr.
+	ClientIP func(r *http.Request) string
+	// Clock drives that limit. Default: the real clock.
+	Clock clock.Clock
+
+	once         sync.Once
+	unknownCodes *ratelimit.Limiter
+}
+
+func (h *Handler) init() {
+	h.once.Do(func() {
+		h.unknownCodes = ratelimit.New(UnknownCodesPerIP, UnknownCodeWindow, h.Clock)
+		if h.ClientIP == nil {
+			h.ClientIP = remoteHost
+		}
+	})
+}
+
+func remoteHost(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// pollDevice answers a device-code poll, refusing an address that guessed
+// too many device codes and counting each unknown one it presents.
+func (h *Handler) pollDevice(r *http.Request, svc *service.Service, clientID, deviceCode string) (*service.TokenPair, error) {
+	h.init()
+	key := "ip:" + h.ClientIP(r)
+	if wait := h.unknownCodes.RetryAfter(key); wait > 0 {
+		secs := int((wait + time.Second - 1) / time.Second)
+		return nil, &service.OAuthError{Status: http.StatusTooManyRequests, Code: "slow_down",
+			Description: "too many unknown device codes from this address: wait " + strconv.Itoa(secs) + " s",
+			Interval:    max(secs, service.DeviceInterval+5), RetryAfter: wait}
+	}
+	pair, err := svc.PollDevice(r.Context(), clientID, deviceCode)
+	if service.IsUnknownDeviceCode(err) {
+		h.unknownCodes.Fail(key)
+	}
+	return pair, err
 }
 
 // Handles reports whether the handler serves the request's path.
@@ -125,7 +188,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var pair *service.TokenPair
 		switch form.Get("grant_type") {
 		case GrantDeviceCode:
-			pair, err = svc.PollDevice(r.Context(), clientID, form.Get("device_code"))
+			pair, err = h.pollDevice(r, svc, clientID, form.Get("device_code"))
 		case "refresh_token":
 			if form.Get("refresh_token") == "" {
 				writeError(w, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "refresh_token is required"})
@@ -285,7 +348,10 @@ func writeError(w http.ResponseWriter, e *service.OAuthError) {
 	if e.Interval > 0 {
 		body["interval"] = e.Interval
 	}
-	if e.Status == http.StatusServiceUnavailable {
+	switch {
+	case e.RetryAfter > 0:
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((e.RetryAfter+time.Second-1)/time.Second), 10))
+	case e.Status == http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, e.Status, body)

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +56,13 @@ func newEnv(t *testing.T, opts ...func(*oauth.Handler)) *env {
 	e.h = &oauth.Handler{
 		Service: func(context.Context) (*service.Service, error) { return e.svc, nil },
 		Clients: map[string]bool{cli: true, "second-cli": true},
+		Clock:   clk,
+		ClientIP: func(r *http.Request) string {
+			if ip := r.Header.Get("X-Test-IP"); ip != "" {
+				return ip
+			}
+			return "192.0.2.1"
+		},
 	}
 	for _, f := range opts {
 		f(e.h)
@@ -105,6 +113,7 @@ type req struct {
 	contentType string // default form
 	basicUser   string // HTTP Basic client id, when not ""
 	basicPass   string
+	ip          string // the client address the handler sees, when not ""
 }
 
 // do sends a request and checks what every answer of the endpoints must
@@ -125,6 +134,9 @@ func (e *env) do(r req) resp {
 		hr.Header.Set("Content-Type", r.contentType)
 	case r.body != "":
 		hr.Header.Set("Content-Type", formType)
+	}
+	if r.ip != "" {
+		hr.Header.Set("X-Test-IP", r.ip)
 	}
 	if r.basicUser != "" {
 		hr.SetBasicAuth(url.QueryEscape(r.basicUser), url.QueryEscape(r.basicPass))
@@ -197,6 +209,64 @@ func (e *env) start(orgScope bool) (deviceCode, userCode string) {
 func (e *env) poll(deviceCode string) resp {
 	e.t.Helper()
 	return e.do(req{path: oauth.TokenPath, body: form("grant_type", deviceType, "device_code", deviceCode, "client_id", cli)})
+}
+
+// pollFrom polls a device code from a client address.
+func (e *env) pollFrom(ip, deviceCode string) resp {
+	e.t.Helper()
+	return e.do(req{path: oauth.TokenPath, ip: ip, body: form("grant_type", deviceType, "device_code", deviceCode, "client_id", cli)})
+}
+
+// TestUnknownDeviceCodesLimitedPerAddress: an address that polls with
+// device codes that name no grant is refused (429 slow_down with
+// Retry-After) after the limit — its real, pending code included — until
+// the window passes; another address is not; a real code polled too fast
+// keeps getting the grant's own slow_down.
+func TestUnknownDeviceCodesLimitedPerAddress(t *testing.T) {
+	e := newEnv(t)
+	const guesser, other = "198.51.100.7", "203.0.113.9"
+	dc, _ := e.start(false)
+	otherDC, _ := e.start(false)
+	wantError(t, "pending", e.pollFrom(guesser, dc), 400, "authorization_pending")
+	for i := 0; i < oauth.UnknownCodesPerIP-1; i++ {
+		e.clk.Advance(time.Second)
+		wantError(t, "unknown code", e.pollFrom(guesser, "ag_dc_guess"+strconv.Itoa(i)), 400, "invalid_grant")
+	}
+	// Another client's real code is a guess too: the last one allowed.
+	r := e.do(req{path: oauth.TokenPath, ip: guesser, body: form("grant_type", deviceType, "device_code", otherDC, "client_id", "second-cli")})
+	wantError(t, "another client's code", r, 400, "invalid_grant")
+	e.clk.Advance(10 * time.Second)
+	r = e.pollFrom(guesser, "ag_dc_one-more")
+	wantError(t, "over the limit", r, http.StatusTooManyRequests, "slow_down")
+	// The guessing address is refused even for its real, pending code.
+	r = e.pollFrom(guesser, dc)
+	wantError(t, "real code from the guessing address", r, http.StatusTooManyRequests, "slow_down")
+	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+	if err != nil || ra <= 0 || time.Duration(ra)*time.Second > oauth.UnknownCodeWindow {
+		t.Fatalf("Retry-After %q, want whole seconds within the window", r.header.Get("Retry-After"))
+	}
+	var interval int
+	if err := json.Unmarshal(r.json["interval"], &interval); err != nil || interval < ra {
+		t.Fatalf("interval %s, want at least Retry-After %d", r.json["interval"], ra)
+	}
+	// Another address is not affected: its real code is pending, then paced.
+	wantError(t, "another address", e.pollFrom(other, otherDC), 400, "authorization_pending")
+	wantError(t, "another address too fast", e.pollFrom(other, otherDC), 400, "slow_down")
+	// The window passes (the first code expired meanwhile): the address
+	// polls again.
+	e.clk.Advance(time.Duration(ra) * time.Second)
+	wantError(t, "after the window", e.pollFrom(guesser, dc), 400, "expired_token")
+	dc, _ = e.start(false)
+	wantError(t, "a new code after the window", e.pollFrom(guesser, dc), 400, "authorization_pending")
+	// A real code polled every second keeps getting the grant's slow_down.
+	for i := 0; i < 3; i++ {
+		e.clk.Advance(time.Second)
+		r = e.pollFrom(guesser, dc)
+		wantError(t, "real code at 1 s", r, 400, "slow_down")
+		if r.header.Get("Retry-After") != "" {
+			t.Fatalf("the grant's slow_down carries Retry-After %q", r.header.Get("Retry-After"))
+		}
+	}
 }
 
 func TestDeviceCodeResponse(t *testing.T) {

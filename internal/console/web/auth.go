@@ -4,9 +4,12 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/service"
@@ -125,10 +128,12 @@ func (h *Web) signIn(w http.ResponseWriter, r *http.Request) {
 	email := store.FoldEmail(strings.TrimSpace(r.PostForm.Get("email")))
 	password := r.PostForm.Get("password")
 	sd := signInData{Email: email, Next: safeNext(r.PostForm.Get("next"))}
-	emailKey, ipKey := "email:"+email, "ip:"+h.opts.ClientIP(r)
-	if h.signInEmail.Blocked(emailKey) || h.signInIP.Blocked(ipKey) {
-		w.Header().Set("Retry-After", "900")
-		h.renderSignIn(w, r, svc, http.StatusTooManyRequests, sd, "Too many failed sign-ins. Wait a few minutes and try again.")
+	ip := h.opts.ClientIP(r)
+	if wait := h.signInDelay.wait(email, ip); wait > 0 {
+		secs := int64((wait + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		h.renderSignIn(w, r, svc, http.StatusTooManyRequests, sd,
+			fmt.Sprintf("Too many failed sign-ins. Try again in %s.", waitText(secs)))
 		return
 	}
 	if email == "" || password == "" {
@@ -138,17 +143,28 @@ func (h *Web) signIn(w http.ResponseWriter, r *http.Request) {
 	sess, err := svc.SignIn(r.Context(), email, password)
 	if err != nil {
 		if apierr.As(err).Status == http.StatusUnauthorized {
-			h.signInEmail.Fail(emailKey)
-			h.signInIP.Fail(ipKey)
+			h.signInDelay.failed(email, ip)
 			h.renderSignIn(w, r, svc, http.StatusUnauthorized, sd, "The email or password is not correct.")
 			return
 		}
 		h.fail(w, nil, err)
 		return
 	}
+	h.signInDelay.succeeded(email, ip)
 	setCookie(w, r, sessionCookie(r), sess.Token, int(service.SessionTTL.Seconds()))
 	clearCookie(w, r, signInCookie(r))
 	http.Redirect(w, r, sd.Next, http.StatusSeeOther)
+}
+
+// waitText says a wait of whole seconds in words.
+func waitText(secs int64) string {
+	switch {
+	case secs == 1:
+		return "1 second"
+	case secs < 120:
+		return strconv.FormatInt(secs, 10) + " seconds"
+	}
+	return strconv.FormatInt((secs+59)/60, 10) + " minutes"
 }
 
 func (h *Web) signOut(w http.ResponseWriter, r *http.Request, q *req) {

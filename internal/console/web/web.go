@@ -37,13 +37,10 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// Rate limits. Failures are counted in a sliding window; a success never
-// resets a count, so a guesser cannot buy more attempts.
+// Rate limits of device code entry. Failures are counted in a sliding
+// window; a success never resets a count, so a guesser cannot buy more
+// attempts. (Sign-in uses growing delays instead: signin_delay.go.)
 const (
-	// SignInFailuresPerEmail failed sign-ins per email address per window.
-	SignInFailuresPerEmail = 10
-	// SignInFailuresPerIP failed sign-ins per client IP per window.
-	SignInFailuresPerIP = 30
 	// CodeFailuresPerPerson wrong device codes per signed-in person per window
 	// (RFC 8628 §5.1: with 8 base-20 characters, 5 attempts keep the odds
 	// of a random guess near 2^-32).
@@ -86,8 +83,8 @@ type Web struct {
 	pages  map[string]*template.Template
 	static http.Handler
 
-	signInEmail, signInIP *ratelimit.Limiter
-	codePerson, codeIP    *ratelimit.Limiter
+	signInDelay        *signInDelays
+	codePerson, codeIP *ratelimit.Limiter
 }
 
 // New builds the web interface.
@@ -105,8 +102,7 @@ func New(opts Options) *Web {
 		opts:        opts,
 		mux:         http.NewServeMux(),
 		pages:       parsePages(),
-		signInEmail: ratelimit.New(SignInFailuresPerEmail, LimitWindow, opts.Clock),
-		signInIP:    ratelimit.New(SignInFailuresPerIP, LimitWindow, opts.Clock),
+		signInDelay: newSignInDelays(opts.Clock),
 		codePerson:  ratelimit.New(CodeFailuresPerPerson, LimitWindow, opts.Clock),
 		codeIP:      ratelimit.New(CodeFailuresPerIP, LimitWindow, opts.Clock),
 	}

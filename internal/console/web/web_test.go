@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,30 +116,148 @@ func TestSessionCookieOnHTTPS(t *testing.T) {
 	wantStatus(t, "home over HTTPS", b.get("/"), 200)
 }
 
-func TestSignInRateLimited(t *testing.T) {
+// retryAfter reads a 429's Retry-After in whole seconds.
+func retryAfter(t *testing.T, what string, p page) time.Duration {
+	t.Helper()
+	wantStatus(t, what, p, http.StatusTooManyRequests)
+	wantContains(t, what, p, "Too many failed sign-ins")
+	n, err := strconv.Atoi(p.header.Get("Retry-After"))
+	if err != nil || n <= 0 {
+		t.Fatalf("%s: Retry-After %q, want whole seconds", what, p.header.Get("Retry-After"))
+	}
+	return time.Duration(n) * time.Second
+}
+
+// guess posts a wrong password for email from b, waiting out any delay
+// first; it returns the delays it met.
+func guess(t *testing.T, b *browser, tok, email string) []time.Duration {
+	t.Helper()
+	var waits []time.Duration
+	for {
+		p := b.post("/signin", form(tok, "email", email, "password", "nope-nope-nope"))
+		if p.status == http.StatusUnauthorized {
+			return waits
+		}
+		d := retryAfter(t, "delayed guess", p)
+		waits = append(waits, d)
+		b.e.clk.Advance(d)
+	}
+}
+
+// TestSignInLockOutAttempt: an attacker guessing one person's password from
+// one address is delayed, more and more, and the person signs in from
+// another address at once with the right password.
+func TestSignInLockOutAttempt(t *testing.T) {
 	e := newEnv(t)
 	ws := e.workspace("W")
 	_, email := e.person(ws, store.RoleOwner)
-	_, other := e.person(ws, store.RoleMember)
-	b := e.browser()
-	tok := csrf(t, b.get("/signin"))
-	for i := 0; i < web.SignInFailuresPerEmail; i++ {
-		wantStatus(t, "failure", b.post("/signin", form(tok, "email", email, "password", "nope-nope-nope")), http.StatusUnauthorized)
+	attacker := e.browser()
+	attacker.ip = "198.51.100.7"
+	tok := csrf(t, attacker.get("/signin"))
+	for i := 0; i < web.SignInFreePerAccountAddress; i++ {
+		if w := guess(t, attacker, tok, email); len(w) != 0 {
+			t.Fatalf("free failure %d delayed %v", i+1, w)
+		}
 	}
-	// The email is blocked, even with the right password.
-	p := b.post("/signin", form(tok, "email", email, "password", password))
-	wantStatus(t, "blocked email", p, http.StatusTooManyRequests)
-	wantContains(t, "blocked email", p, "Too many failed sign-ins")
-	// Another email from the same IP still signs in.
-	wantStatus(t, "other email", e.browser().signIn(other, password, ""), http.StatusSeeOther)
-	// The window passes.
-	e.clk.Advance(web.LimitWindow + time.Second)
-	wantStatus(t, "after the window", b.post("/signin", form(tok, "email", email, "password", password)), http.StatusSeeOther)
+	// From now on every guess waits, and the waits grow: 1 s, 2 s, 4 s, …
+	var last time.Duration
+	for i := 0; i < 8; i++ {
+		p := attacker.post("/signin", form(tok, "email", email, "password", password))
+		d := retryAfter(t, "the attacker's address (right password too)", p)
+		if want := time.Second << i; d != want {
+			t.Fatalf("delay %d: %v, want %v", i+1, d, want)
+		}
+		if d <= last {
+			t.Fatalf("the delay did not grow: %v after %v", d, last)
+		}
+		last = d
+		e.clk.Advance(d)
+		wantStatus(t, "guess after the delay", attacker.post("/signin", form(tok, "email", email, "password", "nope-nope-nope")), http.StatusUnauthorized)
+	}
+	// The person, elsewhere, signs in at once with the right password.
+	owner := e.browser()
+	owner.ip = "203.0.113.5"
+	wantStatus(t, "the person from another address", owner.signIn(email, password, ""), http.StatusSeeOther)
+	// The attacker's address is still delayed (the person's success does
+	// not reset it), and its delay keeps its level.
+	d := retryAfter(t, "the attacker after the person's sign-in", attacker.post("/signin", form(tok, "email", email, "password", "x")))
+	if d != 256*time.Second {
+		t.Fatalf("the attacker's delay %v, want 256s", d)
+	}
+	// Capped at 15 minutes.
+	for i := 0; i < 4; i++ {
+		guess(t, attacker, tok, email)
+	}
+	if d := retryAfter(t, "capped", attacker.post("/signin", form(tok, "email", email, "password", "x"))); d != web.SignInMaxDelay {
+		t.Fatalf("capped delay %v, want %v", d, web.SignInMaxDelay)
+	}
 }
 
-func TestSignInRateLimitedPerIP(t *testing.T) {
+// TestSignInDistributedGuessing: wrong passwords for one account from many
+// addresses make the account's delay grow (capped at 30 s); the person
+// signs in from a new address within that bound, and at once from an
+// address where they signed in before.
+func TestSignInDistributedGuessing(t *testing.T) {
 	if testing.Short() {
-		t.Skip("30 password checks")
+		t.Skip("many password checks")
+	}
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleOwner)
+	home := e.browser()
+	home.ip = "203.0.113.5"
+	wantStatus(t, "the person at home", home.signIn(email, password, ""), http.StatusSeeOther)
+
+	var waits []time.Duration
+	for i := 0; i < 25; i++ {
+		b := e.browser()
+		b.ip = "198.51.100." + strconv.Itoa(10+i)
+		waits = append(waits, guess(t, b, csrf(t, b.get("/signin")), email)...)
+	}
+	if len(waits) == 0 {
+		t.Fatal("25 addresses guessed without any delay")
+	}
+	for i, d := range waits {
+		if d > web.SignInMaxAccountDelay {
+			t.Fatalf("account delay %v over the cap %v", d, web.SignInMaxAccountDelay)
+		}
+		if i > 0 && d < waits[i-1] {
+			t.Fatalf("the account delay shrank: %v", waits)
+		}
+	}
+	// 10 free failures, then 1 s doubling every 5: the 11th to 15th
+	// guesses wait 1 s, …, the 21st to 25th 4 s.
+	if len(waits) != 15 || waits[0] != time.Second || waits[14] != 4*time.Second {
+		t.Fatalf("the account delay did not grow from 1 s to 4 s: %v", waits)
+	}
+	// Right after the last guess, from a new address: at most the cap.
+	traveller := e.browser()
+	traveller.ip = "192.0.2.77"
+	tok := csrf(t, traveller.get("/signin"))
+	p := traveller.post("/signin", form(tok, "email", email, "password", password))
+	if p.status == http.StatusTooManyRequests {
+		d := retryAfter(t, "the person from a new address", p)
+		if d > web.SignInMaxAccountDelay {
+			t.Fatalf("the person waits %v, more than %v", d, web.SignInMaxAccountDelay)
+		}
+		e.clk.Advance(d)
+		p = traveller.post("/signin", form(tok, "email", email, "password", password))
+	}
+	wantStatus(t, "the person from a new address", p, http.StatusSeeOther)
+	// From home, where they signed in before: at once.
+	b := e.browser()
+	b.ip = "198.51.100.200"
+	guess(t, b, csrf(t, b.get("/signin")), email)
+	home = e.browser()
+	home.ip = "203.0.113.5"
+	wantStatus(t, "the person at home, at once", home.signIn(email, password, ""), http.StatusSeeOther)
+}
+
+// TestSignInDelayedPerAddress: one address guessing many emails is delayed
+// after its free failures; another address is not.
+func TestSignInDelayedPerAddress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("20 password checks")
 	}
 	e := newEnv(t)
 	ws := e.workspace("W")
@@ -146,14 +265,34 @@ func TestSignInRateLimitedPerIP(t *testing.T) {
 	b := e.browser()
 	b.ip = "198.51.100.7"
 	tok := csrf(t, b.get("/signin"))
-	for i := 0; i < web.SignInFailuresPerIP; i++ {
-		p := b.post("/signin", form(tok, "email", "guess"+string(rune('a'+i%26))+string(rune('a'+i/26))+"@example.com", "password", "nope-nope-nope"))
+	for i := 0; i < web.SignInFreePerAddress; i++ {
+		p := b.post("/signin", form(tok, "email", "guess"+strconv.Itoa(i)+"@example.com", "password", "nope-nope-nope"))
 		wantStatus(t, "failure", p, http.StatusUnauthorized)
 	}
-	wantStatus(t, "blocked IP", b.post("/signin", form(tok, "email", email, "password", password)), http.StatusTooManyRequests)
+	if d := retryAfter(t, "the spraying address", b.post("/signin", form(tok, "email", email, "password", password))); d != time.Second {
+		t.Fatalf("first delay %v, want 1s", d)
+	}
 	b2 := e.browser()
 	b2.ip = "198.51.100.8"
-	wantStatus(t, "another IP", b2.signIn(email, password, ""), http.StatusSeeOther)
+	wantStatus(t, "another address", b2.signIn(email, password, ""), http.StatusSeeOther)
+	e.clk.Advance(time.Second)
+	wantStatus(t, "after the delay", b.post("/signin", form(tok, "email", email, "password", password)), http.StatusSeeOther)
+}
+
+// TestSignInSuccessResets: a person's own typos cost nothing once they sign
+// in: the count of that account at that address starts again.
+func TestSignInSuccessResets(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleOwner)
+	for round := 0; round < 2; round++ {
+		b := e.browser()
+		tok := csrf(t, b.get("/signin"))
+		for i := 0; i < web.SignInFreePerAccountAddress-1; i++ {
+			wantStatus(t, "typo", b.post("/signin", form(tok, "email", email, "password", "typo")), http.StatusUnauthorized)
+		}
+		wantStatus(t, "sign-in", b.signIn(email, password, ""), http.StatusSeeOther)
+	}
 }
 
 func TestPagesRequireSignIn(t *testing.T) {
