@@ -125,7 +125,7 @@ func TestOutputBoundRefusal(t *testing.T) {
 		t.Fatalf("refusal %+v", e)
 	}
 	var env struct {
-		Type  string `json:"type"`
+		Type  string                `json:"type"`
 		Error struct{ Type string } `json:"error"`
 	}
 	json.Unmarshal(ErrorBody(Anthropic, e.Status, e.Tag, e.Message, nil), &env)
