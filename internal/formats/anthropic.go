@@ -60,7 +60,8 @@ func (anthropicWire) claims(h http.Header) bool { return h.Get("Anthropic-Versio
 func (anthropicWire) foldsKeys() bool   { return false }
 func (anthropicWire) modelInPath() bool { return false }
 
-// check: Messages requires max_tokens (a token count does not).
+// check: Messages requires max_tokens, a whole count from 1 to MaxCount
+// (a token count does not).
 func (anthropicWire) check(r Route, f *Fields) *apierr.Error {
 	if r.Op != Generate {
 		return nil
@@ -69,14 +70,17 @@ func (anthropicWire) check(r Route, f *Fields) *apierr.Error {
 	if !mt.Exists() {
 		return apierr.BadRequest("max_tokens is required for Anthropic Messages")
 	}
-	if mt.Type != gjson.Number || mt.Num != float64(int64(mt.Num)) || mt.Num < 1 {
-		return apierr.BadRequest("max_tokens must be a positive integer")
+	if n, bad := countOf(mt, false); mt.Type != gjson.Number || bad || n < 1 {
+		return apierr.BadRequest("max_tokens must be a whole number from 1 to %d", MaxCount)
 	}
 	return nil
 }
 
-func (anthropicWire) outputLimit(f *Fields) int64 { return positive(f.maxTokens) }
-func (anthropicWire) extraOutput(*Fields) int64   { return 0 }
+func (anthropicWire) outputLimit(f *Fields) int64 { return count(f.maxTokens, false) }
+
+// extraOutput: a thinking budget (thinking.budget_tokens) is part of
+// max_tokens, not beyond it.
+func (anthropicWire) extraOutput(*Fields) int64 { return 0 }
 
 func (anthropicWire) rewrite(_ Route, body []byte, _ *Fields, requested, upstream string) ([]byte, *apierr.Error) {
 	return rewriteBodyModel(body, requested, upstream)

@@ -44,17 +44,25 @@ func openAIKind(kind string) bool {
 
 func setBearer(h http.Header, secret string) { h.Set("Authorization", "Bearer "+secret) }
 
-func (chatWire) foldsKeys() bool                    { return false }
-func (chatWire) modelInPath() bool                  { return false }
-func (chatWire) check(Route, *Fields) *apierr.Error { return nil }
-func (chatWire) extraOutput(*Fields) int64          { return 0 }
+func (chatWire) foldsKeys() bool           { return false }
+func (chatWire) modelInPath() bool         { return false }
+func (chatWire) extraOutput(*Fields) int64 { return 0 }
+
+// check: both output bounds must be whole counts, the one the gateway
+// reads (outputLimit) and the one a provider might read instead.
+func (chatWire) check(_ Route, f *Fields) *apierr.Error {
+	if e := checkCount(f.maxCompletionTokens, "max_completion_tokens", false); e != nil {
+		return e
+	}
+	return checkCount(f.maxTokens, "max_tokens", false)
+}
 
 // outputLimit: max_completion_tokens, or the older max_tokens.
 func (chatWire) outputLimit(f *Fields) int64 {
-	if n := positive(f.maxCompletionTokens); n > 0 {
+	if n := count(f.maxCompletionTokens, false); n > 0 {
 		return n
 	}
-	return positive(f.maxTokens)
+	return count(f.maxTokens, false)
 }
 
 func (chatWire) rewrite(_ Route, body []byte, _ *Fields, requested, upstream string) ([]byte, *apierr.Error) {

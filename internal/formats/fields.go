@@ -53,20 +53,14 @@ func (f *Fields) BodyModel() string { return f.model.String() }
 func (f *Fields) Stream() bool { return f.stream.Bool() }
 
 // OutputLimit is the request's own bound on output tokens, 0 when it sets
-// none.
+// none. Route.Check refuses a bound that is not a whole count from 0 to
+// MaxCount; unchecked, such a bound reads as math.MaxInt64.
 func (f *Fields) OutputLimit() int64 { return f.format.w().outputLimit(f) }
 
 // ExtraOutput is output the request allows beyond OutputLimit (a thinking
-// budget), 0 when none.
+// budget), 0 when none, at most MaxCount once Route.Check passed (else up
+// to math.MaxInt64, like OutputLimit).
 func (f *Fields) ExtraOutput() int64 { return f.format.w().extraOutput(f) }
-
-// positive is a number member that is a positive count, or 0.
-func positive(v gjson.Result) int64 {
-	if v.Type == gjson.Number && v.Int() > 0 {
-		return v.Int()
-	}
-	return 0
-}
 
 // RequestedModel is the model a request asks for: the path's, or else the
 // body's "model", which must be a non-empty string.

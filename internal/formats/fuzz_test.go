@@ -2,6 +2,11 @@ package formats
 
 import (
 	"bytes"
+	"encoding/json"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -78,4 +83,69 @@ func isSubsequence(sub, s []byte) bool {
 		s = s[i+1:]
 	}
 	return true
+}
+
+// FuzzOutputBound reads number text as every member that bounds output:
+// it never panics, a bound is never negative nor over MaxCount, and the
+// request is refused (400) exactly when the number is not a whole count
+// the member allows, as math/big reads it.
+func FuzzOutputBound(f *testing.F) {
+	for _, v := range boundValues {
+		f.Add(v.text, uint8(0))
+	}
+	f.Fuzz(func(t *testing.T, text string, field uint8) {
+		n, ok := wholeNumber(text)
+		if ok && (n > MaxCount || n < -MaxCount) {
+			t.Fatalf("wholeNumber(%q) = %d", text, n)
+		}
+		if len(text) == 0 || (text[0] != '-' && !isDigit(text[0])) || !json.Valid([]byte(text)) {
+			return // not a JSON number
+		}
+		// The body holds the number with any whitespace after it; the
+		// number's own text is what the gateway reads.
+		num := strings.TrimRight(text, " \t\r\n")
+		n, ok = wholeNumber(num)
+		want, wantOK := bigWhole(num)
+		if !wantOK {
+			return // an exponent too large for math/big to expand quickly
+		}
+		if ok != (want != nil) || (ok && want.Int64() != n) {
+			t.Fatalf("wholeNumber(%q) = %d, %v; math/big reads %v", text, n, ok, want)
+		}
+		fld := boundFields[int(field)%len(boundFields)]
+		fs := ScanFields([]byte(strings.Replace(fld.body, "V", text, 1)), fld.format)
+		e := Route{Format: fld.format, Op: Generate}.Check(&fs)
+		allowed := ok && (n >= fld.min || (n == -1 && fld.minusOne))
+		if (e == nil) != allowed {
+			t.Fatalf("%s = %s: refusal %v, want allowed %v", fld.name, text, e, allowed)
+		}
+		if e != nil && e.Status != 400 {
+			t.Fatalf("%s = %s: status %d", fld.name, text, e.Status)
+		}
+		for _, b := range []int64{fs.OutputLimit(), fs.ExtraOutput()} {
+			if b < 0 || (e == nil && b > MaxCount) || (e != nil && b != 0 && b != math.MaxInt64) {
+				t.Fatalf("%s = %s: bound %d (refusal %v)", fld.name, text, b, e)
+			}
+		}
+	})
+}
+
+// bigWhole is the value of JSON number text when it is an integer of
+// magnitude at most MaxCount (nil when not), read by math/big; ok is false
+// when the exponent is too large to expand.
+func bigWhole(text string) (v *big.Int, ok bool) {
+	if i := strings.IndexAny(text, "eE"); i >= 0 {
+		exp, err := strconv.Atoi(strings.TrimLeft(text[i+1:], "+"))
+		if err != nil || exp > 10000 || exp < -10000 {
+			return nil, false
+		}
+	}
+	r, good := new(big.Rat).SetString(text)
+	if !good {
+		return nil, true
+	}
+	if !r.IsInt() || r.Num().CmpAbs(big.NewInt(MaxCount)) > 0 {
+		return nil, true
+	}
+	return r.Num(), true
 }

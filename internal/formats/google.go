@@ -62,9 +62,8 @@ func (googleWire) setCredential(h http.Header, secret string) { h.Set("X-Goog-Ap
 func (googleWire) keySlots() (string, bool)                   { return "X-Goog-Api-Key", true }
 func (googleWire) claims(http.Header) bool                    { return false }
 
-func (googleWire) foldsKeys() bool                    { return true }
-func (googleWire) modelInPath() bool                  { return true }
-func (googleWire) check(Route, *Fields) *apierr.Error { return nil }
+func (googleWire) foldsKeys() bool   { return true }
+func (googleWire) modelInPath() bool { return true }
 
 // config is a request's generation config, under either spelling of its
 // name (a body with both is refused).
@@ -85,14 +84,31 @@ func googleGet(obj gjson.Result, camel, snake string) gjson.Result {
 }
 
 func (googleWire) outputLimit(f *Fields) int64 {
-	return positive(googleGet(googleConfig(f), "maxOutputTokens", "max_output_tokens"))
+	return count(googleGet(googleConfig(f), "maxOutputTokens", "max_output_tokens"), false)
 }
 
 // extraOutput is the thinking budget, which Google does not count in
-// maxOutputTokens.
+// maxOutputTokens; -1 (the model decides) adds nothing.
 func (googleWire) extraOutput(f *Fields) int64 {
+	return count(googleThinkingBudget(f), true)
+}
+
+func googleThinkingBudget(f *Fields) gjson.Result {
 	tc := googleGet(googleConfig(f), "thinkingConfig", "thinking_config")
-	return positive(googleGet(tc, "thinkingBudget", "thinking_budget"))
+	return googleGet(tc, "thinkingBudget", "thinking_budget")
+}
+
+// check: maxOutputTokens must be a whole count, and the thinking budget
+// one too or -1 (a token count is not reserved, so not checked).
+func (googleWire) check(r Route, f *Fields) *apierr.Error {
+	if r.Op == CountTokens {
+		return nil
+	}
+	cfg := googleConfig(f)
+	if e := checkCount(googleGet(cfg, "maxOutputTokens", "max_output_tokens"), "generationConfig.maxOutputTokens", false); e != nil {
+		return e
+	}
+	return checkCount(googleThinkingBudget(f), "generationConfig.thinkingConfig.thinkingBudget", true)
 }
 
 // rewrite: the path carries the model; a model the body names as well must

@@ -30,11 +30,15 @@ func (responsesWire) setCredential(h http.Header, secret string) { setBearer(h, 
 func (responsesWire) keySlots() (string, bool)                   { return "", false }
 func (responsesWire) claims(http.Header) bool                    { return false }
 
-func (responsesWire) foldsKeys() bool                    { return false }
-func (responsesWire) modelInPath() bool                  { return false }
-func (responsesWire) check(Route, *Fields) *apierr.Error { return nil }
-func (responsesWire) outputLimit(f *Fields) int64        { return positive(f.maxOutput) }
-func (responsesWire) extraOutput(*Fields) int64          { return 0 }
+func (responsesWire) foldsKeys() bool             { return false }
+func (responsesWire) modelInPath() bool           { return false }
+func (responsesWire) outputLimit(f *Fields) int64 { return count(f.maxOutput, false) }
+func (responsesWire) extraOutput(*Fields) int64   { return 0 }
+
+// check: max_output_tokens must be a whole count.
+func (responsesWire) check(_ Route, f *Fields) *apierr.Error {
+	return checkCount(f.maxOutput, "max_output_tokens", false)
+}
 
 func (responsesWire) rewrite(_ Route, body []byte, _ *Fields, requested, upstream string) ([]byte, *apierr.Error) {
 	return rewriteBodyModel(body, requested, upstream)

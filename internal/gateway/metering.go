@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -35,8 +36,15 @@ func reservation(m store.Model, fl *formats.Fields, bodyLen int) money.Pico {
 	if p.Reasoning != nil && *p.Reasoning > out {
 		out = *p.Reasoning
 	}
-	return formats.Cost(formats.Tokens{Input: int64(bodyLen), Output: outputBound(m, fl)}, store.Pricing{Input: in, Output: out})
+	return min(formats.Cost(formats.Tokens{Input: int64(bodyLen), Output: outputBound(m, fl)}, store.Pricing{Input: in, Output: out}),
+		maxReservation)
 }
+
+// maxReservation caps a reservation at just over the largest budget
+// limit: a bound that costs more than that (formats.Cost saturates rather
+// than wraps) is one no budget holds, and the capped amount keeps the
+// ledger's sums of spend and reservations far from the int64 edge.
+const maxReservation = money.MaxSpend + 1
 
 // outputBound is the most output a request may produce: its own limit,
 // else the model's, else DefaultMaxOutputTokens, plus any thinking budget.
@@ -48,7 +56,16 @@ func outputBound(m store.Model, fl *formats.Fields) int64 {
 	if maxOut == 0 {
 		maxOut = DefaultMaxOutputTokens
 	}
-	return maxOut + fl.ExtraOutput()
+	return addCounts(maxOut, fl.ExtraOutput())
+}
+
+// addCounts adds token counts, saturating at math.MaxInt64 (more than any
+// budget holds) instead of wrapping.
+func addCounts(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // meterWriter sits between the forwarder and the client: it notes the

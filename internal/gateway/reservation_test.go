@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"math"
 	"testing"
 
 	"github.com/agentgate/agentgate/internal/formats"
@@ -37,6 +38,43 @@ func TestReservation(t *testing.T) {
 		if got := reservation(mm, &fs, len(c.body)); got != want {
 			t.Errorf("%s: %d, want %d", c.name, got, want)
 		}
+	}
+}
+
+// A bound plus a thinking budget never wraps: unchecked bounds read as
+// math.MaxInt64 and the sum saturates there; the reservation of a bound
+// no budget holds is capped just over the largest budget limit, never
+// wrapped or negative.
+func TestReservationSaturates(t *testing.T) {
+	m := store.Model{Pricing: store.Pricing{Input: 1, Output: money.Micros(1000 * money.Scale)}}
+	for _, body := range []string{
+		`{"generationConfig":{"maxOutputTokens":9007199254740993,"thinkingConfig":{"thinkingBudget":4096}}}`,
+		`{"generationConfig":{"maxOutputTokens":4096,"thinkingConfig":{"thinkingBudget":9007199254740993}}}`,
+		`{"generationConfig":{"maxOutputTokens":18446744073709551617,"thinkingConfig":{"thinkingBudget":18446744073709551617}}}`,
+	} {
+		fs := formats.ScanFields([]byte(body), formats.Google)
+		if got := outputBound(m, &fs); got != math.MaxInt64 {
+			t.Errorf("%s: bound %d, want saturated", body, got)
+		}
+		if got := reservation(m, &fs, len(body)); got != maxReservation {
+			t.Errorf("%s: reservation %d, want %d", body, got, maxReservation)
+		}
+	}
+	// Valid bounds at the top of the range: 2^53 + 2^53 fits; the cost
+	// does not, and is capped.
+	body := `{"generationConfig":{"maxOutputTokens":9007199254740992,"thinkingConfig":{"thinkingBudget":9.007199254740992e15}}}`
+	fs := formats.ScanFields([]byte(body), formats.Google)
+	if e := (formats.Route{Format: formats.Google}).Check(&fs); e != nil {
+		t.Fatal(e)
+	}
+	if got := outputBound(m, &fs); got != 2*formats.MaxCount {
+		t.Errorf("bound %d", got)
+	}
+	if got := reservation(m, &fs, len(body)); got != maxReservation {
+		t.Errorf("reservation %d", got)
+	}
+	if addCounts(math.MaxInt64-1, 2) != math.MaxInt64 || addCounts(3, 4) != 7 {
+		t.Error("addCounts")
 	}
 }
 
