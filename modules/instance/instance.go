@@ -32,6 +32,7 @@ import (
 	"github.com/agentgate/agentgate/internal/sandbox"
 	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/modules/agentgate"
+	"github.com/agentgate/agentgate/modules/internal/accesslog"
 )
 
 func init() {
@@ -240,13 +241,14 @@ type Instance struct {
 	// instance's own, is refused with 403, reads included. Default: none.
 	CORSOrigins []string `json:"cors_origins,omitempty"`
 
-	server  *server.Server
-	sandbox *sandbox.Sandbox
-	runner  *loop.Runner
-	logger  *zap.Logger
-	key     string
-	host    *pluginhost.Host
-	stopTap func()
+	server    *server.Server
+	accessLog *accesslog.Log
+	sandbox   *sandbox.Sandbox
+	runner    *loop.Runner
+	logger    *zap.Logger
+	key       string
+	host      *pluginhost.Host
+	stopTap   func()
 }
 
 // Sandbox configures the sandbox of commands and plugins. Inside it, the
@@ -356,6 +358,7 @@ func (*Instance) CaddyModule() caddy.ModuleInfo {
 // Provision resolves placeholders and builds the server.
 func (in *Instance) Provision(ctx caddy.Context) error {
 	in.logger = ctx.Logger()
+	in.accessLog = accesslog.New(ctx, accesslog.Instance)
 	app, err := agentgate.FromContext(ctx)
 	if err != nil {
 		return fmt.Errorf("loading agentgate app: %v", err)
@@ -518,7 +521,7 @@ func (in *Instance) pluginRuntime(app *agentgate.App, repl *caddy.Replacer) (*pl
 		bun = p
 	}
 	host, err := pluginhost.New(pluginhost.Options{Bun: bun, Modules: repl.ReplaceAll(cfg.NodeModules, ""),
-		Dir: filepath.Join(app.DataDir(), "plugin-host", in.Name),
+		Dir:     filepath.Join(app.DataDir(), "plugin-host", in.Name),
 		Sandbox: in.sandbox, Handler: in.server,
 		CallTimeout: time.Duration(cfg.CallTimeout), ToolTimeout: time.Duration(cfg.ToolTimeout), Logger: in.logger.Named("plugins")})
 	if err != nil {
@@ -556,6 +559,9 @@ func (in *Instance) Validate() error {
 
 // ServeHTTP serves the instance routes and passes other paths on.
 func (in *Instance) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if taken, err := in.accessLog.Serve(w, r, in, next); taken {
+		return err // logged without ?auth_token= or the pairing code (package accesslog)
+	}
 	if !server.Handles(r.URL.Path) {
 		return next.ServeHTTP(w, r)
 	}
