@@ -376,12 +376,31 @@ func (l *Log) serve(srv *caddyhttp.Server, w http.ResponseWriter, r *http.Reques
 			l.writeAccess(srv, rec, r, req, duration, body)
 		}
 	}()
+	if next != nil {
+		next = passedOn{next}
+	}
 	err := h.ServeHTTP(rec, r, next)
 	duration = time.Since(start)
 	if err != nil {
 		l.handleError(srv, rec, r, orig, req, duration, err)
 	}
 	return nil
+}
+
+// passedOn is next for a taken request: a later handler sees the request
+// URI as the entries show it, so that what it logs with the request (the
+// reverse proxy's "upstream roundtrip" at DEBUG) holds no secret in the
+// URI either. The URL it serves, and so what an upstream gets, is the
+// request's own.
+type passedOn struct{ next caddyhttp.Handler }
+
+func (p passedOn) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
+	if red := RedactURI(r.RequestURI); red != r.RequestURI {
+		uri := r.RequestURI
+		r.RequestURI = red
+		defer func() { r.RequestURI = uri }()
+	}
+	return p.next.ServeHTTP(w, r)
 }
 
 // writeAccess writes the entry Caddy's server would write after the

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -77,6 +78,9 @@ func startSecretsSite(t *testing.T, format string) *secretsSite {
 	if err := os.Mkdir(project, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Paths the instance does not serve go on, /proxied to an upstream.
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("upstream")) }))
+	t.Cleanup(upstream.Close)
 	// The password is a placeholder, as an operator writes it: Caddy's
 	// default log shows the config at DEBUG.
 	t.Setenv("AGENTGATE_TEST_INSTANCE_PASSWORD", instancePassword)
@@ -108,6 +112,7 @@ http://127.0.0.1:%[3]d {
 			sandbox off
 		}
 		error /boom* 500
+		reverse_proxy /proxied* %[9]s
 	}
 }
 
@@ -118,7 +123,7 @@ http://console.test:%[3]d {
 	}
 	workspace_console
 }
-`, dir, s.defaultLog, port, s.instanceLog, secretFormats[format], s.consoleLog, strings.ReplaceAll(t.Name(), "/", "-"), project)
+`, dir, s.defaultLog, port, s.instanceLog, secretFormats[format], s.consoleLog, strings.ReplaceAll(t.Name(), "/", "-"), project, upstream.Listener.Addr())
 	cfg, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
 	if err != nil {
 		t.Fatalf("adapting: %v", err)
@@ -273,6 +278,7 @@ func TestLogsHoldNoInstanceOrDeviceSecret(t *testing.T) {
 				{name: "api event stream", method: "GET", url: inst + "/api/event?a=1&auth_token=" + good, stream: true, status: 200, uri: "/api/event?a=1&auth_token=REDACTED"},
 				{name: "wrong token", method: "GET", url: inst + "/event?auth_token=" + url.QueryEscape(wrong), status: 401, uri: "/event?auth_token=REDACTED"},
 				{name: "token on a later handler's error", method: "GET", url: inst + "/boom?auth_token=" + url.QueryEscape(good), status: 500, uri: "/boom?auth_token=REDACTED", errored: true},
+				{name: "token passed on to a reverse proxy", method: "GET", url: inst + "/proxied?auth_token=" + url.QueryEscape(good), status: 200, uri: "/proxied?auth_token=REDACTED"},
 				{name: "referer with a token", method: "GET", url: inst + "/session", header: append([]string{"Referer", inst + "/event?auth_token=" + good}, basic...), status: 200, uri: "/session"},
 				{name: "pairing code", method: "GET", url: inst + "/auth/connect/" + codeClient, status: 200, uri: "/auth/connect/REDACTED"},
 				{name: "pairing code, browser", method: "GET", url: inst + "/auth/connect/" + codeBrowser, header: []string{"Accept", "text/html"}, status: 302, uri: "/auth/connect/REDACTED"},
@@ -374,7 +380,7 @@ func TestLogsHoldNoInstanceOrDeviceSecret(t *testing.T) {
 			}
 			// The Console's redirects name the verification page: their
 			// Location is redacted in the entry.
-			for _, i := range []int{9, 11} {
+			for _, i := range []int{10, 12} {
 				es := byReq(consEntries, fmt.Sprint("r", i))
 				if len(es) == 1 {
 					loc, _ := get(es[0].fields, "resp_headers.Location").([]any)
