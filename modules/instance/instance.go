@@ -154,7 +154,9 @@ func (p *Provider) config(repl *caddy.Replacer) (loop.ProviderConfig, error) {
 // determines it (trusted_proxies honoured). Requests a browser sends for
 // another site's page (Sec-Fetch-Site cross-site or same-site, or an
 // Origin other than the instance's own and not in cors_origins) are
-// refused with 403 before authentication, password or not.
+// refused with 403 before authentication, password or not. No access or
+// error log entry of a request that reaches the handler shows its
+// `?auth_token=` or the code of `/auth/connect/{code}` (package accesslog).
 type Instance struct {
 	// Name identifies the instance; pairing codes and event subscribers are
 	// kept across config reloads per name. Default: "default".
