@@ -72,7 +72,7 @@ func (*Console) CaddyModule() caddy.ModuleInfo {
 // Provision wires the handler to the agentgate app.
 func (c *Console) Provision(ctx caddy.Context) error {
 	c.logger = ctx.Logger()
-	c.accessLog = accesslog.New(ctx)
+	c.accessLog = accesslog.New(ctx, accesslog.Console)
 	app, err := agentgate.FromContext(ctx)
 	if err != nil {
 		return fmt.Errorf("loading agentgate app: %v", err)

@@ -103,7 +103,7 @@ const varUpstream = "agentgate.upstream"
 // Provision sets defaults, provisions the two reverse proxies and builds
 // the pipeline.
 func (g *Gateway) Provision(ctx caddy.Context) error {
-	g.accessLog = accesslog.New(ctx)
+	g.accessLog = accesslog.New(ctx, accesslog.Gateway)
 	app, err := agentgate.FromContext(ctx)
 	if err != nil {
 		return fmt.Errorf("loading agentgate app: %v", err)

@@ -32,6 +32,7 @@ import (
 	"github.com/agentgate/agentgate/internal/sandbox"
 	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/modules/agentgate"
+	"github.com/agentgate/agentgate/modules/internal/accesslog"
 )
 
 func init() {
@@ -153,7 +154,9 @@ func (p *Provider) config(repl *caddy.Replacer) (loop.ProviderConfig, error) {
 // determines it (trusted_proxies honoured). Requests a browser sends for
 // another site's page (Sec-Fetch-Site cross-site or same-site, or an
 // Origin other than the instance's own and not in cors_origins) are
-// refused with 403 before authentication, password or not.
+// refused with 403 before authentication, password or not. No access or
+// error log entry of a request that reaches the handler shows its
+// `?auth_token=` or the code of `/auth/connect/{code}` (package accesslog).
 type Instance struct {
 	// Name identifies the instance; pairing codes and event subscribers are
 	// kept across config reloads per name. Default: "default".
@@ -240,13 +243,14 @@ type Instance struct {
 	// instance's own, is refused with 403, reads included. Default: none.
 	CORSOrigins []string `json:"cors_origins,omitempty"`
 
-	server  *server.Server
-	sandbox *sandbox.Sandbox
-	runner  *loop.Runner
-	logger  *zap.Logger
-	key     string
-	host    *pluginhost.Host
-	stopTap func()
+	server    *server.Server
+	accessLog *accesslog.Log
+	sandbox   *sandbox.Sandbox
+	runner    *loop.Runner
+	logger    *zap.Logger
+	key       string
+	host      *pluginhost.Host
+	stopTap   func()
 }
 
 // Sandbox configures the sandbox of commands and plugins. Inside it, the
@@ -356,6 +360,7 @@ func (*Instance) CaddyModule() caddy.ModuleInfo {
 // Provision resolves placeholders and builds the server.
 func (in *Instance) Provision(ctx caddy.Context) error {
 	in.logger = ctx.Logger()
+	in.accessLog = accesslog.New(ctx, accesslog.Instance)
 	app, err := agentgate.FromContext(ctx)
 	if err != nil {
 		return fmt.Errorf("loading agentgate app: %v", err)
@@ -556,6 +561,9 @@ func (in *Instance) Validate() error {
 
 // ServeHTTP serves the instance routes and passes other paths on.
 func (in *Instance) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if taken, err := in.accessLog.Serve(w, r, in, next); taken {
+		return err // logged without ?auth_token= or the pairing code (package accesslog)
+	}
 	if !server.Handles(r.URL.Path) {
 		return next.ServeHTTP(w, r)
 	}

@@ -1,21 +1,26 @@
-// Package accesslog keeps workspace keys out of Caddy's access log.
+// Package accesslog keeps secrets out of Caddy's access and error logs:
+// workspace keys (llm_gateway, workspace_console), the instance's
+// ?auth_token= and pairing codes (agent_instance), and device sign-in
+// user codes (workspace_console).
 //
-// Caddy copies every request for its access log before any handler runs
+// Caddy copies every request for its log entries before any handler runs
 // and redacts only Authorization, Cookie and Proxy-Authorization in that
-// copy, so a key sent as x-api-key, api-key, x-goog-api-key or ?key= would
-// be written as it came, and no handler can edit the copy. For a request
-// that carries a key in one of those slots, the handler that takes it
-// (llm_gateway, workspace_console) therefore writes the entry itself: the
-// same message, level and fields as Caddy's, to the same loggers, with the
-// key removed from the request object, and sets Caddy's log_skip variable
-// so that Caddy writes nothing more. An error returned by a later handler
-// is handled the way Caddy's server handles it (error log entry, the
-// site's error routes or the error's status), for the same reason: Caddy's
-// error log entry carries the same copy of the request.
+// copy, so a key sent as x-api-key, api-key, x-goog-api-key or ?key=, a
+// token in ?auth_token=, the code of /auth/connect/{code} or a
+// ?user_code= would be written as it came, and no handler can edit the
+// copy. For a request that carries a secret in one of the slots its
+// handler reads (Slots), the handler therefore writes the entry itself:
+// the same message, level and fields as Caddy's, to the same loggers, with
+// the secrets removed from the request object (and from a Location in the
+// response headers), and sets Caddy's log_skip variable so that Caddy
+// writes nothing more. An error returned by a later handler is handled the
+// way Caddy's server handles it (error log entry, the site's error routes
+// or the error's status), for the same reason: Caddy's error log entry
+// carries the same copy of the request.
 //
-// Requests without a key in those slots keep Caddy's own entries; telling
-// them apart costs a context lookup, three header lookups and a scan of the
-// query.
+// Requests without a secret in those slots keep Caddy's own entries;
+// telling them apart costs the gateway a context lookup, three header
+// lookups and a scan of the query.
 package accesslog
 
 import (
@@ -25,6 +30,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -39,8 +45,63 @@ import (
 // does not redact by itself (it redacts Authorization).
 var Headers = []string{"X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
 
-// QueryParam is the query parameter a workspace key can travel in.
+// QueryParam is the query parameter a workspace key can travel in. An
+// entry shows the request URI without it.
 const QueryParam = "key"
+
+// The other slots: an entry shows their values as Redacted.
+const (
+	// AuthTokenParam carries the instance's Basic credentials (base64 of
+	// user:password or user:token) for event-stream clients.
+	AuthTokenParam = "auth_token"
+	// PairingPath is followed by a single-use pairing code of the instance.
+	PairingPath = "/auth/connect/"
+	// UserCodeParam carries a device sign-in's user code to the Console's
+	// verification page.
+	UserCodeParam = "user_code"
+	// NextParam carries the Console page a sign-in returns to: the
+	// verification page with its user code, for one.
+	NextParam = "next"
+	// SignInPath answers a POST with a redirect to the form's next page,
+	// which may be the verification page with its user code.
+	SignInPath = "/signin"
+)
+
+// Redacted stands for a secret in an entry.
+const Redacted = "REDACTED"
+
+// Slots are where a handler's requests carry secrets. A request with one
+// of them is logged by this package; whoever takes it, the entry is
+// redacted for every slot of every handler (the gateway, the Console and
+// the instance may share a route).
+type Slots struct {
+	Headers []string // request headers holding a secret, dropped
+	Params  []string // query parameters holding a secret
+	Nested  []string // query parameters holding a URI of the site that may carry a secret
+	Paths   []string // path prefixes followed by a secret segment
+	Referer bool     // a Referer header with a secret in these slots counts too
+	// Answers reports whether the answer to r may name a secret in its
+	// Location though r carries none.
+	Answers func(r *http.Request) bool
+}
+
+// The slots of each handler.
+var (
+	Gateway = Slots{Headers: Headers, Params: []string{QueryParam}}
+	// The Console's pages are linked to from the verification page
+	// (Referrer-Policy same-origin), and its sign-in returns to it.
+	Console = Slots{Headers: Headers, Params: []string{QueryParam, UserCodeParam}, Nested: []string{NextParam}, Referer: true,
+		Answers: func(r *http.Request) bool { return r.Method == http.MethodPost && r.URL.Path == SignInPath }}
+	Instance = Slots{Params: []string{AuthTokenParam}, Paths: []string{PairingPath}, Referer: true}
+)
+
+// redactedParams and nestedParams are the parameters of every handler's
+// slots that an entry shows redacted; QueryParam is removed.
+var (
+	redactedParams = []string{AuthTokenParam, UserCodeParam}
+	nestedParams   = []string{NextParam}
+	secretPaths    = []string{PairingPath}
+)
 
 // claimedVar marks a request whose entry a handler has taken over, so that
 // a second agentgate handler in the same chain does not take it again.
@@ -51,6 +112,7 @@ const claimedVar = "agentgate.access_log"
 type Log struct {
 	access *zap.Logger // "http.log.access"
 	errors *zap.Logger // "http.log.error"
+	slots  Slots
 }
 
 // httpAppModule stands for the http app when asking the config for a
@@ -62,14 +124,14 @@ type httpAppModule struct{}
 func (httpAppModule) CaddyModule() caddy.ModuleInfo { return caddy.ModuleInfo{ID: "http"} }
 
 // New returns the access and error loggers of ctx's config, named as the
-// http app names them.
-func New(ctx caddy.Context) *Log {
+// http app names them, for a handler whose requests carry secrets in slots.
+func New(ctx caddy.Context, slots Slots) *Log {
 	l := ctx.Logger(httpAppModule{})
-	return &Log{access: l.Named("log.access"), errors: l.Named("log.error")}
+	return &Log{access: l.Named("log.access"), errors: l.Named("log.error"), slots: slots}
 }
 
 // Serve runs h for r and writes r's log entries itself when r carries a
-// key in one of the slots Caddy does not redact, and reports whether it
+// secret in one of the handler's slots, and reports whether it
 // did. A handler calls it first thing in its ServeHTTP and returns at once
 // when it reports true; the call it makes to h finds the request claimed
 // and reports false, so h serves as usual. An error h returns is handled
@@ -82,7 +144,7 @@ func (l *Log) Serve(w http.ResponseWriter, r *http.Request, h caddyhttp.Middlewa
 	if orig.URL == nil {
 		orig = http.Request{Method: r.Method, RemoteAddr: r.RemoteAddr, RequestURI: r.RequestURI, URL: r.URL}
 	}
-	if !Carries(r.Header, orig.RequestURI) {
+	if !l.slots.carries(r, orig.RequestURI) {
 		return false, nil
 	}
 	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
@@ -99,28 +161,19 @@ func (l *Log) Serve(w http.ResponseWriter, r *http.Request, h caddyhttp.Middlewa
 }
 
 // Carries reports whether a request with these headers and request URI
-// carries a value in one of the slots Caddy's log does not redact.
-func Carries(h http.Header, requestURI string) bool {
-	for _, name := range Headers {
+// carries a secret in one of the slots.
+func (s *Slots) Carries(h http.Header, requestURI string) bool {
+	for _, name := range s.Headers {
 		if len(h[name]) > 0 {
 			return true
 		}
 	}
-	_, query, _ := strings.Cut(requestURI, "?")
-	return hasParam(query, QueryParam)
-}
-
-// hasParam reports whether a raw query has the parameter name.
-func hasParam(query, name string) bool {
-	for query != "" {
-		var part string
-		part, query, _ = strings.Cut(query, "&")
-		k, _, _ := strings.Cut(part, "=")
-		if k == name {
-			return true
-		}
-		if strings.Contains(k, "%") || strings.Contains(k, "+") {
-			if u, err := url.QueryUnescape(k); err == nil && u == name {
+	if s.uriCarries(requestURI, true) {
+		return true
+	}
+	if s.Referer {
+		for _, ref := range h["Referer"] {
+			if s.uriCarries(siteURI(ref), true) {
 				return true
 			}
 		}
@@ -128,36 +181,168 @@ func hasParam(query, name string) bool {
 	return false
 }
 
-// WithoutParam returns a request URI with every name parameter removed
-// from its query; the other parameters keep their order and encoding.
-func WithoutParam(requestURI, name string) string {
-	path, query, ok := strings.Cut(requestURI, "?")
-	if !ok || !hasParam(query, name) {
-		return requestURI
-	}
-	kept := make([]string, 0, strings.Count(query, "&")+1)
-	for _, part := range strings.Split(query, "&") {
-		if part != "" && !hasParam(part, name) {
-			kept = append(kept, part)
+func (s *Slots) carries(r *http.Request, requestURI string) bool {
+	return s.Carries(r.Header, requestURI) || s.Answers != nil && s.Answers(r)
+}
+
+// uriCarries reports whether a request URI has a secret in the slots' paths
+// or parameters, or, with nested, in a URI one of the Nested parameters
+// holds.
+func (s *Slots) uriCarries(requestURI string, nested bool) bool {
+	path, query, _ := strings.Cut(requestURI, "?")
+	if len(s.Paths) > 0 {
+		path = unescapedPath(path)
+		for _, p := range s.Paths {
+			if len(path) > len(p) && strings.HasPrefix(path, p) {
+				return true
+			}
 		}
 	}
-	if len(kept) == 0 {
-		return path
+	for query != "" {
+		var part string
+		part, query, _ = strings.Cut(query, "&")
+		k, v, _ := strings.Cut(part, "=")
+		if slices.Contains(s.Params, k) {
+			return true
+		}
+		if strings.Contains(k, "%") || strings.Contains(k, "+") {
+			u, err := url.QueryUnescape(k)
+			if err == nil && slices.Contains(s.Params, u) {
+				return true
+			}
+			k = u
+		}
+		if nested && v != "" && slices.Contains(s.Nested, k) {
+			if u, err := url.QueryUnescape(v); err == nil && s.uriCarries(u, false) {
+				return true
+			}
+		}
 	}
-	return path + "?" + strings.Join(kept, "&")
+	return false
+}
+
+// siteURI is the path and query of an absolute URL (a Referer).
+func siteURI(u string) string {
+	if i := strings.Index(u, "://"); i >= 0 {
+		rest := u[i+3:]
+		j := strings.IndexAny(rest, "/?")
+		if j < 0 {
+			return ""
+		}
+		return rest[j:]
+	}
+	return u
+}
+
+func unescapedPath(p string) string {
+	if strings.Contains(p, "%") {
+		if u, err := url.PathUnescape(p); err == nil {
+			return u
+		}
+	}
+	return p
+}
+
+// RedactURI returns a request URI, or an absolute URL, as an entry shows
+// it: without the key parameter, with the values of the other secret
+// parameters and the pairing code replaced by Redacted, and a URI held by
+// a nested parameter (the Console's next) redacted the same way. The other
+// parameters keep their order and encoding; a URI without secrets is
+// returned as it is.
+func RedactURI(uri string) string {
+	origin := ""
+	if i := strings.Index(uri, "://"); i >= 0 {
+		j := strings.IndexAny(uri[i+3:], "/?")
+		if j < 0 {
+			return uri
+		}
+		origin, uri = uri[:i+3+j], uri[i+3+j:]
+	}
+	path, query, hasQuery := strings.Cut(uri, "?")
+	out := origin + redactPath(path)
+	if !hasQuery {
+		return out
+	}
+	if query = redactQuery(query); query != "" {
+		out += "?" + query
+	}
+	return out
+}
+
+// redactPath replaces the secret segment of a path under one of
+// secretPaths (the path is matched unescaped, as the handlers route it).
+func redactPath(path string) string {
+	u := unescapedPath(path)
+	for _, p := range secretPaths {
+		if len(u) > len(p) && strings.HasPrefix(u, p) {
+			tail := ""
+			if i := strings.IndexByte(u[len(p):], '/'); i >= 0 {
+				tail = (&url.URL{Path: u[len(p)+i:]}).EscapedPath()
+			}
+			return p + Redacted + tail
+		}
+	}
+	return path
+}
+
+// redactQuery redacts a raw query (see RedactURI).
+func redactQuery(query string) string {
+	changed := false
+	parts := strings.Split(query, "&")
+	kept := parts[:0]
+	for _, part := range parts {
+		if part == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(part, "=")
+		name := k
+		if strings.Contains(k, "%") || strings.Contains(k, "+") {
+			if u, err := url.QueryUnescape(k); err == nil {
+				name = u
+			}
+		}
+		switch {
+		case name == QueryParam:
+			changed = true
+			continue
+		case slices.Contains(redactedParams, name):
+			part, changed = k+"="+Redacted, true
+		case slices.Contains(nestedParams, name):
+			if u, err := url.QueryUnescape(v); err == nil {
+				if r := RedactURI(u); r != u {
+					part, changed = k+"="+url.QueryEscape(r), true
+				}
+			} else {
+				part, changed = k+"="+Redacted, true
+			}
+		}
+		kept = append(kept, part)
+	}
+	if !changed {
+		return query
+	}
+	return strings.Join(kept, "&")
 }
 
 // redacted is the request as Caddy's entry shows it (method, remote
-// address and request URI as they arrived), without the key's slots.
+// address and request URI as they arrived), without the secrets of any
+// handler's slots.
 func redacted(r *http.Request, orig http.Request) *http.Request {
 	h := r.Header.Clone()
 	for _, name := range Headers {
 		delete(h, name)
 	}
+	if refs := h["Referer"]; len(refs) > 0 {
+		red := make([]string, len(refs))
+		for i, ref := range refs {
+			red[i] = RedactURI(ref)
+		}
+		h["Referer"] = red
+	}
 	c := &http.Request{
 		Method:           orig.Method,
 		RemoteAddr:       orig.RemoteAddr,
-		RequestURI:       WithoutParam(orig.RequestURI, QueryParam),
+		RequestURI:       RedactURI(orig.RequestURI),
 		Proto:            r.Proto,
 		Host:             r.Host,
 		Header:           h,
@@ -191,12 +376,31 @@ func (l *Log) serve(srv *caddyhttp.Server, w http.ResponseWriter, r *http.Reques
 			l.writeAccess(srv, rec, r, req, duration, body)
 		}
 	}()
+	if next != nil {
+		next = passedOn{next}
+	}
 	err := h.ServeHTTP(rec, r, next)
 	duration = time.Since(start)
 	if err != nil {
 		l.handleError(srv, rec, r, orig, req, duration, err)
 	}
 	return nil
+}
+
+// passedOn is next for a taken request: a later handler sees the request
+// URI as the entries show it, so that what it logs with the request (the
+// reverse proxy's "upstream roundtrip" at DEBUG) holds no secret in the
+// URI either. The URL it serves, and so what an upstream gets, is the
+// request's own.
+type passedOn struct{ next caddyhttp.Handler }
+
+func (p passedOn) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
+	if red := RedactURI(r.RequestURI); red != r.RequestURI {
+		uri := r.RequestURI
+		r.RequestURI = red
+		defer func() { r.RequestURI = uri }()
+	}
+	return p.next.ServeHTTP(w, r)
 }
 
 // writeAccess writes the entry Caddy's server would write after the
@@ -246,12 +450,32 @@ func (l *Log) writeAccess(srv *caddyhttp.Server, rec caddyhttp.ResponseRecorder,
 				zap.Duration("duration", duration),
 				zap.Int("size", size),
 				zap.Int("status", status),
-				zap.Object("resp_headers", caddyhttp.LoggableHTTPHeader{Header: rec.Header()}),
+				zap.Object("resp_headers", caddyhttp.LoggableHTTPHeader{Header: redactedAnswer(rec.Header())}),
 			)
 			fields = append(fields, extra...)
 		}
 		c.Write(fields...)
 	}
+}
+
+// redactedAnswer is the response header as an entry shows it: a Location
+// with a secret redacted (the Console's sign-in redirects).
+func redactedAnswer(h http.Header) http.Header {
+	var red []string
+	for i, loc := range h["Location"] {
+		if r := RedactURI(loc); r != loc {
+			if red == nil {
+				red = slices.Clone(h["Location"])
+			}
+			red[i] = r
+		}
+	}
+	if red == nil {
+		return h
+	}
+	h = h.Clone()
+	h["Location"] = red
+	return h
 }
 
 // handleError does with an error from a later handler what Caddy's server

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-func TestWithoutParam(t *testing.T) {
+func TestRedactURI(t *testing.T) {
 	for in, want := range map[string]string{
 		"/p":                          "/p",
 		"/p?a=1":                      "/p?a=1",
@@ -24,30 +24,86 @@ func TestWithoutParam(t *testing.T) {
 		"/p?keys=1&monkey=2&key=s":    "/p?keys=1&monkey=2",
 		"/p?a=1&&key=s":               "/p?a=1",
 		"/models/x:generateContent?a": "/models/x:generateContent?a",
+		"/p?a=1&&b=2":                 "/p?a=1&&b=2",
+
+		"/event?auth_token=b3BlbmNvZGU6cw%3D%3D":         "/event?auth_token=REDACTED",
+		"/api/event?x=1&auth%5Ftoken=s&auth_token":       "/api/event?x=1&auth%5Ftoken=REDACTED&auth_token=REDACTED",
+		"/auth/connect/c0de":                             "/auth/connect/REDACTED",
+		"/auth/%63onnect/c0de?a=1":                       "/auth/connect/REDACTED?a=1",
+		"/auth/connect/c0de/more":                        "/auth/connect/REDACTED/more",
+		"/auth/connect/":                                 "/auth/connect/",
+		"/device?user_code=ABCD-EFGH":                    "/device?user_code=REDACTED",
+		"/signin?next=%2Fdevice%3Fuser_code%3DABCD-EFGH": "/signin?next=%2Fdevice%3Fuser_code%3DREDACTED",
+		"/signin?next=%2Fw%2Fx":                          "/signin?next=%2Fw%2Fx",
+		"/signin?next=%zz":                               "/signin?next=REDACTED",
+		"http://h:1/device?user_code=A":                  "http://h:1/device?user_code=REDACTED",
+		"https://h/auth/connect/c":                       "https://h/auth/connect/REDACTED",
+		"https://h":                                      "https://h",
 	} {
-		if got := WithoutParam(in, "key"); got != want {
-			t.Errorf("WithoutParam(%q) = %q, want %q", in, got, want)
+		if got := RedactURI(in); got != want {
+			t.Errorf("RedactURI(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
 
 func TestCarries(t *testing.T) {
 	for _, c := range []struct {
+		slots  Slots
 		header http.Header
 		uri    string
 		want   bool
 	}{
-		{http.Header{}, "/p", false},
-		{http.Header{"Authorization": {"Bearer s"}, "Cookie": {"c"}}, "/p?keys=1&monkey=2", false},
-		{http.Header{"X-Api-Key": {"s"}}, "/p", true},
-		{http.Header{"Api-Key": {"s"}}, "/p", true},
-		{http.Header{"X-Goog-Api-Key": {"s"}}, "/p", true},
-		{http.Header{}, "/p?alt=sse&key=s", true},
-		{http.Header{}, "/p?k%65y=s", true},
+		{Gateway, http.Header{}, "/p", false},
+		{Gateway, http.Header{"Authorization": {"Bearer s"}, "Cookie": {"c"}}, "/p?keys=1&monkey=2", false},
+		{Gateway, http.Header{"X-Api-Key": {"s"}}, "/p", true},
+		{Gateway, http.Header{"Api-Key": {"s"}}, "/p", true},
+		{Gateway, http.Header{"X-Goog-Api-Key": {"s"}}, "/p", true},
+		{Gateway, http.Header{}, "/p?alt=sse&key=s", true},
+		{Gateway, http.Header{}, "/p?k%65y=s", true},
+		// The gateway looks for its own slots only.
+		{Gateway, http.Header{}, "/p?auth_token=s&user_code=c", false},
+		{Gateway, http.Header{}, "/auth/connect/c", false},
+
+		{Instance, http.Header{}, "/event", false},
+		{Instance, http.Header{}, "/event?auth_token=s", true},
+		{Instance, http.Header{}, "/api/event?a=1&auth%5Ftoken=s", true},
+		{Instance, http.Header{}, "/auth/connect/c", true},
+		{Instance, http.Header{}, "/auth/%63onnect/c", true},
+		{Instance, http.Header{}, "/auth/connect/", false},
+		{Instance, http.Header{"Referer": {"http://h/event?auth_token=s"}}, "/x", true},
+		{Instance, http.Header{"Referer": {"http://h/session"}}, "/x", false},
+		{Instance, http.Header{"X-Api-Key": {"s"}}, "/x", false},
+
+		{Console, http.Header{}, "/device", false},
+		{Console, http.Header{}, "/device?user_code=c", true},
+		{Console, http.Header{}, "/signin?next=%2Fdevice%3Fuser_code%3Dc", true},
+		{Console, http.Header{}, "/signin?next=%2Fw%2Fx", false},
+		{Console, http.Header{"Referer": {"https://c.test/device?user_code=c"}}, "/static/app.css", true},
+		{Console, http.Header{"Referer": {"https://c.test/signin?next=%2Fdevice%3Fuser_code%3Dc"}}, "/signin", true},
+		{Console, http.Header{"Referer": {"https://c.test/w/x"}}, "/w/x", false},
+		{Console, http.Header{}, "/api/v2/config?key=s", true},
 	} {
-		if got := Carries(c.header, c.uri); got != c.want {
+		if got := c.slots.Carries(c.header, c.uri); got != c.want {
 			t.Errorf("Carries(%v, %q) = %v", c.header, c.uri, got)
 		}
+	}
+	post := httptest.NewRequest("POST", "/signin", nil)
+	if !Console.carries(post, post.RequestURI) || Gateway.carries(post, post.RequestURI) {
+		t.Error("POST /signin: its answer's Location may name the verification page with its code")
+	}
+}
+
+// TestRedactedAnswer: a Location with a secret is redacted in the entry,
+// the response's own header left alone.
+func TestRedactedAnswer(t *testing.T) {
+	h := http.Header{"Location": {"/device?user_code=c"}, "X-A": {"1"}}
+	got := redactedAnswer(h)
+	if got["Location"][0] != "/device?user_code=REDACTED" || got["X-A"][0] != "1" || h["Location"][0] != "/device?user_code=c" {
+		t.Errorf("redactedAnswer: %v, response %v", got, h)
+	}
+	plain := http.Header{"Location": {"/w/x"}}
+	if got := redactedAnswer(plain); got["Location"][0] != "/w/x" {
+		t.Errorf("redactedAnswer: %v", got)
 	}
 }
 
@@ -55,7 +111,7 @@ func TestCarries(t *testing.T) {
 // Caddy does not redact is not taken (Caddy writes its own entry), nor is
 // one whose server logs credentials on the operator's request.
 func TestServeLeavesOtherRequests(t *testing.T) {
-	l := &Log{access: zap.NewNop(), errors: zap.NewNop()}
+	l := &Log{access: zap.NewNop(), errors: zap.NewNop(), slots: Gateway}
 	h := mustNotRun{t}
 	srv := &caddyhttp.Server{Logs: &caddyhttp.ServerLogConfig{}}
 	req := func(target string, hdr ...string) *http.Request {
@@ -180,5 +236,16 @@ func TestWhereEntriesGo(t *testing.T) {
 	}
 	if got := loggersFor(base, nil, req("a.example.com", nil)); len(got) != 1 || got[0] != base {
 		t.Errorf("loggers with no server log config: %v", got)
+	}
+}
+
+// BenchmarkGatewayCarries is the gateway's per-request cost of telling a
+// request without a key apart.
+func BenchmarkGatewayCarries(b *testing.B) {
+	h := http.Header{"Authorization": {"Bearer s"}, "Content-Type": {"application/json"}}
+	for b.Loop() {
+		if Gateway.Carries(h, "/v1beta/models/m:streamGenerateContent?alt=sse&x=1") {
+			b.Fatal("carries")
+		}
 	}
 }

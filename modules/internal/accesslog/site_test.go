@@ -538,5 +538,5 @@ func TestAccessLogCutStream(t *testing.T) {
 // with file logs, the store, fake providers) with an empty home and empty
 // XDG and temporary directories: all stay empty.
 func TestSitesWriteOnlyTempDirs(t *testing.T) {
-	testenv.RunIsolated(t, "^(TestAccessLogHasNoKey|TestAccessLogCutStream)$")
+	testenv.RunIsolated(t, "^(TestAccessLogHasNoKey|TestAccessLogCutStream|TestLogsHoldNoInstanceOrDeviceSecret)$")
 }
