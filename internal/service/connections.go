@@ -612,17 +612,21 @@ func (s *Service) UpdateConnection(ctx context.Context, p *Principal, id string,
 		if err != nil || change == nil {
 			return err
 		}
-		now := s.now()
-		change.ID = changeID(now)
-		change.Time = now
+		trail, err := tx.ConnectionChanges(c.Workspace, c.ID)
+		if err != nil {
+			return err
+		}
+		change.ID = changeID(len(trail) + 1)
+		change.Time = s.now()
 		change.ActorKind, change.ActorID, change.ActorServiceAccount = actorOf(p)
 		return tx.PutConnectionChange(change)
 	})
 }
 
-// changeID is a time-ordered id of an audit trail entry.
-func changeID(now time.Time) string {
-	return fmt.Sprintf("cch_%016x%s", now.UnixNano(), secrets.RandomString(8))
+// changeID is the id of a connection's n-th audit trail entry: ids sort
+// in the order the changes were made, whatever the clock says.
+func changeID(n int) string {
+	return fmt.Sprintf("cch_%08d_%s", n, secrets.RandomString(8))
 }
 
 // actorOf names a principal in the audit trail: member (a person), key

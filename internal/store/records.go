@@ -266,7 +266,7 @@ type Connection struct {
 // because the same request supplied a new credential. It never holds the
 // credential. Append-only.
 type ConnectionChange struct {
-	ID         string    `json:"id"` // time-ordered within the connection
+	ID         string    `json:"id"` // in append order within the connection
 	Workspace  string    `json:"workspace"`
 	Connection string    `json:"connection"`
 	Time       time.Time `json:"time"`
