@@ -84,6 +84,12 @@ var (
 		func(c *Call, in service.ConnectionPatch) (*service.ConnectionView, error) {
 			return c.Svc.UpdateConnection(c.Ctx(), c.P, c.Params["conn"], in)
 		}}
+	// ConnectionAudit is a connection's audit trail: the accepted changes of
+	// where its credential is sent.
+	ConnectionAudit = Operation[NoBody, []*service.ConnectionChangeView]{service.OpReadAudit,
+		func(c *Call, _ NoBody) ([]*service.ConnectionChangeView, error) {
+			return c.Svc.ConnectionAudit(c.Ctx(), c.P, c.Params["conn"])
+		}}
 	DeleteConnection = Operation[NoBody, NoBody]{service.OpManageConnections,
 		func(c *Call, _ NoBody) (NoBody, error) {
 			return NoBody{}, c.Svc.DeleteConnection(c.Ctx(), c.P, c.Params["conn"])

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 func TestParseRoute(t *testing.T) {
@@ -383,6 +385,22 @@ func TestSameCredential(t *testing.T) {
 	}{{"", "", true}, {"k", "k", true}, {"k", "K", false}, {"ka", "kb", false}, {"k", "kk", false}} {
 		if SameCredential(c.a, c.b) != c.want {
 			t.Errorf("SameCredential(%q, %q) != %v", c.a, c.b, c.want)
+		}
+	}
+}
+
+// The credential slot of each connection kind is where the gateway sends
+// the provider credential.
+func TestCredentialSlot(t *testing.T) {
+	for kind, want := range map[string]string{
+		store.KindOpenAI:           "Authorization: Bearer",
+		store.KindOpenAICompatible: "Authorization: Bearer",
+		store.KindSearch:           "Authorization: Bearer",
+		store.KindAnthropic:        "X-Api-Key",
+		store.KindGoogle:           "X-Goog-Api-Key",
+	} {
+		if got := CredentialSlot(kind); got != want {
+			t.Errorf("CredentialSlot(%s) = %q, want %q", kind, got, want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package formats
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -32,6 +33,28 @@ func nativeOf(kind string) Format {
 // connection kind (and the headers that slot requires, when missing).
 func SetCredential(h http.Header, kind, credential string) {
 	registry[nativeOf(kind)].setCredential(h, credential)
+}
+
+// CredentialSlot names where SetCredential puts a connection kind's
+// provider credential, e.g. "Authorization: Bearer" or "X-Api-Key". Two
+// kinds with the same slot send a credential to a provider the same way.
+func CredentialSlot(kind string) string {
+	const probe = "\x00probe"
+	h := http.Header{}
+	SetCredential(h, kind, probe)
+	var slots []string
+	for name, vs := range h {
+		for _, v := range vs {
+			switch {
+			case v == probe:
+				slots = append(slots, name)
+			case strings.HasSuffix(v, " "+probe):
+				slots = append(slots, name+": "+strings.TrimSuffix(v, " "+probe))
+			}
+		}
+	}
+	slices.Sort(slots)
+	return strings.Join(slots, ", ")
 }
 
 // ClientCredentialHeaders are the headers a client may carry its workspace

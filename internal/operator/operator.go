@@ -48,6 +48,8 @@ func New(svc func(ctx context.Context) (*service.Service, error)) *API {
 		endpoint.Data("DELETE", ws+"/service-accounts/{sa}/keys/{key}", endpoint.RevokeKey, http.StatusNoContent),
 		endpoint.Shaped("GET", ws+"/connections", endpoint.Connections, http.StatusOK, orEmpty[*service.ConnectionView]),
 		endpoint.Data("POST", ws+"/connections", endpoint.CreateConnection, http.StatusCreated),
+		endpoint.Data("PATCH", ws+"/connections/{conn}", endpoint.UpdateConnection, http.StatusOK),
+		endpoint.Shaped("GET", ws+"/connections/{conn}/audit", endpoint.ConnectionAudit, http.StatusOK, orEmpty[*service.ConnectionChangeView]),
 		endpoint.Data("PUT", ws+"/connections/{conn}/models/{model}", endpoint.PutModel, http.StatusOK),
 		endpoint.Shaped("GET", ws+"/models", endpoint.WorkspaceModels, http.StatusOK, orEmpty[*service.WorkspaceModelView]),
 		endpoint.Data("POST", ws+"/models", endpoint.CreateWorkspaceModel, http.StatusCreated),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/formats"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/store"
@@ -70,8 +72,11 @@ type ConnectionInput struct {
 }
 
 // ConnectionPatch changes some fields of a connection; absent fields stay.
+// A change of the base URL's origin or of the kind's credential slot needs
+// a new credential in the same patch (see bindCredential).
 type ConnectionPatch struct {
 	Name       *string            `json:"name,omitempty"`
+	Kind       *string            `json:"kind,omitempty"`
 	BaseURL    *string            `json:"base_url,omitempty"`
 	Credential *string            `json:"credential,omitempty"`
 	Headers    *map[string]string `json:"headers,omitempty"`
@@ -121,6 +126,59 @@ func checkBaseURL(raw string) (string, error) {
 		return "", apierr.BadRequest("base_url must not carry credentials, a query or a fragment")
 	}
 	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// Origin is the scheme, host and port of a base URL: where a connection's
+// credential is sent. The scheme and host are lower-cased and the scheme's
+// default port is left out, so https://API.example.com:443/v1 and
+// https://api.example.com/v2 have the same origin, https://api.example.com.
+func Origin(base string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(base))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return "", apierr.BadRequest("base_url must be an absolute http or https URL")
+	}
+	scheme := strings.ToLower(u.Scheme)
+	host := strings.ToLower(u.Hostname())
+	port := u.Port()
+	if (scheme == "http" && port == "80") || (scheme == "https" && port == "443") {
+		port = ""
+	}
+	if port != "" {
+		return scheme + "://" + net.JoinHostPort(host, port), nil
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return scheme + "://" + host, nil
+}
+
+// bindCredential enforces that a connection's stored credential follows
+// where it is sent: the origin of the base URL and the header (slot) the
+// kind sends it in. When a change moves either, the same request must
+// bring a new credential; the change is then returned for the audit
+// trail. old and c are the connection before and after the change.
+func bindCredential(old, c *store.Connection, newCredential bool) (*store.ConnectionChange, error) {
+	oldOrigin, errOld := Origin(old.BaseURL)
+	newOrigin, err := Origin(c.BaseURL)
+	if err != nil {
+		return nil, err
+	}
+	originMoved := errOld != nil || oldOrigin != newOrigin
+	oldSlot, newSlot := formats.CredentialSlot(old.Kind), formats.CredentialSlot(c.Kind)
+	slotMoved := oldSlot != newSlot
+	if !originMoved && !slotMoved && old.Kind == c.Kind {
+		return nil, nil
+	}
+	if !newCredential {
+		if originMoved {
+			return nil, apierr.BadRequest("changing the base URL's origin needs a new credential: the stored one is bound to %s", oldOrigin)
+		}
+		if slotMoved {
+			return nil, apierr.BadRequest("changing the kind from %s to %s needs a new credential: the stored one is bound to the %s header of %s", old.Kind, c.Kind, oldSlot, oldOrigin)
+		}
+	}
+	return &store.ConnectionChange{Workspace: c.Workspace, Connection: c.ID,
+		OldOrigin: oldOrigin, NewOrigin: newOrigin, OldKind: old.Kind, NewKind: c.Kind}, nil
 }
 
 // hop-by-hop and framing headers may not be set per connection.
@@ -471,6 +529,12 @@ func (s *Service) Connection(ctx context.Context, p *Principal, id string) (*Con
 // editConnection loads, checks, changes and writes a connection in one
 // transaction. Connections declared in the Caddyfile are read-only here.
 func (s *Service) editConnection(ctx context.Context, p *Principal, id string, change func(*store.Connection) error) (*ConnectionView, error) {
+	return s.editConnectionTx(ctx, p, id, func(_ store.Tx, c *store.Connection) error { return change(c) })
+}
+
+// editConnectionTx is editConnection with the transaction, for changes
+// that write other records with the connection.
+func (s *Service) editConnectionTx(ctx context.Context, p *Principal, id string, change func(store.Tx, *store.Connection) error) (*ConnectionView, error) {
 	var c *store.Connection
 	err := s.Store.Update(ctx, func(tx store.Tx) (err error) {
 		c, err = connection(tx, p.Workspace, id)
@@ -480,7 +544,7 @@ func (s *Service) editConnection(ctx context.Context, p *Principal, id string, c
 		if c.Declared && p.Kind != KindOperator {
 			return apierr.Conflict("connection %s is declared in the Caddyfile; change it there", id)
 		}
-		if err := change(c); err != nil {
+		if err := change(tx, c); err != nil {
 			return err
 		}
 		c.Updated = s.now()
@@ -492,17 +556,37 @@ func (s *Service) editConnection(ctx context.Context, p *Principal, id string, c
 	return View(c), nil
 }
 
-// UpdateConnection changes a connection's name, base URL, credential or headers.
+// UpdateConnection changes a connection's name, kind, base URL, credential
+// or headers. A change of the base URL's origin or of the header the kind
+// sends the credential in is refused unless the patch brings a new
+// credential; when accepted it is recorded in the connection's audit trail.
 func (s *Service) UpdateConnection(ctx context.Context, p *Principal, id string, in ConnectionPatch) (*ConnectionView, error) {
 	if err := Require(p, OpManageConnections); err != nil {
 		return nil, err
 	}
-	return s.editConnection(ctx, p, id, func(c *store.Connection) error {
+	return s.editConnectionTx(ctx, p, id, func(tx store.Tx, c *store.Connection) error {
+		old := *c
 		if in.Name != nil {
 			if err := checkName("name", *in.Name); err != nil {
 				return err
 			}
 			c.Name = strings.TrimSpace(*in.Name)
+		}
+		if in.Kind != nil && *in.Kind != c.Kind {
+			if !store.ValidKind(*in.Kind) {
+				return apierr.BadRequest("kind must be one of openai, anthropic, google, openai-compatible, search")
+			}
+			for mid := range c.Models {
+				if err := CheckModelID(*in.Kind, mid); err != nil {
+					return apierr.BadRequest("the connection's model %q cannot be served by kind %s: %s", mid, *in.Kind, apierr.As(err).Message)
+				}
+				if up := c.Models[mid].UpstreamID; up != "" {
+					if err := CheckModelID(*in.Kind, up); err != nil {
+						return apierr.BadRequest("the upstream id of model %q cannot be served by kind %s: %s", mid, *in.Kind, apierr.As(err).Message)
+					}
+				}
+			}
+			c.Kind = *in.Kind
 		}
 		if in.BaseURL != nil {
 			base, err := checkBaseURL(*in.BaseURL)
@@ -524,8 +608,78 @@ func (s *Service) UpdateConnection(ctx context.Context, p *Principal, id string,
 			}
 			c.Headers = h
 		}
-		return nil
+		change, err := bindCredential(&old, c, in.Credential != nil)
+		if err != nil || change == nil {
+			return err
+		}
+		trail, err := tx.ConnectionChanges(c.Workspace, c.ID)
+		if err != nil {
+			return err
+		}
+		change.ID = changeID(len(trail) + 1)
+		change.Time = s.now()
+		change.ActorKind, change.ActorID, change.ActorServiceAccount = actorOf(p)
+		return tx.PutConnectionChange(change)
 	})
+}
+
+// changeID is the id of a connection's n-th audit trail entry: ids sort
+// in the order the changes were made, whatever the clock says.
+func changeID(n int) string {
+	return fmt.Sprintf("cch_%08d_%s", n, secrets.RandomString(8))
+}
+
+// actorOf names a principal in the audit trail: member (a person), key
+// (with its service account) or operator.
+func actorOf(p *Principal) (kind, id, serviceAccount string) {
+	switch p.Kind {
+	case KindPerson:
+		return "member", p.PersonID, ""
+	case KindServiceKey:
+		return "key", p.KeyID, p.ServiceAccount
+	case KindOperator:
+		return "operator", "", ""
+	}
+	return "unknown", "", ""
+}
+
+// ConnectionChangeView is an audit trail entry as the APIs show it.
+type ConnectionChangeView struct {
+	ID                  string    `json:"id"`
+	Connection          string    `json:"connection"`
+	Time                time.Time `json:"time"`
+	ActorKind           string    `json:"actor_kind"`
+	ActorID             string    `json:"actor_id,omitempty"`
+	ActorServiceAccount string    `json:"actor_service_account,omitempty"`
+	OldOrigin           string    `json:"old_origin"`
+	NewOrigin           string    `json:"new_origin"`
+	OldKind             string    `json:"old_kind"`
+	NewKind             string    `json:"new_kind"`
+}
+
+// ConnectionAudit lists a connection's audit trail, oldest first: the
+// accepted changes of its base URL's origin or kind. Owners only.
+func (s *Service) ConnectionAudit(ctx context.Context, p *Principal, id string) ([]*ConnectionChangeView, error) {
+	if err := Require(p, OpReadAudit); err != nil {
+		return nil, err
+	}
+	out := []*ConnectionChangeView{}
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		if _, err := connection(tx, p.Workspace, id); err != nil {
+			return err
+		}
+		list, err := tx.ConnectionChanges(p.Workspace, id)
+		for _, c := range list {
+			out = append(out, &ConnectionChangeView{ID: c.ID, Connection: c.Connection, Time: c.Time,
+				ActorKind: c.ActorKind, ActorID: c.ActorID, ActorServiceAccount: c.ActorServiceAccount,
+				OldOrigin: c.OldOrigin, NewOrigin: c.NewOrigin, OldKind: c.OldKind, NewKind: c.NewKind})
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // DeleteConnection removes a connection.

@@ -18,10 +18,11 @@ const (
 	OpManageServiceAccounts               // manage service accounts; create and revoke keys
 	OpManageMembers                       // invite and remove members, change roles
 	OpOwnAccount                          // read one's own account, list and revoke one's own sign-ins (a person's)
+	OpReadAudit                           // read a connection's audit trail (owners)
 )
 
 // Ops lists every row, in the order of the matrix.
-var Ops = []Op{OpInference, OpReadConfig, OpReadSpend, OpManageConnections, OpManageModels, OpManageServiceAccounts, OpManageMembers, OpOwnAccount}
+var Ops = []Op{OpInference, OpReadConfig, OpReadSpend, OpManageConnections, OpManageModels, OpManageServiceAccounts, OpManageMembers, OpOwnAccount, OpReadAudit}
 
 func (o Op) String() string {
 	switch o {
@@ -41,6 +42,8 @@ func (o Op) String() string {
 		return "manage members and roles"
 	case OpOwnAccount:
 		return "read your account and manage your own sign-ins"
+	case OpReadAudit:
+		return "read a connection's audit trail"
 	}
 	return "unknown"
 }
@@ -82,6 +85,12 @@ func Check(p *Principal, op Op) Access {
 			case store.RoleMember:
 				return OwnOnly
 			case store.RoleOwner, store.RoleAdmin:
+				return Allow
+			}
+		case OpReadAudit:
+			// The audit trail records what admins and All keys did with
+			// connections: only owners read it.
+			if p.Role == store.RoleOwner {
 				return Allow
 			}
 		default:

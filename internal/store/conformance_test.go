@@ -25,6 +25,7 @@ func runConformance(t *testing.T, open func(t *testing.T) Store) {
 		{"ServiceAccounts", testServiceAccounts},
 		{"APIKeys", testAPIKeys},
 		{"Connections", testConnections},
+		{"ConnectionChanges", testConnectionChanges},
 		{"WorkspaceModels", testWorkspaceModels},
 		{"Policies", testPolicies},
 		{"TokenFamiliesAndTokens", testTokenFamiliesAndTokens},
@@ -493,6 +494,55 @@ func testPolicies(t *testing.T, s Store) {
 	view(t, s, func(tx Tx) error {
 		list, _ := tx.Policies("ws1")
 		equal(t, "Policies(ws1) after delete", ids(list, id), []string{"pol_b"})
+		return nil
+	})
+}
+
+func testConnectionChanges(t *testing.T, s Store) {
+	mk := func(ws, conn, id string, at time.Time) *ConnectionChange {
+		return &ConnectionChange{ID: id, Workspace: ws, Connection: conn, Time: at, ActorKind: "key", ActorID: "key123456789",
+			ActorServiceAccount: "sa_1", OldOrigin: "https://api.openai.com", NewOrigin: "https://proxy.example:8443",
+			OldKind: KindOpenAI, NewKind: KindOpenAI}
+	}
+	a, b := mk("ws1", "conn_1", "cch_0002", t0.Add(time.Minute)), mk("ws1", "conn_1", "cch_0001", t0)
+	other, longer := mk("ws1", "conn_2", "cch_0003", t0), mk("ws1", "conn_10", "cch_0004", t0)
+	elsewhere := mk("ws10", "conn_1", "cch_0005", t0)
+	update(t, s, func(tx Tx) error {
+		for _, c := range []*ConnectionChange{a, b, other, longer, elsewhere} {
+			if err := tx.PutConnectionChange(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// The trail is append-only: an id is never written twice.
+	if err := s.Update(ctx, func(tx Tx) error { return tx.PutConnectionChange(mk("ws1", "conn_1", "cch_0001", t0)) }); !errors.Is(err, ErrExists) {
+		t.Fatalf("append twice: err = %v, want ErrExists", err)
+	}
+	id := func(c *ConnectionChange) string { return c.ID }
+	view(t, s, func(tx Tx) error {
+		list, err := tx.ConnectionChanges("ws1", "conn_1")
+		if err != nil {
+			return err
+		}
+		equal(t, "ConnectionChanges(ws1, conn_1)", ids(list, id), []string{"cch_0001", "cch_0002"})
+		equal(t, "cch_0002", list[1], a)
+		list, _ = tx.ConnectionChanges("ws1", "conn_10")
+		equal(t, "ConnectionChanges(ws1, conn_10)", ids(list, id), []string{"cch_0004"})
+		list, _ = tx.ConnectionChanges("ws10", "conn_1")
+		equal(t, "ConnectionChanges(ws10, conn_1)", ids(list, id), []string{"cch_0005"})
+		list, err = tx.ConnectionChanges("ws1", "conn_9")
+		if err != nil || len(list) != 0 {
+			t.Fatalf("ConnectionChanges of a connection without any: %v, %v", list, err)
+		}
+		return nil
+	})
+	// The trail outlives its connection.
+	update(t, s, func(tx Tx) error { return tx.PutConnection(testConnection("conn_1", "ws1"), true) })
+	update(t, s, func(tx Tx) error { return tx.DeleteConnection("conn_1") })
+	view(t, s, func(tx Tx) error {
+		list, _ := tx.ConnectionChanges("ws1", "conn_1")
+		equal(t, "ConnectionChanges after the connection is deleted", ids(list, id), []string{"cch_0001", "cch_0002"})
 		return nil
 	})
 }

@@ -260,6 +260,27 @@ type Connection struct {
 	Updated    time.Time         `json:"updated"`
 }
 
+// ConnectionChange is an entry of a connection's audit trail: a change
+// that moved where the connection's credential is sent (the origin of its
+// base URL, or the header its kind sends the credential in), accepted
+// because the same request supplied a new credential. It never holds the
+// credential. Append-only.
+type ConnectionChange struct {
+	ID         string    `json:"id"` // in append order within the connection
+	Workspace  string    `json:"workspace"`
+	Connection string    `json:"connection"`
+	Time       time.Time `json:"time"`
+	// ActorKind is who made the change: member (a person), key (a
+	// service-account key; ActorServiceAccount is its account) or operator.
+	ActorKind           string `json:"actor_kind"`
+	ActorID             string `json:"actor_id,omitempty"`
+	ActorServiceAccount string `json:"actor_service_account,omitempty"`
+	OldOrigin           string `json:"old_origin"`
+	NewOrigin           string `json:"new_origin"`
+	OldKind             string `json:"old_kind"`
+	NewKind             string `json:"new_kind"`
+}
+
 // TokenFamily is one sign-in of a person: all access and refresh tokens issued
 // from it. Revoking the family revokes every token of it.
 type TokenFamily struct {

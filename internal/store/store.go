@@ -90,6 +90,11 @@ type Tx interface {
 	// PutConnection writes a connection; ErrExists when create is set and the id is taken.
 	PutConnection(c *Connection, create bool) error
 	DeleteConnection(id string) error
+	// PutConnectionChange appends an entry to a connection's audit trail;
+	// ErrExists if its id is taken. Entries outlive their connection.
+	PutConnectionChange(*ConnectionChange) error
+	// ConnectionChanges lists a connection's audit trail in id (time) order.
+	ConnectionChanges(workspace, connection string) ([]*ConnectionChange, error)
 
 	WorkspaceModel(workspace, id string) (*WorkspaceModel, error)
 	// WorkspaceModels lists the workspace's models in id order.

@@ -32,6 +32,7 @@ const (
 	pUserCode  = "idg/" // idg/<user code mac> → device grant id (value)
 	pUsage     = "u/"   // u/<ws>/<usage id>
 	pHold      = "h/"   // h/<ws>/<member>/<hold id>
+	pConnAudit = "ca/"  // ca/<ws>/<conn>/<change id>
 )
 
 // btx implements Tx over a backend's kvTxn: all record logic is here, shared
@@ -274,6 +275,18 @@ func (t *btx) DeleteConnection(id string) error {
 		return err
 	}
 	return t.del(pConn + id)
+}
+
+func (t *btx) PutConnectionChange(c *ConnectionChange) error {
+	key := pConnAudit + c.Workspace + "/" + c.Connection + "/" + c.ID
+	if ok, err := t.exists(key); err != nil || ok {
+		return errors.Join(err, fmt.Errorf("connection change %s %w", c.ID, ErrExists))
+	}
+	return t.put(key, c)
+}
+
+func (t *btx) ConnectionChanges(ws, conn string) ([]*ConnectionChange, error) {
+	return scanAll[ConnectionChange](t, pConnAudit+ws+"/"+conn+"/")
 }
 
 func (t *btx) WorkspaceModel(ws, id string) (*WorkspaceModel, error) {

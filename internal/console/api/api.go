@@ -69,6 +69,7 @@ func New(opts Options) *API {
 		endpoint.Data("GET", conn, endpoint.Connection, http.StatusOK),
 		endpoint.Data("PATCH", conn, endpoint.UpdateConnection, http.StatusOK),
 		endpoint.Data("DELETE", conn, endpoint.DeleteConnection, http.StatusNoContent),
+		endpoint.Custom("GET", conn+"/audit", endpoint.ConnectionAudit, page("connection-audit", "conn", same, func(v *service.ConnectionChangeView) string { return v.ID })),
 		endpoint.Data("PUT", model, endpoint.PutModel, http.StatusOK),
 		endpoint.Data("DELETE", model, endpoint.DeleteModel, http.StatusOK),
 		endpoint.Data("PUT", model+"/pricing", endpoint.SetPricing, http.StatusOK),

@@ -154,6 +154,7 @@ func TestHTTPPermissionsEveryRoute(t *testing.T) {
 		allKey     = [5]bool{false, true, false, true, true}
 		people     = [5]bool{false, false, false, true, true}
 		ownSignIns = [5]bool{false, false, true, true, true}
+		owners     = [5]bool{false, false, false, false, true}
 	)
 	type tcase struct {
 		path  func(i int) string
@@ -184,9 +185,10 @@ func TestHTTPPermissionsEveryRoute(t *testing.T) {
 		"GET /api/v1/connections":         {fixed("/api/v1/connections"), nil, 200, allKey},
 		"POST /api/v1/connections": {fixed("/api/v1/connections"),
 			fixed(`{"name": "c", "kind": "openai", "base_url": "https://api.openai.com/v1", "credential": "sk-x"}`), 201, allKey},
-		"GET /api/v1/connections/{conn}":    {fixed("/api/v1/connections/" + conn), nil, 200, allKey},
-		"PATCH /api/v1/connections/{conn}":  {fixed("/api/v1/connections/" + conn), fixed(`{"name": "renamed"}`), 200, allKey},
-		"DELETE /api/v1/connections/{conn}": {func(int) string { return "/api/v1/connections/" + e.connection(f.ws, store.KindOpenAICompatible, nil) }, nil, 204, allKey},
+		"GET /api/v1/connections/{conn}":       {fixed("/api/v1/connections/" + conn), nil, 200, allKey},
+		"PATCH /api/v1/connections/{conn}":     {fixed("/api/v1/connections/" + conn), fixed(`{"name": "renamed"}`), 200, allKey},
+		"GET /api/v1/connections/{conn}/audit": {fixed("/api/v1/connections/" + conn + "/audit"), nil, 200, owners},
+		"DELETE /api/v1/connections/{conn}":    {func(int) string { return "/api/v1/connections/" + e.connection(f.ws, store.KindOpenAICompatible, nil) }, nil, 204, allKey},
 		"PUT /api/v1/connections/{conn}/models/{model}": {func(i int) string { return fmt.Sprintf("/api/v1/connections/%s/models/m%d", conn, i) },
 			fixed(`{"enabled": true}`), 200, people},
 		"DELETE /api/v1/connections/{conn}/models/{model}": {func(int) string { return "/api/v1/connections/" + withModel() + "/models/m" }, nil, 200, people},

@@ -128,6 +128,7 @@ func New(opts Options) *Web {
 	m.HandleFunc("POST /w/{wrk}/service-accounts/{sa}/keys/{key}/revoke", h.workspaceForm(h.revokeKey))
 	m.HandleFunc("GET /w/{wrk}/connections", h.workspace(h.connectionsPage))
 	m.HandleFunc("POST /w/{wrk}/connections", h.workspaceForm(h.createConnection))
+	m.HandleFunc("POST /w/{wrk}/connections/{conn}", h.workspaceForm(h.editConnection))
 	m.HandleFunc("POST /w/{wrk}/connections/{conn}/models", h.workspaceForm(h.setModel))
 	m.HandleFunc("POST /w/{wrk}/connections/{conn}/models/save", h.workspaceForm(h.saveModel))
 	m.HandleFunc("GET /w/{wrk}/policies", h.workspace(h.policiesPage))
@@ -195,7 +196,7 @@ type pageData struct {
 // can says which forms a workspace page offers. The service enforces the
 // permission matrix either way; this only hides forms that would be refused.
 type can struct {
-	ServiceAccounts, Connections, Models, Members, SetBudgets bool
+	ServiceAccounts, Connections, Models, Members, SetBudgets, Audit bool
 }
 
 func canOf(p *service.Principal) can {
@@ -204,7 +205,8 @@ func canOf(p *service.Principal) can {
 	}
 	ok := func(op service.Op) bool { return service.Check(p, op) != service.Deny }
 	return can{ServiceAccounts: ok(service.OpManageServiceAccounts), Connections: ok(service.OpManageConnections),
-		Models: ok(service.OpManageModels), Members: ok(service.OpManageMembers), SetBudgets: ok(service.OpManageConnections)}
+		Models: ok(service.OpManageModels), Members: ok(service.OpManageMembers), SetBudgets: ok(service.OpManageConnections),
+		Audit: ok(service.OpReadAudit)}
 }
 
 // data starts the page data of a request.
@@ -409,6 +411,7 @@ var flashes = map[string]string{
 	"model-disabled":     "Model disabled.",
 	"model-saved":        "Model saved.",
 	"connection-created": "Connection added.",
+	"connection-saved":   "Connection saved.",
 	"policy-created":     "Policy added. It applies from the next request.",
 	"policy-deleted":     "Policy deleted.",
 	"signin-revoked":     "Sign-in revoked. Its tokens stopped working.",

@@ -339,7 +339,7 @@ func postRoutes(ws, sa, key, conn, member string) []string {
 	w := "/w/" + ws
 	return []string{"/signout", "/device", "/sign-ins/tfm_x/revoke", w + "/service-accounts", w + "/service-accounts/" + sa + "/delete",
 		w + "/service-accounts/" + sa + "/keys", w + "/service-accounts/" + sa + "/keys/" + key + "/revoke",
-		w + "/connections/" + conn + "/models", w + "/connections", w + "/connections/" + conn + "/models/save", w + "/policies",
+		w + "/connections/" + conn + "/models", w + "/connections", w + "/connections/" + conn, w + "/connections/" + conn + "/models/save", w + "/policies",
 		w + "/policies/pol_x/delete", w + "/members", w + "/members/" + member + "/role",
 		w + "/members/" + member + "/remove", w + "/budgets/" + member}
 }

@@ -198,6 +198,11 @@ type connRow struct {
 	*service.ConnectionView
 	Gateway string
 	Models  []modelRow
+	// Edit holds the edit form's fields: the connection's, or what was
+	// sent when the edit was refused (never the credential).
+	Edit    service.ConnectionInput
+	Editing bool // the edit form was refused: show it open
+	Audit   []*service.ConnectionChangeView
 }
 
 type modelRow struct {
@@ -292,7 +297,19 @@ func (h *Web) renderConnections(w http.ResponseWriter, r *http.Request, q *req, 
 	sort.Slice(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name })
 	base := h.inferenceBase(r)
 	for _, c := range cs {
-		row := connRow{ConnectionView: c, Gateway: base + "/custom/" + urlPathEscape(c.ID)}
+		row := connRow{ConnectionView: c, Gateway: base + "/custom/" + urlPathEscape(c.ID),
+			Edit: service.ConnectionInput{Name: c.Name, Kind: c.Kind, BaseURL: c.BaseURL}}
+		if r.Method == http.MethodPost && r.URL.Path == wsPath(q.ws.ID, "connections", c.ID) {
+			row.Editing = true
+			row.Edit = service.ConnectionInput{Name: r.PostForm.Get("name"), Kind: r.PostForm.Get("kind"), BaseURL: r.PostForm.Get("base_url")}
+		}
+		if d.Can.Audit {
+			if row.Audit, err = q.svc.ConnectionAudit(r.Context(), q.p, c.ID); err != nil {
+				if !h.shown(w, q, err, d, &msg, &status) {
+					return
+				}
+			}
+		}
 		for id, m := range c.Models {
 			row.Models = append(row.Models, newModelRow(id, m))
 		}
@@ -350,6 +367,24 @@ func (h *Web) createConnection(w http.ResponseWriter, r *http.Request, q *req) {
 		BaseURL: r.PostForm.Get("base_url"), Credential: r.PostForm.Get("credential")}
 	_, err := q.svc.CreateConnection(r.Context(), q.p, in)
 	h.formDone(w, r, q, err, h.renderConnections, "connections", "connection-created")
+}
+
+// editConnection changes a connection from its edit form: fields name,
+// kind, base_url and credential (empty: keep the stored one). A change of
+// the base URL's origin or of the kind's credential header needs a new
+// credential: the refusal is shown on the form.
+func (h *Web) editConnection(w http.ResponseWriter, r *http.Request, q *req) {
+	var in service.ConnectionPatch
+	for _, f := range []struct {
+		name string
+		dst  **string
+	}{{"name", &in.Name}, {"kind", &in.Kind}, {"base_url", &in.BaseURL}, {"credential", &in.Credential}} {
+		if v := r.PostForm.Get(f.name); v != "" {
+			*f.dst = &v
+		}
+	}
+	_, err := q.svc.UpdateConnection(r.Context(), q.p, r.PathValue("conn"), in)
+	h.formDone(w, r, q, err, h.renderConnections, "connections", "connection-saved")
 }
 
 // saveModel adds or changes a model of a connection from the model form:
