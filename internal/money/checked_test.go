@@ -119,3 +119,21 @@ func BenchmarkAddSat(b *testing.B) {
 	}
 	_ = x
 }
+
+// Every Pico, the saturated bounds included, reads back what it writes.
+func TestPicoJSONRoundTripExtremes(t *testing.T) {
+	for _, v := range []Pico{Saturated, math.MinInt64, math.MinInt64 + 1, math.MaxInt64 - 1, -1, 0, MaxSpend} {
+		var got Pico
+		b, _ := v.MarshalJSON()
+		if err := got.UnmarshalJSON(b); err != nil || got != v {
+			t.Errorf("%d: wrote %s, read %d (%v)", int64(v), b, int64(got), err)
+		}
+	}
+	var p Pico
+	if err := p.UnmarshalJSON([]byte("-9223372.036854775809")); err == nil {
+		t.Errorf("one past MinInt64 read as %d", int64(p))
+	}
+	if err := p.UnmarshalJSON([]byte("9223372.036854775808")); err == nil {
+		t.Errorf("one past MaxInt64 read as %d", int64(p))
+	}
+}
