@@ -11,17 +11,18 @@ import (
 // limit with spent settled and held in flight (reservations, holds or
 // slices) when spent + held + amount ≤ limit, computed exactly. A sum past
 // int64 is more than any limit, so a huge amount is refused instead of
-// wrapping into a small one; a negative amount, spend or sum of holds
-// (which only an overflow gives) never fits either. remaining is
+// wrapping into a small one. money.Saturated stands for such a sum, and a
+// negative amount, spend or sum of holds is what only an overflow gives:
+// either never fits, whatever the limit. remaining is
 // limit − spent − held, at least 0, for the refusal.
 func fits(limit, spent, held, amount money.Pico) (ok bool, remaining money.Pico) {
-	if spent < 0 || held < 0 {
+	if spent < 0 || held < 0 || spent == money.Saturated || held == money.Saturated {
 		return false, 0
 	}
 	// Both subtrahends are not negative: SubSat only clamps a room below
 	// MinInt64, which max makes 0 anyway.
 	remaining = max(money.SubSat(money.SubSat(limit, spent), held), 0)
-	if amount < 0 {
+	if amount < 0 || amount == money.Saturated {
 		return false, remaining
 	}
 	sum, ok1 := money.Add(spent, held)

@@ -384,7 +384,10 @@ func (l *Ledger) planFleet(tx store.Tx, g *fleetGroup, now time.Time) error {
 				continue
 			}
 			e.err = exceeded(b, rem, e.amount)
-			e.recall = recallable
+			// A recall cannot help an amount that would not fit even with
+			// no hold at all (a huge or saturated one): refused at once.
+			alone, _ := fits(b.Limit, b.Spent, 0, e.amount)
+			e.recall = recallable && alone
 		}
 		if !g.exact && g.admitted > 0 {
 			// The room left (free − hold), halved; never negative, never

@@ -16,6 +16,11 @@
 //     take spend past the limit either. A settlement moves a hold into
 //     spend in one transaction under the same lock. A hold whose node died
 //     expires after HoldTTL.
+//
+// Every sum of money is checked (fits, and the money package's checked and
+// saturating helpers): a sum past int64 is more than any budget, so a huge
+// reservation is refused on every path and a huge settlement saturates
+// spend (money.Saturated), never wrapping to a small or negative amount.
 package ledger
 
 import (

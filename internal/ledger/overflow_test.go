@@ -261,15 +261,16 @@ func TestFitsExtremes(t *testing.T) {
 }
 
 // checkFits holds fits to the exact (big.Int) sum: it never admits past the
-// limit, nor anything negative; it admits whatever fits when nothing is
-// negative; remaining is the exact room, clamped to [0, MaxInt64] (0 when
-// spend or holds are negative).
+// limit, nor anything negative or saturated; it admits whatever fits
+// otherwise; remaining is the exact room, clamped to [0, MaxInt64] (0 when
+// spend or holds are negative or saturated).
 func checkFits(t *testing.T, limit, spent, held, amount int64) {
 	ok, rem := fits(money.Pico(limit), money.Pico(spent), money.Pico(held), money.Pico(amount))
 	sum := new(big.Int).Add(big.NewInt(spent), big.NewInt(held))
 	sum.Add(sum, big.NewInt(amount))
 	over := sum.Cmp(big.NewInt(limit)) > 0
-	nonneg := amount >= 0 && spent >= 0 && held >= 0
+	// money.Saturated stands for more than any limit.
+	nonneg := amount >= 0 && spent >= 0 && held >= 0 && amount != math.MaxInt64 && spent != math.MaxInt64 && held != math.MaxInt64
 	if ok && (over || !nonneg) {
 		t.Fatalf("fits(%d, %d, %d, %d) admits a sum of %s", limit, spent, held, amount, sum)
 	}
@@ -280,7 +281,7 @@ func checkFits(t *testing.T, limit, spent, held, amount int64) {
 	room.Sub(room, big.NewInt(held))
 	want := int64(0)
 	switch {
-	case spent < 0 || held < 0:
+	case spent < 0 || held < 0 || spent == math.MaxInt64 || held == math.MaxInt64:
 	case room.Cmp(big.NewInt(math.MaxInt64)) > 0:
 		want = math.MaxInt64
 	case room.Sign() > 0:
