@@ -2,6 +2,7 @@ package quota
 
 import (
 	"math"
+	"math/big"
 	"testing"
 
 	"github.com/agentgate/agentgate/internal/clock"
@@ -67,4 +68,36 @@ func TestHugeTokenSettlementSaturates(t *testing.T) {
 			t.Fatalf("used %d: admitted (%v) after a saturated settlement: %+v", used, tk, r)
 		}
 	}
+}
+
+// checkAdmit holds Admit to the exact sum: a token bound never admits a
+// window past it, and admits whatever fits when nothing is negative.
+func checkAdmit(t *testing.T, limit, first, reserve int64) {
+	if limit <= 0 {
+		return // no bound
+	}
+	l := new(Limiter)
+	lims := []Limit{{Tokens: limit}}
+	_, r1 := l.Admit(t0, []string{"k"}, lims, first)
+	counted := new(big.Int)
+	if r1 == nil {
+		counted.SetInt64(first)
+		if first < 0 || first > limit { // a negative one is more than any limit
+			t.Fatalf("limit %d: admitted a first reservation of %d", limit, first)
+		}
+	}
+	_, r2 := l.Admit(t0, []string{"k"}, lims, reserve)
+	sum := new(big.Int).Add(counted, big.NewInt(reserve))
+	fits := reserve >= 0 && sum.Cmp(big.NewInt(limit)) <= 0
+	if (r2 == nil) != fits {
+		t.Fatalf("limit %d, counted %s, reserve %d: refusal %+v, want fits=%v", limit, counted, reserve, r2, fits)
+	}
+}
+
+func FuzzAdmit(f *testing.F) {
+	for _, v := range []int64{0, 1, -1, 100, math.MaxInt64, math.MaxInt64 - 99, math.MinInt64} {
+		f.Add(int64(1000), int64(100), v)
+		f.Add(int64(math.MaxInt64), v, v)
+	}
+	f.Fuzz(checkAdmit)
 }

@@ -66,7 +66,8 @@ type Refusal struct {
 // (only an overflowing bound is negative) counts as more than any limit.
 // Counts are summed exactly: a sum past int64 is refused by any bound.
 func (l *Limiter) Admit(now time.Time, keys []string, limits []Limit, reserve int64) (*Ticket, *Refusal) {
-	if reserve < 0 {
+	over := reserve < 0
+	if over {
 		reserve = math.MaxInt64
 	}
 	start := now.Truncate(time.Minute)
@@ -98,7 +99,7 @@ func (l *Limiter) Admit(now time.Time, keys []string, limits []Limit, reserve in
 		if n, ok := money.Add(w.requests, 1); lim.Requests > 0 && (!ok || n > lim.Requests) {
 			return refuse(false)
 		}
-		if n, ok := money.Add(w.tokens, reserve); lim.Tokens > 0 && (!ok || n > lim.Tokens) {
+		if n, ok := money.Add(w.tokens, reserve); lim.Tokens > 0 && (over || !ok || n > lim.Tokens) {
 			return refuse(true)
 		}
 	}
