@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/formats"
+	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/quota"
 	"github.com/agentgate/agentgate/internal/service"
 )
@@ -34,7 +35,8 @@ func (c *call) checkPolicies(p *service.Principal, model string, maxOut int64) *
 	}
 	var reserve int64
 	if c.route.Op != formats.CountTokens {
-		reserve = int64(len(c.body)) + maxOut
+		// Saturates: a bound past int64 is refused by any token limit.
+		reserve = money.AddSat(int64(len(c.body)), maxOut)
 	}
 	now := c.svc.Clock.Now()
 	t, ref := c.p.quotas.Admit(now, keys, lims, reserve)

@@ -91,7 +91,7 @@ func (ls *lease) count(now time.Time, amount money.Pico) {
 		ls.prv, ls.cur = 0, 0
 	}
 	ls.sec = s
-	ls.cur += amount
+	ls.cur = money.AddSat(ls.cur, amount)
 	ls.lastUse = now
 }
 
@@ -166,10 +166,18 @@ func (l *Ledger) reserveFleet(ctx context.Context, ws, memberID string, amount m
 	l.mu.Lock()
 	m := l.member(k)
 	m.lease.count(now, amount)
-	if ls := &m.lease; ls.known && (!ls.limited || (now.Before(ls.until) && m.reserved+amount <= ls.slice)) {
-		m.reserved += amount
-		l.mu.Unlock()
-		return &Reservation{Workspace: ws, MemberID: memberID, Amount: amount, l: l}, nil
+	if ls := &m.lease; ls.known {
+		// The slice is checked exactly: spent 0 and a limit of the slice.
+		if ok, _ := fits(ls.slice, 0, m.reserved, amount); !ls.limited || (now.Before(ls.until) && ok) {
+			reserved, ok := money.Add(m.reserved, amount)
+			if !ok {
+				l.mu.Unlock()
+				return nil, uncountable(m.reserved, amount)
+			}
+			m.reserved = reserved
+			l.mu.Unlock()
+			return &Reservation{Workspace: ws, MemberID: memberID, Amount: amount, l: l}, nil
+		}
 	}
 	l.mu.Unlock()
 	wait := time.Millisecond
@@ -306,10 +314,10 @@ func (l *Ledger) planFleet(tx store.Tx, g *fleetGroup, now time.Time) error {
 	roll(b, now)
 	var settledA, settledC money.Pico
 	for _, s := range g.settled {
-		settledA += s.r.Amount
-		settledC += s.rec.Cost
+		settledA = money.AddSat(settledA, s.r.Amount)
+		settledC = money.Charge(settledC, s.rec.Cost)
 		if !s.rec.Time.Before(b.PeriodStart) {
-			b.Spent += s.rec.Cost
+			b.Spent = money.Charge(b.Spent, s.rec.Cost)
 		}
 	}
 	if len(g.settled) > 0 {
@@ -332,9 +340,9 @@ func (l *Ledger) planFleet(tx store.Tx, g *fleetGroup, now time.Time) error {
 	var base money.Pico
 	if g.exact || lapsed {
 		ls.slice = min(ls.slice, m.reserved)
-		base = m.reserved - settledA
+		base = money.SubSat(m.reserved, settledA)
 	} else {
-		base = ls.slice - min(settledC, settledA)
+		base = money.SubSat(ls.slice, min(settledC, settledA))
 	}
 	// Grow by about a second of the member's traffic, and at least by
 	// what is in flight (so that a cold slice doubles instead of creeping).
@@ -359,24 +367,33 @@ func (l *Ledger) planFleet(tx store.Tx, g *fleetGroup, now time.Time) error {
 				}
 				continue
 			}
-			others += h.Amount
+			others = money.Charge(others, h.Amount)
 			if strings.HasPrefix(h.ID, "slice_") && !h.Exact {
 				recallable = true
 			}
 		}
-		free := b.Limit - b.Spent - others
 		for _, e := range g.exts {
-			if hold+e.amount <= free {
-				hold += e.amount
-				g.admitted += e.amount
+			// This slice (hold) is counted with the other holds: spent +
+			// others + hold + amount ≤ limit, exactly.
+			held := money.AddSat(others, hold)
+			ok, rem := fits(b.Limit, b.Spent, held, e.amount)
+			if ok {
+				hold = money.AddSat(hold, e.amount)
+				g.admitted = money.AddSat(g.admitted, e.amount)
 				e.r = &Reservation{Workspace: g.ws, MemberID: g.member, Amount: e.amount, l: l}
 				continue
 			}
-			e.err = &ExceededError{Limit: b.Limit, Remaining: max(free-hold, 0), Needed: e.amount, ResetsAt: PeriodEnd(b.Period, b.PeriodStart)}
-			e.recall = recallable
+			e.err = exceeded(b, rem, e.amount)
+			// A recall cannot help an amount that would not fit even with
+			// no hold at all (a huge or saturated one): refused at once.
+			alone, _ := fits(b.Limit, b.Spent, 0, e.amount)
+			e.recall = recallable && alone
 		}
 		if !g.exact && g.admitted > 0 {
-			if grow := min(headroom, (free-hold)/2); grow > 0 {
+			// The room left (free − hold), halved; never negative, never
+			// wrapped.
+			_, room := fits(b.Limit, b.Spent, money.AddSat(others, hold), 0)
+			if grow := min(headroom, room/2); grow > 0 {
 				hold += grow
 			}
 		}
@@ -404,12 +421,17 @@ func (l *Ledger) applyFleet(groups []*fleetGroup, now time.Time, err error) {
 		}
 		ls := &m.lease
 		ls.known, ls.limited = true, g.limited
-		m.reserved += g.admitted
+		m.reserved = money.AddSat(m.reserved, g.admitted)
 		if !g.limited {
 			ls.slice, ls.held = 0, 0
 			for _, e := range g.exts {
+				reserved, ok := money.Add(m.reserved, e.amount)
+				if !ok {
+					e.err = uncountable(m.reserved, e.amount)
+					continue
+				}
 				e.r = &Reservation{Workspace: g.ws, MemberID: g.member, Amount: e.amount, l: l}
-				m.reserved += e.amount
+				m.reserved = reserved
 			}
 			continue
 		}

@@ -16,6 +16,11 @@
 //     take spend past the limit either. A settlement moves a hold into
 //     spend in one transaction under the same lock. A hold whose node died
 //     expires after HoldTTL.
+//
+// Every sum of money is checked (fits, and the money package's checked and
+// saturating helpers): a sum past int64 is more than any budget, so a huge
+// reservation is refused on every path and a huge settlement saturates
+// spend (money.Saturated), never wrapping to a small or negative amount.
 package ledger
 
 import (
@@ -189,7 +194,9 @@ func roll(b *store.Budget, now time.Time) {
 // an *ExceededError. A member without a budget is always admitted.
 func (l *Ledger) Reserve(ctx context.Context, ws, memberID string, amount money.Pico) (*Reservation, error) {
 	if amount < 0 {
-		amount = 0
+		// Only an overflowing estimate is negative: it is more than any
+		// budget, never free.
+		amount = money.Saturated
 	}
 	if l.fleet != nil {
 		return l.reserveFleet(ctx, ws, memberID, amount)
@@ -205,15 +212,15 @@ func (l *Ledger) Reserve(ctx context.Context, ws, memberID string, amount money.
 	}
 	if b := m.budget; b != nil {
 		roll(b, l.clock.Now())
-		if b.Spent+m.reserved+amount > b.Limit {
-			rem := b.Limit - b.Spent - m.reserved
-			if rem < 0 {
-				rem = 0
-			}
-			return nil, &ExceededError{Limit: b.Limit, Remaining: rem, Needed: amount, ResetsAt: PeriodEnd(b.Period, b.PeriodStart)}
+		if ok, rem := fits(b.Limit, b.Spent, m.reserved, amount); !ok {
+			return nil, exceeded(b, rem, amount)
 		}
 	}
-	m.reserved += amount
+	reserved, ok := money.Add(m.reserved, amount)
+	if !ok {
+		return nil, uncountable(m.reserved, amount)
+	}
+	m.reserved = reserved
 	return &Reservation{Workspace: ws, MemberID: memberID, Amount: amount, l: l}, nil
 }
 
@@ -451,7 +458,7 @@ func (l *Ledger) commit(batch []*settlement) error {
 			if b != nil {
 				roll(b, s.rec.Time)
 				if !s.rec.Time.Before(b.PeriodStart) {
-					b.Spent += s.rec.Cost
+					b.Spent = money.Charge(b.Spent, s.rec.Cost)
 				}
 			}
 		}
@@ -479,7 +486,7 @@ func (l *Ledger) finish(batch []*settlement, err error) {
 			if err == nil && m.budget != nil {
 				roll(m.budget, s.rec.Time)
 				if !s.rec.Time.Before(m.budget.PeriodStart) {
-					m.budget.Spent += s.rec.Cost
+					m.budget.Spent = money.Charge(m.budget.Spent, s.rec.Cost)
 				}
 			}
 		}
@@ -582,7 +589,7 @@ func (l *Ledger) SetBudget(ctx context.Context, ws, memberID, memberKind string,
 		var spent money.Pico
 		err := tx.Usage(ws, UsageCursor(start), func(u *store.UsageRecord) (bool, error) {
 			if u.MemberID == memberID && !u.Time.Before(start) {
-				spent += u.Cost
+				spent = money.Charge(spent, u.Cost)
 			}
 			return true, nil
 		})

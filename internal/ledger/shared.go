@@ -60,7 +60,9 @@ func liveHolds(tx store.Tx, ws, memberID string, now time.Time, prune bool) (mon
 			}
 			continue
 		}
-		sum += h.Amount
+		// A negative hold makes no sense: it counts as Saturated, like
+		// any sum past int64.
+		sum = money.Charge(sum, h.Amount)
 	}
 	return sum, nil
 }
@@ -89,9 +91,9 @@ func (l *Ledger) reserveShared(ctx context.Context, ws, memberID string, amount 
 		return r, nil
 	}
 	hold := &store.Hold{ID: newHoldID(now), Workspace: ws, MemberID: memberID, Amount: amount, Node: l.node, ExpiresAt: now.Add(HoldTTL)}
-	var exceeded *ExceededError
+	var refused *ExceededError
 	err = l.update(ctx, []string{lockName(ws, memberID)}, func(tx store.Tx) error {
-		exceeded = nil
+		refused = nil
 		b, err := tx.Budget(ws, memberID)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil // removed meanwhile: unlimited, no hold
@@ -104,9 +106,8 @@ func (l *Ledger) reserveShared(ctx context.Context, ws, memberID string, amount 
 		if err != nil {
 			return err
 		}
-		if b.Spent+held+amount > b.Limit {
-			rem := max(b.Limit-b.Spent-held, 0)
-			exceeded = &ExceededError{Limit: b.Limit, Remaining: rem, Needed: amount, ResetsAt: PeriodEnd(b.Period, b.PeriodStart)}
+		if ok, rem := fits(b.Limit, b.Spent, held, amount); !ok {
+			refused = exceeded(b, rem, amount)
 			return nil
 		}
 		r.hold = hold.ID
@@ -115,8 +116,8 @@ func (l *Ledger) reserveShared(ctx context.Context, ws, memberID string, amount 
 	if err != nil {
 		return nil, err
 	}
-	if exceeded != nil {
-		return nil, exceeded
+	if refused != nil {
+		return nil, refused
 	}
 	return r, nil
 }

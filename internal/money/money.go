@@ -69,14 +69,21 @@ func parseDecimal(s string, decimals, intDigits int) (int64, error) {
 	}
 	frac += strings.Repeat("0", decimals-len(frac))
 	f, _ := strconv.ParseInt(frac, 10, 64)
-	if whole > (math.MaxInt64-f)/scale {
+	// The magnitude is bounded in uint64: a negative amount reaches one
+	// further than a positive one, so every int64 (math.MinInt64 too, a
+	// saturated amount's floor) reads back what String wrote.
+	bound := uint64(math.MaxInt64)
+	if neg {
+		bound++
+	}
+	if uint64(whole) > (bound-uint64(f))/uint64(scale) {
 		return 0, fmt.Errorf("%q is too large", orig)
 	}
-	v := whole*scale + f
+	v := uint64(whole)*uint64(scale) + uint64(f)
 	if neg {
-		v = -v
+		return -int64(v), nil
 	}
-	return v, nil
+	return int64(v), nil
 }
 
 func digits(s string) bool {

@@ -17,8 +17,9 @@ type Pico int64
 // MaxSpend is the largest budget limit accepted: one million dollars.
 const MaxSpend = Pico(1_000_000 * Scale * PicoPerMicro)
 
-// PicoOf converts micro-dollars to pico-dollars.
-func PicoOf(m Micros) Pico { return Pico(m) * PicoPerMicro }
+// PicoOf converts micro-dollars to pico-dollars; an amount past what Pico
+// holds saturates (MulSat).
+func PicoOf(m Micros) Pico { return MulSat(Pico(m), PicoPerMicro) }
 
 // String formats the amount as a decimal number of dollars, up to twelve
 // decimal places, without trailing zeros.

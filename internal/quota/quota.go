@@ -6,8 +6,11 @@
 package quota
 
 import (
+	"math"
 	"sync"
 	"time"
+
+	"github.com/agentgate/agentgate/internal/money"
 )
 
 // Limit is one counter's bounds; 0 means no bound.
@@ -27,7 +30,10 @@ type Limiter struct {
 type window struct {
 	start    time.Time
 	requests int64
-	tokens   int64 // settled tokens plus outstanding reservations
+	// tokens is settled tokens plus outstanding reservations. A sum past
+	// int64 saturates at math.MaxInt64 and stays there for the rest of
+	// the window: more than any limit, never wrapped to a small count.
+	tokens int64
 }
 
 // maxKeys bounds the counters kept; past it, windows that ended are swept.
@@ -56,8 +62,14 @@ type Refusal struct {
 }
 
 // Admit counts a request against every key's limit at once: all or none.
-// reserve is the upper bound of the request's tokens.
+// reserve is the upper bound of the request's tokens; a negative one
+// (only an overflowing bound is negative) counts as more than any limit.
+// Counts are summed exactly: a sum past int64 is refused by any bound.
 func (l *Limiter) Admit(now time.Time, keys []string, limits []Limit, reserve int64) (*Ticket, *Refusal) {
+	over := reserve < 0
+	if over {
+		reserve = math.MaxInt64
+	}
 	start := now.Truncate(time.Minute)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -84,17 +96,17 @@ func (l *Limiter) Admit(now time.Time, keys []string, limits []Limit, reserve in
 			return nil, &Refusal{Key: k, Limit: lim, Requests: w.requests, Tokens: w.tokens, RetryAt: start.Add(time.Minute),
 				ByTokens: byTokens, Requested: reserve}
 		}
-		if lim.Requests > 0 && w.requests+1 > lim.Requests {
+		if n, ok := money.Add(w.requests, 1); lim.Requests > 0 && (!ok || n > lim.Requests) {
 			return refuse(false)
 		}
-		if lim.Tokens > 0 && w.tokens+reserve > lim.Tokens {
+		if n, ok := money.Add(w.tokens, reserve); lim.Tokens > 0 && (over || !ok || n > lim.Tokens) {
 			return refuse(true)
 		}
 	}
 	t := &Ticket{holds: make([]hold, len(keys))}
 	for i, w := range ws {
-		w.requests++
-		w.tokens += reserve
+		w.requests = money.AddSat(w.requests, 1)
+		w.tokens = money.AddSat(w.tokens, reserve)
 		t.holds[i] = hold{key: keys[i], start: start, reserved: reserve}
 	}
 	return t, nil
@@ -102,16 +114,23 @@ func (l *Limiter) Admit(now time.Time, keys []string, limits []Limit, reserve in
 
 // Settle replaces the ticket's reservation with the tokens the request
 // used, in the windows it was admitted in (a window that has ended since
-// is left as it was). A nil ticket is a no-op; settling twice is too.
+// is left as it was). A nil ticket is a no-op; settling twice is too. A
+// negative count (only an overflowing sum is negative) counts as more than
+// any limit, and a window whose count saturated stays saturated.
 func (l *Limiter) Settle(t *Ticket, used int64) {
 	if t == nil {
 		return
 	}
+	if used < 0 {
+		used = math.MaxInt64
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, h := range t.holds {
-		if w := l.m[h.key]; w != nil && w.start.Equal(h.start) {
-			w.tokens += used - h.reserved
+		if w := l.m[h.key]; w != nil && w.start.Equal(h.start) && w.tokens != math.MaxInt64 {
+			// Below the saturation the count is exact and holds the
+			// reservation: taking it out never goes below 0.
+			w.tokens = money.AddSat(w.tokens-h.reserved, used)
 		}
 	}
 	t.holds = nil

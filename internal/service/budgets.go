@@ -96,7 +96,7 @@ func (s *Service) monthSpend(tx store.Tx, ws string) (map[string]money.Pico, err
 	out := map[string]money.Pico{}
 	start := ledger.PeriodStart(store.PeriodMonthly, s.Clock.Now())
 	err := tx.Usage(ws, ledger.UsageCursor(start), func(u *store.UsageRecord) (bool, error) {
-		out[u.MemberID] += u.Cost
+		out[u.MemberID] = money.Charge(out[u.MemberID], u.Cost)
 		return true, nil
 	})
 	return out, err
@@ -106,10 +106,9 @@ func budgetView(m budgetMember, st ledger.Status, monthSpend money.Pico) BudgetV
 	v := BudgetView{MemberID: m.id, Kind: m.kind, Name: m.name, ReservedUSD: st.Reserved, SpentUSD: monthSpend}
 	if b := st.Budget; b != nil {
 		limit, period := b.Limit, b.Period
-		rem := b.Limit - b.Spent - st.Reserved
-		if rem < 0 {
-			rem = 0
-		}
+		// Spend may be saturated (ledger: a sum past int64): the room
+		// is clamped, never wrapped.
+		rem := max(money.SubSat(money.SubSat(b.Limit, b.Spent), st.Reserved), 0)
 		v.LimitUSD, v.Period, v.SpentUSD, v.RemainingUSD = &limit, &period, b.Spent, &rem
 		if end := ledger.PeriodEnd(b.Period, b.PeriodStart); !end.IsZero() {
 			v.ResetsAt = &end

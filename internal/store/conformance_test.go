@@ -33,6 +33,7 @@ func runConformance(t *testing.T, open func(t *testing.T) Store) {
 		{"Budgets", testBudgets},
 		{"Usage", testUsage},
 		{"Holds", testHolds},
+		{"ExtremeAmounts", testExtremeAmounts},
 		{"Meta", testMeta},
 		{"KindsAreSeparate", testKindsAreSeparate},
 		{"UpdateErrorDiscards", testUpdateErrorDiscards},

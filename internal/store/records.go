@@ -369,8 +369,11 @@ type Tokens struct {
 	Reasoning  int64 `json:"reasoning"`
 }
 
-// Total is the sum of all counts.
-func (t Tokens) Total() int64 { return t.Input + t.CacheRead + t.CacheWrite + t.Output + t.Reasoning }
+// Total is the sum of all counts; a sum past int64 saturates
+// (money.AddSat) instead of wrapping to a small or negative count.
+func (t Tokens) Total() int64 {
+	return money.AddSat(money.AddSat(money.AddSat(money.AddSat(t.Input, t.CacheRead), t.CacheWrite), t.Output), t.Reasoning)
+}
 
 // UsageRecord is one gateway request, append-only. IDs sort by time.
 type UsageRecord struct {
