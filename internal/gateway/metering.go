@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"io"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -56,16 +55,9 @@ func outputBound(m store.Model, fl *formats.Fields) int64 {
 	if maxOut == 0 {
 		maxOut = DefaultMaxOutputTokens
 	}
-	return addCounts(maxOut, fl.ExtraOutput())
-}
-
-// addCounts adds token counts, saturating at math.MaxInt64 (more than any
-// budget holds) instead of wrapping.
-func addCounts(a, b int64) int64 {
-	if b > 0 && a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
+	// Both are at least 0: the sum saturates at math.MaxInt64 (more than
+	// any budget holds) instead of wrapping.
+	return money.AddSat(maxOut, fl.ExtraOutput())
 }
 
 // meterWriter sits between the forwarder and the client: it notes the

@@ -73,8 +73,8 @@ func TestReservationSaturates(t *testing.T) {
 	if got := reservation(m, &fs, len(body)); got != maxReservation {
 		t.Errorf("reservation %d", got)
 	}
-	if addCounts(math.MaxInt64-1, 2) != math.MaxInt64 || addCounts(3, 4) != 7 {
-		t.Error("addCounts")
+	if money.AddSat[int64](math.MaxInt64-1, 2) != math.MaxInt64 || money.AddSat[int64](3, 4) != 7 {
+		t.Error("AddSat")
 	}
 }
 
