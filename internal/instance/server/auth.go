@@ -40,9 +40,10 @@ func (a *Auth) now() time.Time {
 	return a.Clock.Now()
 }
 
-// username is the Basic username: Username, default "opencode".
+// username is the Basic username: Username, default "opencode" (also for
+// a nil Auth).
 func (a *Auth) username() string {
-	if a.Username == "" {
+	if a == nil || a.Username == "" {
 		return "opencode"
 	}
 	return a.Username

@@ -267,7 +267,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.opts.Limiter.Fail(s.addressKey(r))
 			fallthrough
 		default:
-			s.web.Unauthenticated(w, r)
+			s.web.Unauthenticated(w, r, s.ownOrigin(r), s.opts.Auth.username())
 		}
 		return
 	}
@@ -357,7 +357,17 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request, _ router.Params) e
 	return nil
 }
 
+// nothingToPair is the answer to pairing on an instance without a password:
+// pairing turns a code into a token signed with the password, so there is
+// no code to make and none to redeem. Such an instance answers only
+// loopback peers, with no credentials at all.
+const nothingToPair = "this instance has no password: there is nothing to pair; clients connect without credentials from this machine"
+
+// pair makes a single-use pairing code (see connect).
 func (s *Server) pair(w http.ResponseWriter, r *http.Request, _ router.Params) error {
+	if !s.opts.Auth.Enabled() {
+		return errs.InvalidRequest("no_password", nothingToPair)
+	}
 	if err := noBody(r); err != nil {
 		return err
 	}
@@ -367,17 +377,23 @@ func (s *Server) pair(w http.ResponseWriter, r *http.Request, _ router.Params) e
 
 // connect redeems a pairing code: a browser gets the session cookie and a
 // redirect to /, an API client the token. The code is spent either way.
+// Without a password there is nothing to redeem: the answer says so, and a
+// browser is pointed at the pages, which open without pairing.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request, p router.Params) error {
-	ok := s.opts.Pairing.Redeem(p["code"]) && s.opts.Auth.Enabled()
 	browser := strings.Contains(r.Header.Get("Accept"), "text/html")
-	if !ok {
-		if s.opts.Auth.Enabled() {
-			s.opts.Limiter.Fail(s.addressKey(r))
-		}
+	if !s.opts.Auth.Enabled() {
 		if browser {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(http.StatusUnauthorized)
-			w.Write([]byte("This pairing link expired or was already used. Run `opencode pair` to get a new one.\n"))
+			textReply(w, http.StatusBadRequest, "This instance has no password: there is nothing to pair. "+
+				"Its pages open without pairing in a browser on this machine: "+s.ownOrigin(r)+"/\n")
+			return nil
+		}
+		return errs.InvalidRequest("no_password", nothingToPair)
+	}
+	if !s.opts.Pairing.Redeem(p["code"]) {
+		s.opts.Limiter.Fail(s.addressKey(r))
+		if browser {
+			textReply(w, http.StatusUnauthorized, "This pairing link expired or was already used. Ask the instance for a new code with its password:\n\n  "+
+				webapp.PairCommand(s.ownOrigin(r), s.opts.Auth.username())+"\n\nthen open "+s.ownOrigin(r)+"/auth/connect/<code> in this browser within five minutes.\n")
 			return nil
 		}
 		return errs.Unauthorized("Pairing link expired or already used")
@@ -391,6 +407,14 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, p router.Params
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"token": tok})
 	return nil
+}
+
+// textReply answers a browser with plain text.
+func textReply(w http.ResponseWriter, status int, text string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write([]byte(text))
 }
 
 // noBody refuses a request body where the operation takes none.

@@ -341,6 +341,13 @@ func TestPairing(t *testing.T) {
 	// Spent.
 	wantError(t, h.get("/auth/connect/"+code, jsonAccept...), 401, "UnauthorizedError",
 		map[string]any{"message": "Pairing link expired or already used"})
+	// A browser is told how to get a new code, with commands that exist.
+	r = h.get("/auth/connect/"+code, "auth", "none", "Accept", "text/html")
+	if body := string(r.body); r.status != 401 || !strings.Contains(body, "expired or was already used") ||
+		!strings.Contains(body, "curl -u opencode -X POST "+h.ts.URL+"/api/pair") ||
+		!strings.Contains(body, h.ts.URL+"/auth/connect/<code>") || strings.Contains(body, "opencode pair") {
+		t.Fatalf("spent link in a browser: %d %s", r.status, body)
+	}
 	// Guessed.
 	wantError(t, h.get("/auth/connect/AAAAAAAAAAAAAAAAAAAAAA", jsonAccept...), 401, "UnauthorizedError", nil)
 	wantError(t, h.get("/auth/connect/x", jsonAccept...), 401, "UnauthorizedError", nil)
@@ -388,11 +395,19 @@ func TestPairing(t *testing.T) {
 
 func TestPairingWithoutPassword(t *testing.T) {
 	h := newSrvHarness(t, func(o *Options) { o.Auth = &Auth{Username: "opencode", Clock: o.Clock} })
-	code := h.pairCode() // auth is off, so anyone may pair…
-	// …but no token can be issued.
-	wantError(t, h.get("/auth/connect/"+code, "auth", "none", "Accept", "application/json"), 401, "UnauthorizedError", nil)
-	if r := h.get("/auth/connect/"+h.pairCode(), "auth", "none", "Accept", "text/html"); r.status != 401 || r.header.Get("Set-Cookie") != "" {
-		t.Fatalf("browser without password: %d cookie %q", r.status, r.header.Get("Set-Cookie"))
+	truth := map[string]any{"kind": "no_password",
+		"message": "this instance has no password: there is nothing to pair; clients connect without credentials from this machine"}
+	// No code is made: nothing could redeem it.
+	wantError(t, h.do("POST", "/api/pair", nil, "auth", "none"), 400, "InvalidRequestError", truth)
+	// A pairing link gets the same answer, never "expired".
+	for _, code := range []string{"x", "AAAAAAAAAAAAAAAAAAAAAA"} {
+		wantError(t, h.get("/auth/connect/"+code, "auth", "none", "Accept", "application/json"), 400, "InvalidRequestError", truth)
+	}
+	r := h.get("/auth/connect/x", "auth", "none", "Accept", "text/html")
+	body := string(r.body)
+	if r.status != 400 || r.header.Get("Set-Cookie") != "" || !strings.Contains(body, "no password: there is nothing to pair") ||
+		!strings.Contains(body, h.ts.URL+"/") || strings.Contains(body, "expired") || strings.Contains(body, "opencode pair") {
+		t.Fatalf("browser without password: %d cookie %q: %s", r.status, r.header.Get("Set-Cookie"), body)
 	}
 }
 

@@ -94,6 +94,47 @@ func TestWebWithoutCredentials(t *testing.T) {
 	}
 }
 
+// TestWebPairingPageCommands: the pairing page names commands that run as
+// shown: curl with the configured username against the instance's own
+// origin (scheme and Host as the request addressed it), then the
+// /auth/connect/ link.
+func TestWebPairingPageCommands(t *testing.T) {
+	h := newSessHarness(t, func(o *Options) {
+		o.Auth.Username = "alice"
+		o.TrustedProxy = func(r *http.Request) bool { return r.Header.Get("X-Test-Proxy") != "" }
+	})
+	host := strings.TrimPrefix(h.ts.URL, "http://")
+	body := wantPage(t, h.page("/", "auth", "none"), http.StatusUnauthorized, "Pair this browser",
+		"curl -u alice -X POST http://"+host+"/api/pair", "http://"+host+"/auth/connect/&lt;code&gt;")
+	if strings.Contains(body, "opencode pair") || strings.Contains(body, "$PASSWORD") {
+		t.Fatalf("the pairing page names a command that does not exist:\n%s", body)
+	}
+	// Behind a trusted proxy that terminates TLS the command is https.
+	wantPage(t, h.page("/", "auth", "none", "X-Test-Proxy", "1", "X-Forwarded-Proto", "https"), http.StatusUnauthorized,
+		"curl -u alice -X POST https://"+host+"/api/pair", "https://"+host+"/auth/connect/&lt;code&gt;")
+	// The command from the page, run as shown, makes a code.
+	if r := h.do("POST", "/api/pair", nil, "Authorization", basicHeader("alice", testPassword)); r.status != 200 || r.json(t)["code"] == nil {
+		t.Fatalf("pair as alice: %d %s", r.status, r.body)
+	}
+	// A username that is not one shell word is quoted.
+	if got, want := webapp.PairCommand("http://127.0.0.1:4096", "o'brien x"), `curl -u 'o'\''brien x' -X POST http://127.0.0.1:4096/api/pair`; got != want {
+		t.Fatalf("PairCommand %s, want %s", got, want)
+	}
+}
+
+// TestWebWithoutPassword: without a password the pages open in a browser
+// on this machine with no pairing at all.
+func TestWebWithoutPassword(t *testing.T) {
+	h := newSessHarness(t, noPassword)
+	if r := h.send("POST", "/api/session", map[string]any{"title": "open session"}); r.status != 200 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	body := wantPage(t, h.page("/", "auth", "none"), http.StatusOK, "open session", "New session", `name="csrf"`)
+	if strings.Contains(body, "Pair this browser") {
+		t.Fatalf("the sessions page asks to pair:\n%s", body)
+	}
+}
+
 // TestWebPairedBrowser: a pairing link sets the cookie and sends the
 // browser to /, where the session list is.
 func TestWebPairedBrowser(t *testing.T) {

@@ -153,14 +153,38 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Unauthenticated answers a page request without (valid) credentials: a
 // page that explains how to pair, with no data and no WWW-Authenticate
-// challenge (the browser shows no password dialog).
-func (a *App) Unauthenticated(w http.ResponseWriter, r *http.Request) {
+// challenge (the browser shows no password dialog). origin is the
+// instance's own origin as the request addressed it (scheme and Host),
+// username the Basic username: the page's commands run as shown.
+func (a *App) Unauthenticated(w http.ResponseWriter, r *http.Request, origin, username string) {
 	secure(w)
 	if strings.HasPrefix(r.URL.Path, "/ui/static/") {
 		a.static.ServeHTTP(w, r) // the pairing page's own style
 		return
 	}
-	a.render(w, http.StatusUnauthorized, "pair", &pageData{Title: "Pair this browser", Minimal: true, Host: r.Host})
+	a.render(w, http.StatusUnauthorized, "pair", &pageData{Title: "Pair this browser", Minimal: true,
+		Data: pairPage{Command: PairCommand(origin, username), Link: origin + "/auth/connect/<code>"}})
+}
+
+// pairPage is what the pairing page shows.
+type pairPage struct {
+	Command string // asks the instance for a pairing code
+	Link    string // where the code goes
+}
+
+// PairCommand is the shell command that asks the instance at origin for a
+// pairing code: curl with the Basic username, which prompts for the
+// password (so the password stays out of the shell's history).
+func PairCommand(origin, username string) string {
+	return "curl -u " + shellWord(username) + " -X POST " + shellWord(origin+"/api/pair")
+}
+
+// shellWord quotes s for a POSIX shell unless it is plainly one word.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,:/@[]%+=") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func secure(w http.ResponseWriter) {
@@ -181,7 +205,6 @@ type pageData struct {
 	Flash   string
 	Error   string
 	Status  int
-	Host    string
 	Data    any
 	// Unconfined is the sandbox's warning (see Backend.Unconfined).
 	Unconfined string
