@@ -369,8 +369,14 @@ func (h *Host) start(s *slot) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A restart appends, so that what the run before it printed (why it
+	// crashed) stays readable; a log past its cap starts afresh.
 	logPath := h.LogPath(s.dir)
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
+	if fi, err := os.Stat(logPath); err == nil && fi.Size() >= maxLog {
+		flags |= os.O_TRUNC
+	}
+	logf, err := os.OpenFile(logPath, flags, 0o600)
 	if err != nil {
 		return nil, err
 	}
