@@ -415,12 +415,12 @@ func write(w http.ResponseWriter, rc *http.ResponseController, f []byte) bool {
 // Tap calls fn with the record of every event sent from now on (fn runs
 // on one goroutine, in order) until stop is called. A tap that falls
 // behind misses events, as a slow stream would, and goes on with the next
-// ones.
+// ones. The tap has subscribed when Tap returns.
 func (b *Bus) Tap(fn func(record []byte)) (stop func()) {
 	done := make(chan struct{})
+	s := b.subscribe()
 	go func() {
 		for {
-			s := b.subscribe()
 			for lost := false; !lost; {
 				select {
 				case f := <-s.ch:
@@ -432,6 +432,7 @@ func (b *Bus) Tap(fn func(record []byte)) (stop func()) {
 					return
 				}
 			}
+			s = b.subscribe()
 		}
 	}()
 	var once sync.Once

@@ -211,3 +211,26 @@ func TestNoEventQueuedBeforeSubscribe(t *testing.T) {
 		t.Fatalf("got %q, want the next live event", f)
 	}
 }
+
+// A tap gets the events published once Tap returned, and none before.
+func TestTapFromReturn(t *testing.T) {
+	b := NewBus(0, nil)
+	b.Publish("before", nil, nil)
+	got := make(chan string, 4)
+	stop := b.Tap(func(rec []byte) {
+		var e struct{ Type string }
+		json.Unmarshal(rec, &e)
+		got <- e.Type
+	})
+	defer stop()
+	b.Publish("after", nil, nil)
+	b.Flush()
+	select {
+	case typ := <-got:
+		if typ != "after" {
+			t.Fatalf("tap got %q first, want after", typ)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("tap missed an event published after Tap returned")
+	}
+}
