@@ -50,6 +50,12 @@ type LocationRef struct {
 // publisher does not wait for the journal unless it asks to, and a stream
 // that has seen an event id has seen every durable event journaled before
 // it.
+//
+// A subscriber gets the events queued after it subscribed, and only those:
+// an event queued earlier but still waiting in the queue (or being
+// journaled) when it subscribes is not sent to it. Each event is numbered
+// as it enters the queue, and a subscriber records the next number when
+// it subscribes.
 type Bus struct {
 	QueueSize int
 	Clock     clock.Clock
@@ -57,8 +63,9 @@ type Bus struct {
 	mu   sync.Mutex
 	subs map[*subscriber]struct{}
 
-	qmu     sync.Mutex
+	qmu     sync.Mutex // held before mu when both are
 	queue   []*batch
+	next    uint64 // the number of the next event to enter the queue
 	running bool
 	journal atomic.Pointer[Journal]
 }
@@ -71,6 +78,7 @@ type Journal func(evs []*Event) error
 
 type batch struct {
 	evs  []*Event
+	seq  uint64        // the number of evs[0]; the others follow it
 	done chan struct{} // closed once sent, when the publisher waits
 	err  error
 }
@@ -87,6 +95,7 @@ func (b *Bus) SetJournal(j Journal) {
 
 // frame is an encoded event as a subscriber queue holds it.
 type frame struct {
+	seq     uint64 // the event's number in the queue
 	id      string // the event id of a durable event, else ""
 	session string // the aggregate of a durable event
 	b       []byte // the whole SSE frame
@@ -94,6 +103,7 @@ type frame struct {
 }
 
 type subscriber struct {
+	from   uint64 // the first event number queued after it subscribed
 	ch     chan frame
 	closed chan struct{}
 	once   sync.Once
@@ -174,6 +184,8 @@ func (b *Bus) enqueue(bt *batch) {
 	for _, ev := range bt.evs {
 		ev.ID, ev.Created = ids.Event(now), now.UnixMilli()
 	}
+	bt.seq = b.next
+	b.next += uint64(len(bt.evs))
 	b.queue = append(b.queue, bt)
 	start := !b.running
 	b.running = true
@@ -217,12 +229,12 @@ func (b *Bus) work() {
 			}
 		}
 		for _, bt := range take {
-			for _, ev := range bt.evs {
+			for i, ev := range bt.evs {
 				f, body, err := encode(ev)
 				if err != nil {
 					continue
 				}
-				fr := frame{b: f, body: body}
+				fr := frame{seq: bt.seq + uint64(i), b: f, body: body}
 				if ev.Durable != nil {
 					fr.id, fr.session = ev.ID, ev.Durable.AggregateID
 				}
@@ -242,6 +254,9 @@ func (b *Bus) send(f frame) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.subs {
+		if f.seq < s.from {
+			continue // queued before s subscribed
+		}
 		select {
 		case s.ch <- f:
 		default: // queue full: this subscriber is too slow
@@ -258,11 +273,18 @@ func (b *Bus) Subscribers() int {
 	return len(b.subs)
 }
 
+// subscribe registers a subscriber for the events queued from now on.
+// Reading the next event number and registering happen under qmu, so
+// every event is either queued before (a lower number, not sent to s) or
+// after (sent to s, which the worker then finds registered).
 func (b *Bus) subscribe() *subscriber {
 	s := &subscriber{ch: make(chan frame, b.QueueSize), closed: make(chan struct{})}
+	b.qmu.Lock()
+	s.from = b.next
 	b.mu.Lock()
 	b.subs[s] = struct{}{}
 	b.mu.Unlock()
+	b.qmu.Unlock()
 	return s
 }
 
@@ -393,12 +415,12 @@ func write(w http.ResponseWriter, rc *http.ResponseController, f []byte) bool {
 // Tap calls fn with the record of every event sent from now on (fn runs
 // on one goroutine, in order) until stop is called. A tap that falls
 // behind misses events, as a slow stream would, and goes on with the next
-// ones.
+// ones. The tap has subscribed when Tap returns.
 func (b *Bus) Tap(fn func(record []byte)) (stop func()) {
 	done := make(chan struct{})
+	s := b.subscribe()
 	go func() {
 		for {
-			s := b.subscribe()
 			for lost := false; !lost; {
 				select {
 				case f := <-s.ch:
@@ -410,6 +432,7 @@ func (b *Bus) Tap(fn func(record []byte)) (stop func()) {
 					return
 				}
 			}
+			s = b.subscribe()
 		}
 	}()
 	var once sync.Once

@@ -178,3 +178,59 @@ func TestSessionStreamAndTransform(t *testing.T) {
 		}
 	}
 }
+
+// A stream gets the events queued after it subscribed, and only those:
+// not one the worker is journaling when it subscribes, nor one still
+// waiting in the queue behind it. The journal holds the worker, so the
+// order is fixed.
+func TestNoEventQueuedBeforeSubscribe(t *testing.T) {
+	b := NewBus(0, nil)
+	entered, release := make(chan struct{}), make(chan struct{})
+	b.SetJournal(func(evs []*Event) error {
+		if evs[0].Type == "held" {
+			close(entered)
+			<-release
+		}
+		return (&journal{seqs: map[string]uint64{}}).write(evs)
+	})
+	b.PublishBatch([]*Event{{Type: "held", Durable: &Durable{AggregateID: "s"}}}, false)
+	<-entered                     // the worker took "held" and journals it
+	b.Publish("queued", nil, nil) // waits in the queue behind it
+	// The stream has subscribed once its response starts.
+	next := stream(t, b, Stream{})
+	if f := next(); !strings.Contains(f, `"type":"server.connected"`) {
+		t.Fatalf("first %q", f)
+	}
+	b.Publish("after", nil, nil)
+	close(release)
+	if f := next(); !strings.Contains(f, `"type":"after"`) {
+		t.Fatalf("got %q, want the event published after subscribing", f)
+	}
+	b.Publish("later", nil, nil)
+	if f := next(); !strings.Contains(f, `"type":"later"`) {
+		t.Fatalf("got %q, want the next live event", f)
+	}
+}
+
+// A tap gets the events published once Tap returned, and none before.
+func TestTapFromReturn(t *testing.T) {
+	b := NewBus(0, nil)
+	b.Publish("before", nil, nil)
+	got := make(chan string, 4)
+	stop := b.Tap(func(rec []byte) {
+		var e struct{ Type string }
+		json.Unmarshal(rec, &e)
+		got <- e.Type
+	})
+	defer stop()
+	b.Publish("after", nil, nil)
+	b.Flush()
+	select {
+	case typ := <-got:
+		if typ != "after" {
+			t.Fatalf("tap got %q first, want after", typ)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("tap missed an event published after Tap returned")
+	}
+}
