@@ -275,12 +275,12 @@ func TestSandboxLimits(t *testing.T) {
 		t.Logf("processes: %s", st.Limits["processes"])
 	} else {
 		// bash retries a fork that fails, for a while: timeout bounds it.
-		out, _, c := run(t, s, proj, `timeout 1 bash -c 'for i in $(seq 100); do sleep 30 >/dev/null 2>&1 & done; wait'; echo done`)
+		out, _, c := run(t, s, proj, `timeout 1 bash -c 'for i in $(seq 100); do sleep 31.4159 >/dev/null 2>&1 & done; wait'; echo done`)
 		if c.LimitHit() != "processes" {
 			t.Fatalf("processes: hit %q: %s", c.LimitHit(), out)
 		}
 	}
-	gone(t, "sleep 30")
+	gone(t, "sleep 31.4159")
 }
 
 // TestSandboxRefusals: a host without namespaces (simulated) refuses,
