@@ -165,6 +165,8 @@ type CallError struct {
 	Kind    CallErrorKind
 	Status  int
 	Message string
+	// Detail is the provider's own message of a CallRefused answer.
+	Detail string
 }
 
 func (e *CallError) Error() string { return e.Message }
@@ -208,8 +210,9 @@ func (f Format) NewRequest(ctx context.Context, base, apiKey string, c *Conversa
 func (f Format) ReadResponse(resp *http.Response, onDelta func(Delta)) (*Step, *CallError) {
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return nil, &CallError{Kind: CallRefused, Status: resp.StatusCode,
-			Message: fmt.Sprintf("Provider answered %d: %s", resp.StatusCode, errorMessage(b, resp.StatusCode))}
+		detail := errorMessage(b, resp.StatusCode)
+		return nil, &CallError{Kind: CallRefused, Status: resp.StatusCode, Detail: detail,
+			Message: fmt.Sprintf("Provider answered %d: %s", resp.StatusCode, detail)}
 	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if ct != "text/event-stream" {

@@ -192,7 +192,9 @@ type Instance struct {
 	Heartbeat caddy.Duration `json:"heartbeat,omitempty"`
 
 	// Provider, when set, makes the instance answer prompts: admitted
-	// inputs become provider turns, and the agent runs tools.
+	// inputs become provider turns, and the agent runs tools. Without it
+	// a prompt is admitted and its turn fails at once with an error
+	// message that says to add this block.
 	Provider *Provider `json:"provider,omitempty"`
 
 	// Permissions are the instance's permission rules for tool calls,
@@ -426,21 +428,24 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		return err
 	}
 	st := val.(sharedState)
-	var runner *loop.Runner
+	// The drains run with or without a provider: without one, each turn
+	// fails at once with an error message that says how to configure it,
+	// and the session goes idle (a later prompt uses the provider a reload
+	// brings).
+	var pc loop.ProviderConfig
 	if in.Provider != nil {
-		pc, err := in.Provider.config(repl)
-		if err != nil {
+		if pc, err = in.Provider.config(repl); err != nil {
 			shared.Delete(in.key)
 			in.key = ""
 			return err
 		}
-		runner = st.runner
-		runner.SetProvider(pc)
-		runner.SetTools(loop.ToolConfig{Rules: in.Permissions, TrustProjectPermissions: in.TrustProjectPermissions, Roots: roots, FetchPrivate: in.WebfetchPrivate,
-			BashTimeout: time.Duration(in.BashTimeout), MaxSteps: in.MaxSteps, Sandbox: in.sandbox,
-			Secrets: func() []string { return append([]string{password}, app.SecretValues()...) }})
-		in.runner = runner
 	}
+	runner := st.runner
+	runner.SetProvider(pc)
+	runner.SetTools(loop.ToolConfig{Rules: in.Permissions, TrustProjectPermissions: in.TrustProjectPermissions, Roots: roots, FetchPrivate: in.WebfetchPrivate,
+		BashTimeout: time.Duration(in.BashTimeout), MaxSteps: in.MaxSteps, Sandbox: in.sandbox,
+		Secrets: func() []string { return append([]string{password}, app.SecretValues()...) }})
+	in.runner = runner
 	pm, err := plugins.New(plugins.Options{
 		Targets: in.Plugins, Registry: repl.ReplaceAll(in.Registry, ""),
 		Dir: filepath.Join(app.DataDir(), "plugins", in.Name), Logger: in.logger.Named("plugins"),
@@ -465,9 +470,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 			return svc.Store, nil
 		},
 	}
-	if runner != nil {
-		opts.Runner = runner
-	}
+	opts.Runner = runner
 	in.server = server.New(opts)
 	rt, err := in.pluginRuntime(app, repl)
 	if err != nil {
@@ -476,9 +479,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		return err
 	}
 	pm.SetRuntime(rt)
-	if runner != nil {
-		runner.SetPlugins(pm)
-	}
+	runner.SetPlugins(pm)
 	in.stopTap = st.bus.Tap(pm.Event)
 	return nil
 }

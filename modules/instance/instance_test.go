@@ -538,3 +538,79 @@ func TestCORSOriginsAndTrustedProxy(t *testing.T) {
 		t.Fatalf("untrusted peer: %d %s", r.status, r.body)
 	}
 }
+
+// sendJSON serves a request with a JSON body from the loopback.
+func sendJSON(t *testing.T, in *Instance, method, target, body string) result {
+	t.Helper()
+	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	req.RemoteAddr, req.Host = "127.0.0.1:41234", "localhost:4096"
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error { return nil })
+	if err := in.ServeHTTP(rec, req, next); err != nil {
+		t.Fatalf("ServeHTTP: %v", err)
+	}
+	return result{status: rec.Code, body: rec.Body.String(), header: rec.Header()}
+}
+
+// Without a provider block a prompt is admitted and its turn fails at
+// once with an error message that says how to configure one; the session
+// goes idle and answers the next prompt the same way.
+func TestNoProviderSaysWhy(t *testing.T) {
+	dir, _ := filepath.EvalSymlinks(t.TempDir())
+	ctx := provisionCtx(t)
+	app, err := ctx.App("agentgate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := app.(caddy.App).Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { app.(caddy.App).Stop() })
+	in := &Instance{Name: t.Name(), Directory: dir}
+	if err := in.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Cleanup() })
+	if r := sendJSON(t, in, "POST", "/api/session", `{"id":"ses_np"}`); r.status != 200 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	for n := 1; n <= 2; n++ {
+		if r := sendJSON(t, in, "POST", "/api/session/ses_np/prompt", `{"text":"hello"}`); r.status != 200 {
+			t.Fatalf("prompt %d: %d %s", n, r.status, r.body)
+		}
+		var errs []string
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			r := serve(t, in, "GET", "/api/session/ses_np/message")
+			var out struct {
+				Data []struct {
+					Type    string `json:"type"`
+					Outcome string `json:"outcome"`
+					Error   *struct{ Type, Message string }
+				}
+			}
+			json.Unmarshal([]byte(r.body), &out)
+			errs = nil
+			idles := 0
+			for _, m := range out.Data {
+				if m.Type == "assistant" && m.Error != nil {
+					errs = append(errs, m.Error.Message)
+				}
+				if m.Type == "idle" && m.Outcome == "failed" {
+					idles++
+				}
+			}
+			if len(errs) == n && idles == n {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("prompt %d: no error message and idle marker: %d %s", n, r.status, r.body)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !strings.Contains(errs[n-1], "no model to answer with") || !strings.Contains(errs[n-1], "`provider` block") {
+			t.Fatalf("prompt %d: error %q", n, errs[n-1])
+		}
+	}
+}

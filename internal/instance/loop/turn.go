@@ -185,7 +185,7 @@ func callProvider(ctx context.Context, prov ProviderConfig, f formats.Format, co
 	}
 	switch cerr.Kind {
 	case formats.CallRefused:
-		return step, &StructuredError{Type: "APIError", Message: cerr.Message, Status: cerr.Status}
+		return step, &StructuredError{Type: "APIError", Message: refusal(cerr), Status: cerr.Status}
 	case formats.CallStreamError:
 		return step, &StructuredError{Type: "APIError", Message: cerr.Message}
 	case formats.CallNotStream:
@@ -194,6 +194,27 @@ func callProvider(ctx context.Context, prov ProviderConfig, f formats.Format, co
 	}
 	return step, &StructuredError{Type: "ProviderStreamError", Message: cerr.Message}
 }
+
+// refusal is the message of a refused step: for the refusals of the
+// workspace gateway (its budget, its policies, the key) the cause in plain
+// words, the gateway's own message and what to do; for any other status
+// the provider's answer as it is.
+func refusal(cerr *formats.CallError) string {
+	switch cerr.Status {
+	case http.StatusPaymentRequired:
+		return "The workspace budget refused this turn: " + cerr.Detail + "; an owner can raise the budget in the Console"
+	case http.StatusForbidden:
+		return "A workspace policy refused this turn: " + cerr.Detail + "; an owner can change the policies or enable the model in the Console"
+	case http.StatusUnauthorized:
+		return "The provider refused this instance's key: " + cerr.Detail +
+			"; the key may be revoked or mistyped: give a valid key as `api_key` in the instance's `provider` block"
+	}
+	return cerr.Message
+}
+
+// NoProviderMessage is the error of a turn on an instance that has no
+// provider configured.
+const NoProviderMessage = "This instance has no model to answer with: add a `provider` block to `agent_instance` (see the README)"
 
 // stepOptions shape one provider step.
 type stepOptions struct {
@@ -260,6 +281,8 @@ func providerStep(ctx context.Context, prov ProviderConfig, conv *formats.Conver
 		format, known = formats.Chat, true
 	}
 	switch {
+	case prov.BaseURL == "" && prov.Connection == "":
+		return nil, &StructuredError{Type: "ProviderConfigError", Message: NoProviderMessage}
 	case conv.Model == "":
 		return nil, &StructuredError{Type: "ProviderConfigError", Message: "No model: the session, its agent and the instance's provider name none"}
 	case prov.BaseURL == "":
