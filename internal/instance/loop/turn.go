@@ -176,7 +176,8 @@ func callProvider(ctx context.Context, prov ProviderConfig, f formats.Format, co
 			return nil, nil
 		}
 		// The error text carries the URL only, never the key.
-		return nil, &StructuredError{Type: "ProviderConnectionError", Message: "Cannot reach the provider: " + err.Error()}
+		return nil, &StructuredError{Type: "ProviderConnectionError", Message: "Cannot reach the provider: " + err.Error() +
+			"; check the `provider` block's address and that the provider is up"}
 	}
 	defer resp.Body.Close()
 	step, cerr := f.ReadResponse(resp, delta)

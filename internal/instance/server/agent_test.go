@@ -792,3 +792,63 @@ func TestAgentPermissionSessionRoutesV2(t *testing.T) {
 		t.Fatalf("part: %s", p.Raw)
 	}
 }
+
+// The workspace gateway's refusals name their cause in plain words, with
+// the gateway's own message and what to do.
+func TestAgentRefusalsSayWhy(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		body   string
+		want   []string
+	}{
+		{402, `{"_tag":"BudgetExceeded","message":"budget exceeded: 0 USD remaining of 5 USD","error":{"type":"BudgetExceeded","message":"budget exceeded: 0 USD remaining of 5 USD"}}`,
+			[]string{"The workspace budget refused this turn: budget exceeded: 0 USD remaining of 5 USD", "raise the budget in the Console"}},
+		{403, `{"_tag":"PolicyDenied","message":"model fake-model is denied by policy","error":{"type":"PolicyDenied","message":"model fake-model is denied by policy"}}`,
+			[]string{"A workspace policy refused this turn: model fake-model is denied by policy", "in the Console"}},
+		{401, `{"_tag":"Unauthorized","message":"missing, invalid, expired or revoked credential","error":{"type":"Unauthorized","message":"missing, invalid, expired or revoked credential"}}`,
+			[]string{"refused this instance's key: missing, invalid, expired or revoked credential", "`api_key`", "`provider` block"}},
+	} {
+		t.Run(fmt.Sprint(c.status), func(t *testing.T) {
+			h := newAgentHarness(t, "chat", &script{pick: func(string, int) fakeprovider.Step { return fakeprovider.Step{Text: "unused"} }})
+			h.fake.SetBehavior(fakeprovider.Behavior{Status: c.status, Body: c.body})
+			h.send("POST", "/api/session", map[string]any{"id": "ses_r"})
+			h.prompt("ses_r", "go", nil)
+			msgs := h.waitIdle("ses_r", 1)
+			as := ofType(msgs, "assistant")
+			if len(as) != 1 || msgs[len(msgs)-1]["outcome"] != "failed" {
+				t.Fatalf("messages: %v", msgs)
+			}
+			raw, _ := json.Marshal(as[0])
+			msg := gjson.GetBytes(raw, "error.message").String()
+			if gjson.GetBytes(raw, "error.status").Int() != int64(c.status) || gjson.GetBytes(raw, "error.type").String() != "APIError" {
+				t.Fatalf("error: %s", raw)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Fatalf("error message %q lacks %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+// An unreachable provider is named as such, with what to check.
+func TestAgentUnreachableSaysWhy(t *testing.T) {
+	h := newAgentHarness(t, "chat", &script{pick: func(string, int) fakeprovider.Step { return fakeprovider.Step{Text: "unused"} }})
+	p := h.runner.Provider()
+	h.fake.Close() // nothing answers at its address now
+	h.runner.SetProvider(p)
+	h.send("POST", "/api/session", map[string]any{"id": "ses_u"})
+	h.prompt("ses_u", "go", nil)
+	msgs := h.waitIdle("ses_u", 1)
+	as := ofType(msgs, "assistant")
+	if len(as) != 1 {
+		t.Fatalf("messages: %v", msgs)
+	}
+	raw, _ := json.Marshal(as[0])
+	msg := gjson.GetBytes(raw, "error.message").String()
+	if gjson.GetBytes(raw, "error.type").String() != "ProviderConnectionError" || !strings.HasPrefix(msg, "Cannot reach the provider: ") ||
+		!strings.Contains(msg, "check the `provider` block's address") || strings.Contains(msg, fakeKey) {
+		t.Fatalf("error: %s", raw)
+	}
+}

@@ -578,3 +578,60 @@ func TestDrainNotAProviderStream(t *testing.T) {
 		t.Fatalf("error: %s", raw)
 	}
 }
+
+// A server whose loop has no provider admits prompts and fails each turn
+// at once: an error message and a failed step say why and what to do, the
+// session goes idle, and a provider set later answers the next prompt.
+func TestDrainNoProvider(t *testing.T) {
+	runner := loop.NewRunner()
+	sh := newSessHarness(t, func(o *Options) { o.Runner = runner })
+	t.Cleanup(runner.Close)
+	h := &drainHarness{sessHarness: sh, runner: runner}
+	h.send("POST", "/api/session", map[string]any{"id": "ses_np"})
+	ev := h.subscribe(t)
+	ev.next(t) // server.connected
+	for n := 1; n <= 2; n++ {
+		h.prompt("ses_np", "hello", nil)
+		msgs := h.waitIdle("ses_np", n)
+		as := ofType(msgs, "assistant")
+		if len(as) != n || len(ofType(msgs, "user")) != n || msgs[len(msgs)-1]["outcome"] != "failed" {
+			t.Fatalf("prompt %d: messages %v", n, msgs)
+		}
+		raw, _ := json.Marshal(as[n-1])
+		if gjson.GetBytes(raw, "error.type").String() != "ProviderConfigError" || gjson.GetBytes(raw, "error.message").String() != loop.NoProviderMessage ||
+			gjson.GetBytes(raw, "finish").String() != "error" {
+			t.Fatalf("prompt %d: assistant %s", n, raw)
+		}
+		failed := ""
+		for {
+			data := strings.TrimPrefix(strings.TrimSpace(ev.next(t)), "data: ")
+			typ := gjson.Get(data, "type").String()
+			if typ == "session.next.step.failed" {
+				failed = gjson.Get(data, "data.error.message").String()
+			}
+			if typ == "session.idle" {
+				if gjson.Get(data, "data.outcome").String() != "failed" {
+					t.Fatalf("prompt %d: idle %s", n, data)
+				}
+				break
+			}
+		}
+		if failed != loop.NoProviderMessage {
+			t.Fatalf("prompt %d: step.failed error %q", n, failed)
+		}
+		if info, _ := h.getSession("ses_np"); info.Outcome != "failed" || info.Time.Idle == nil {
+			t.Fatalf("prompt %d: session %+v", n, info)
+		}
+	}
+	fake, err := fakeprovider.Start(fakeKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fake.Close() })
+	runner.SetProvider(loop.ProviderConfig{BaseURL: fake.URL + "/v1", APIKey: fakeKey, Model: "fake-model"})
+	h.prompt("ses_np", "hello again", nil)
+	msgs := h.waitIdle("ses_np", 3)
+	if as := ofType(msgs, "assistant"); len(as) != 3 || text(as[2]) != fakeprovider.Text || msgs[len(msgs)-1]["outcome"] != "succeeded" {
+		t.Fatalf("after the provider was set: %v", msgs)
+	}
+}
