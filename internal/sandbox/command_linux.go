@@ -71,22 +71,18 @@ func (s *Sandbox) command(spec Spec, probe bool) (*Cmd, error) {
 	if lim.Files > 0 {
 		p.Files = uint64(lim.Files)
 	}
-	p.ReadOnly = append(append([]string(nil), s.cfg.ReadOnly...), spec.ReadOnly...)
-	p.Writable = append(append([]string(nil), s.cfg.Writable...), spec.Writable...)
-	for i, w := range p.Writable {
-		p.Writable[i] = realOrClean(w)
-	}
-	for i, r := range p.ReadOnly {
-		p.ReadOnly[i] = realOrClean(r)
-	}
-	for _, w := range spec.Writable {
-		sc := Scan(realOrClean(w))
+	// The operator's paths were resolved by New; the run's are here, once.
+	writable, readOnly := resolved(spec.Writable), resolved(spec.ReadOnly)
+	p.Writable = append(append([]string(nil), s.cfg.Writable...), writable...)
+	p.ReadOnly = append(append([]string(nil), s.cfg.ReadOnly...), readOnly...)
+	for _, w := range writable {
+		sc := Scan(w)
 		p.Protect = append(p.Protect, sc.Protect...)
 		p.MaskFiles = append(p.MaskFiles, sc.MaskFiles...)
 		p.MaskDirs = append(p.MaskDirs, sc.MaskDirs...)
 	}
-	for _, r := range spec.ReadOnly {
-		sc := Scan(realOrClean(r))
+	for _, r := range readOnly {
+		sc := Scan(r)
 		p.MaskFiles = append(p.MaskFiles, sc.MaskFiles...)
 		p.MaskDirs = append(p.MaskDirs, sc.MaskDirs...)
 	}

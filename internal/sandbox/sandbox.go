@@ -123,16 +123,18 @@ type Sandbox struct {
 
 // New returns a sandbox maker; the host is probed on first use.
 func New(cfg Config) *Sandbox {
-	for i, p := range cfg.ReadOnly {
-		cfg.ReadOnly[i] = realOrClean(p)
-	}
-	for i, p := range cfg.Writable {
-		cfg.Writable[i] = realOrClean(p)
-	}
-	for i, p := range cfg.Hidden {
-		cfg.Hidden[i] = realOrClean(p)
-	}
+	cfg.ReadOnly, cfg.Writable, cfg.Hidden = resolved(cfg.ReadOnly), resolved(cfg.Writable), resolved(cfg.Hidden)
 	return &Sandbox{cfg: cfg}
+}
+
+// resolved is paths with their links resolved, in a new slice (the
+// caller's configuration is left as it was).
+func resolved(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = realOrClean(p)
+	}
+	return out
 }
 
 func realOrClean(p string) string {

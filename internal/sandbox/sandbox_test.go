@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -167,6 +168,75 @@ AGENTGATE_SANDBOX_LOOPBACK=1 %s -test.run='^TestLoopbackInside$' -test.v 2>&1 | 
 	}
 	if !strings.Contains(out, "LOOPBACK-OK") {
 		t.Fatalf("the sandbox's own loopback does not work:\n%s", out)
+	}
+}
+
+// TestSandboxSeccomp runs this test binary inside a sandbox
+// (TestSeccompInside): the calls the filter refuses answer EPERM, and
+// clone3 and io_uring answer ENOSYS.
+func TestSandboxSeccomp(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the probe's system call numbers are x86-64's")
+	}
+	s := Default()
+	enforced(t, s)
+	exe, _ := os.Executable()
+	out, _, _ := run(t, s, tempDir(t), fmt.Sprintf(`AGENTGATE_SANDBOX_SECCOMP=1 %s -test.run='^TestSeccompInside$' -test.v 2>&1 | grep -E '^(CALL|FAIL)'`, exe), filepath.Dir(exe))
+	for _, want := range []string{"CALL ptrace operation not permitted", "CALL unshare operation not permitted", "CALL mount operation not permitted",
+		"CALL vsock operation not permitted", "CALL bpf operation not permitted", "CALL clone3 function not implemented",
+		"CALL io_uring_setup function not implemented"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("want %q in:\n%s", want, out)
+		}
+	}
+}
+
+// TestSeccompInside runs inside a sandbox (TestSandboxSeccomp) and prints
+// what each refused call answered.
+func TestSeccompInside(t *testing.T) {
+	if os.Getenv("AGENTGATE_SANDBOX_SECCOMP") == "" {
+		t.Skip("runs inside a sandbox only")
+	}
+	try := func(name string, nr, a1, a2, a3 uintptr) {
+		_, _, e := syscall.RawSyscall(nr, a1, a2, a3)
+		fmt.Println("CALL", name, e.Error())
+	}
+	try("ptrace", syscall.SYS_PTRACE, syscall.PTRACE_TRACEME, 0, 0)
+	try("unshare", syscall.SYS_UNSHARE, syscall.CLONE_NEWUSER, 0, 0)
+	try("mount", syscall.SYS_MOUNT, 0, 0, 0)
+	try("vsock", syscall.SYS_SOCKET, 40, syscall.SOCK_STREAM, 0)
+	try("bpf", 321, 0, 0, 0)
+	try("clone3", 435, 0, 0, 0)
+	try("io_uring_setup", 425, 0, 0, 0)
+}
+
+// TestSandboxForwardsSignals: a signal to the sandbox's first process
+// reaches the command.
+func TestSandboxForwardsSignals(t *testing.T) {
+	s := Default()
+	enforced(t, s)
+	dir := tempDir(t)
+	c, err := s.Command(Spec{Argv: []string{"/bin/bash", "-c", "trap 'echo got-term; exit 3' TERM; echo ready > ready; sleep 100 & wait"},
+		Dir: dir, Writable: []string{dir}, Env: s.Env()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 500; i++ {
+		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.Process.Signal(syscall.SIGTERM)
+	err = c.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(out.String(), "got-term") {
+		t.Fatalf("SIGTERM to the sandbox: %v %q", err, out.String())
 	}
 }
 
