@@ -269,8 +269,8 @@ func TestOpenCodeTUIJourney(t *testing.T) {
 }
 
 // knownDifferences are the documented differences between the released
-// server's answers and ours (README, "Differences from the released
-// OpenCode server"), as paths of the shape comparison: a difference at
+// server's answers and ours (docs/instance.md, "The released OpenCode
+// CLI and TUI"), as paths of the shape comparison: a difference at
 // or under one of them is expected.
 var knownDifferences = map[string]string{
 	"location.get.project.canonical":            "our location names the project's canonical directory too",

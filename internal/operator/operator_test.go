@@ -73,7 +73,7 @@ func shape(v any) string {
 
 // TestRoutes calls every operator route and checks its status and the
 // shape of its answer: the `caddy agentgate` commands and the README's
-// bootstrap read these answers (data.<name>), so they must not move.
+// quick start read these answers (data.<name>), so they must not move.
 func TestRoutes(t *testing.T) {
 	te := testenv.New(t, time.Date(2025, 6, 1, 10, 0, 0, 0, time.UTC))
 	srv := httptest.NewServer(operator.New(func(context.Context) (*service.Service, error) { return te.Service, nil }))

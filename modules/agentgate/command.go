@@ -26,6 +26,7 @@ routes under /agentgate/ on Caddy's admin endpoint (default localhost:2019)
 of a running server, and prints the JSON answer.
 
 	caddy agentgate workspace create --name Acme
+	caddy agentgate workspace list --name default --field id
 	caddy agentgate person create --email ann@example.com --name Ann \
 		--password-file "$PWFILE" --workspace wrk_… --role owner
 	caddy agentgate service-account create --workspace wrk_… --name ci
@@ -43,12 +44,18 @@ type cmdContext struct {
 	address, config, adapter string
 	// field, when set, prints only that member of the answer's data, as
 	// plain text, for scripts: WRK=$(caddy agentgate workspace create
-	// --name Acme --field id).
+	// --name Acme --field id). On a list it prints that field of each
+	// item, one a line.
 	field string
+	// out is where answers are printed (standard output).
+	out io.Writer
 }
 
-func buildCommands(cmd *cobra.Command) {
-	c := &cmdContext{}
+func buildCommands(cmd *cobra.Command) { addCommands(cmd, os.Stdout) }
+
+// addCommands adds the operator commands to cmd; they print to out.
+func addCommands(cmd *cobra.Command, out io.Writer) {
+	c := &cmdContext{out: out}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&c.address, "address", "", "The address of Caddy's admin endpoint")
 	pf.StringVarP(&c.config, "config", "c", "", "Config file whose admin address to use")
@@ -62,8 +69,15 @@ func buildCommands(cmd *cobra.Command) {
 			return c.call("POST", "/agentgate/workspaces", map[string]any{"name": name})
 		}}
 	wsCreate.Flags().StringVar(&name, "name", "", "Workspace name")
-	wsList := &cobra.Command{Use: "list", Short: "List workspaces", Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error { return c.call("GET", "/agentgate/workspaces", nil) }}
+	var listName string
+	wsList := &cobra.Command{Use: "list", Short: "List workspaces (--name: those with that name)", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if listName == "" {
+				return c.call("GET", "/agentgate/workspaces", nil)
+			}
+			return c.workspacesNamed(listName)
+		}}
+	wsList.Flags().StringVar(&listName, "name", "", "Only the workspaces with this name; with --field, exactly one must have it")
 	var wsID string
 	wsDelete := &cobra.Command{Use: "delete", Short: "Delete a workspace (every credential of it stops working)", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
@@ -254,9 +268,18 @@ func (c *cmdContext) call(method, path string, body any) error {
 }
 
 func (c *cmdContext) callRaw(method, path string, body []byte) error {
+	out, err := c.request(method, path, body)
+	if err != nil {
+		return err
+	}
+	return c.print(out)
+}
+
+// request sends one admin API request and returns the answer's body.
+func (c *cmdContext) request(method, path string, body []byte) ([]byte, error) {
 	addr, err := caddycmd.DetermineAdminAPIAddress(c.address, nil, c.config, c.adapter)
 	if err != nil {
-		return fmt.Errorf("finding the admin address: %v", err)
+		return nil, fmt.Errorf("finding the admin address: %v", err)
 	}
 	h := http.Header{}
 	var rd io.Reader
@@ -266,44 +289,98 @@ func (c *cmdContext) callRaw(method, path string, body []byte) error {
 	}
 	resp, err := caddycmd.AdminAPIRequest(addr, method, path, h, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
+	return io.ReadAll(resp.Body)
+}
+
+// print prints an answer: the --field of its data, else the whole answer
+// as indented JSON.
+func (c *cmdContext) print(out []byte) error {
 	if c.field != "" {
-		return printField(out, c.field)
+		return printField(c.out, out, c.field)
 	}
 	if len(bytes.TrimSpace(out)) > 0 {
 		var pretty bytes.Buffer
 		if json.Indent(&pretty, out, "", "  ") == nil {
 			out = append(pretty.Bytes(), '\n')
 		}
-		os.Stdout.Write(out)
+		c.out.Write(out)
 	}
 	return nil
 }
 
+// workspacesNamed prints the workspaces whose name is name (the operator's
+// list filtered here, as the list has no query). None is an error, and so
+// is more than one when --field asks for a single value: a script's
+// WRK=$(… --field id) then never holds two ids or none.
+func (c *cmdContext) workspacesNamed(name string) error {
+	out, err := c.request("GET", "/agentgate/workspaces", nil)
+	if err != nil {
+		return err
+	}
+	var list struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(out, &list); err != nil {
+		return fmt.Errorf("the workspace list is not JSON: %v", err)
+	}
+	var named []json.RawMessage
+	var ids []string
+	for _, w := range list.Data {
+		var v struct{ ID, Name string }
+		if json.Unmarshal(w, &v) == nil && v.Name == name {
+			named, ids = append(named, w), append(ids, v.ID)
+		}
+	}
+	switch {
+	case len(named) == 0:
+		return fmt.Errorf("no workspace is named %q (caddy agentgate workspace list shows them all)", name)
+	case len(named) > 1 && c.field != "":
+		return fmt.Errorf("%d workspaces are named %q (%s): use an id", len(named), name, strings.Join(ids, ", "))
+	}
+	b, err := json.Marshal(map[string]any{"data": named})
+	if err != nil {
+		return err
+	}
+	return c.print(b)
+}
+
 // printField prints one member of an answer's data as plain text: a string
-// as it is, anything else as JSON.
-func printField(answer []byte, field string) error {
+// as it is, anything else as JSON. When the data is a list, it prints that
+// member of each item, one a line.
+func printField(w io.Writer, answer []byte, field string) error {
 	var a struct {
-		Data map[string]json.RawMessage `json:"data"`
+		Data json.RawMessage `json:"data"`
 	}
-	if err := json.Unmarshal(answer, &a); err != nil || a.Data == nil {
-		return fmt.Errorf("the answer has no data object to take %q from", field)
+	if err := json.Unmarshal(answer, &a); err != nil || len(a.Data) == 0 || string(a.Data) == "null" {
+		return fmt.Errorf("the answer has no data to take %q from", field)
 	}
-	v, ok := a.Data[field]
-	if !ok {
-		return fmt.Errorf("the answer's data has no field %q", field)
+	items := []json.RawMessage{a.Data}
+	if bytes.HasPrefix(bytes.TrimSpace(a.Data), []byte("[")) {
+		items = nil
+		if err := json.Unmarshal(a.Data, &items); err != nil {
+			return fmt.Errorf("the answer's data list: %v", err)
+		}
 	}
-	var str string
-	if json.Unmarshal(v, &str) == nil {
-		fmt.Println(str)
-		return nil
+	var lines bytes.Buffer
+	for _, item := range items {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(item, &obj); err != nil || obj == nil {
+			return fmt.Errorf("the answer's data has no object to take %q from", field)
+		}
+		v, ok := obj[field]
+		if !ok {
+			return fmt.Errorf("the answer's data has no field %q", field)
+		}
+		var str string
+		if json.Unmarshal(v, &str) == nil {
+			lines.WriteString(str + "\n")
+		} else {
+			lines.Write(append(v, '\n'))
+		}
 	}
-	fmt.Println(string(v))
-	return nil
+	_, err := w.Write(lines.Bytes())
+	return err
 }

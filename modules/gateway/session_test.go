@@ -35,9 +35,9 @@ func (e *env) postRaw(t *testing.T, path, body string, hdr [][2]string) int {
 // in the usage record, in the documented precedence; values too long or
 // not printable ASCII are not recorded; every header reaches the provider
 // unchanged. The harness's server allows the session_id header (Caddy
-// drops names with an underscore otherwise), as the README tells operators
-// to; Caddy then drops its hyphenated twin Session-Id, which
-// TestRequestSession covers instead.
+// drops names with an underscore otherwise), as docs/usage-and-budgets.md
+// tells operators to; Caddy then drops its hyphenated twin Session-Id,
+// which TestRequestSession covers instead.
 func TestAgentSessionIsRecorded(t *testing.T) {
 	e := setup(t)
 	chat := [3]string{"openai", "/custom/" + e.conns["openai"] + "/chat/completions", `{"model":"gpt-4o","messages":[]}`}
