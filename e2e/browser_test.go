@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -131,6 +132,80 @@ func wantScreenshots(t *testing.T, dir string, names ...string) {
 	}
 }
 
+// minLabelHeight is the least rendered height, in CSS pixels, of a chart's
+// axis label: text of about 11 px and more.
+const minLabelHeight = 10
+
+// wantLayout checks what browser.mjs measured on each page at both sizes:
+// the document no wider than the viewport, and no action (link, button,
+// form field, summary) or table cell beyond the viewport or cut off by a
+// scrolling box, with the page as shown and with its <details> open; on
+// the pages in charts, axis labels at least minLabelHeight high that do
+// not overlap.
+func wantLayout(t *testing.T, out map[string]any, charts []string, names ...string) {
+	t.Helper()
+	layouts, _ := out["layout"].(map[string]any)
+	for _, n := range names {
+		sizes, _ := layouts[n].(map[string]any)
+		for _, size := range []string{"desktop", "phone"} {
+			m, _ := sizes[size].(map[string]any)
+			if m == nil {
+				t.Errorf("page %s at %s: not measured", n, size)
+				continue
+			}
+			where := n + " at " + size
+			width, _ := m["width"].(float64)
+			if sw, _ := m["scroll_width"].(float64); width == 0 || sw > width {
+				t.Errorf("%s: the document is %v px wide in a %v px viewport: %v", where, sw, width, strs(m["too_wide"]))
+			}
+			if a, _ := m["actions"].(float64); a == 0 {
+				t.Errorf("%s: no action measured", where)
+			}
+			wantNone(t, where+": actions out of view", strs(m["cut_actions"]))
+			wantNone(t, where+": table cells cut off", strs(m["cut_cells"]))
+			open, _ := m["details_open"].(map[string]any)
+			if sw, _ := open["scroll_width"].(float64); sw > width {
+				t.Errorf("%s with its details open: the document is %v px wide in a %v px viewport: %v", where, sw, width, strs(open["too_wide"]))
+			}
+			wantNone(t, where+" with its details open: actions out of view", strs(open["cut_actions"]))
+			wantNone(t, where+" with its details open: table cells cut off", strs(open["cut_cells"]))
+			labels, _ := m["labels"].([]any)
+			if slices.Contains(charts, n) && len(labels) == 0 {
+				t.Errorf("%s: no chart label measured", where)
+			}
+			for _, l := range labels {
+				l, _ := l.(map[string]any)
+				if h, _ := l["height"].(float64); h < minLabelHeight {
+					t.Errorf("%s: chart label %q is %v px high (font %v px), want at least %d", where, l["text"], h, l["font_px"], minLabelHeight)
+				}
+			}
+			for _, o := range strs(m["overlapping_labels"]) {
+				t.Errorf("%s: chart labels overlap: %s", where, o)
+			}
+		}
+	}
+}
+
+// wantNone reports what should not be there: how many, and the first few.
+func wantNone(t *testing.T, what string, found []string) {
+	t.Helper()
+	if len(found) == 0 {
+		return
+	}
+	t.Errorf("%s: %d, such as\n\t%s", what, len(found), strings.Join(found[:min(len(found), 4)], "\n\t"))
+}
+
+// cellsMeasured is how many table cells browser.mjs saw on a page at a
+// size, with the page's details open.
+func cellsMeasured(out map[string]any, name, size string) float64 {
+	layouts, _ := out["layout"].(map[string]any)
+	sizes, _ := layouts[name].(map[string]any)
+	m, _ := sizes[size].(map[string]any)
+	open, _ := m["details_open"].(map[string]any)
+	n, _ := open["cells"].(float64)
+	return n
+}
+
 // TestBrowserDeviceApproval is the device flow as a person does it: the
 // CLI (a plain HTTP POST here) starts a device authorization; Chromium
 // opens verification_uri_complete, is sent to sign in, signs in, lands back
@@ -206,6 +281,7 @@ func TestBrowserDeviceApproval(t *testing.T) {
 		t.Fatalf("the access token acts in %s, want %s", ws.ID, tn.Workspace)
 	}
 	wantScreenshots(t, shots, "signin", "device", "device-approved")
+	wantLayout(t, out, nil, "signin", "device", "device-approved")
 }
 
 // TestBrowserKeyOnGateway creates a service account and an inference key
@@ -241,6 +317,7 @@ func TestBrowserKeyOnGateway(t *testing.T) {
 		"WORKSPACE": tn.Workspace, "SCREENSHOT_DIR": shots, "SA_NAME": "browser-bot", "KEY_NAME": "e2e laptop"}
 	out := runBrowser(t, ctx, dir, "keys", env)
 	key, _ := out["key"].(string)
+	wantLayout(t, out, nil, "key-created", "service-accounts")
 	if !strings.HasPrefix(key, "ag_sk_") {
 		t.Fatalf("the page showed %q, not a key", key)
 	}
@@ -256,9 +333,10 @@ func TestBrowserKeyOnGateway(t *testing.T) {
 		t.Fatal("the service account made on the page is not listed by the admin API")
 	}
 
-	// The key works on the gateway.
+	// The key works on the gateway; the request names an agent session,
+	// which the budgets page then lists.
 	st, body, err := call(ctx, httpClient, "POST", base+"/custom/"+url.PathEscape(conn.ID)+"/v1/chat/completions",
-		http.Header{"Authorization": {"Bearer " + key}, "Content-Type": {"application/json"}},
+		http.Header{"Authorization": {"Bearer " + key}, "Content-Type": {"application/json"}, "X-Opencode-Session": {"ses_browser_journey"}},
 		`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}]}`)
 	if err != nil || st != 200 || !strings.Contains(string(body), fakeprovider.Text) {
 		t.Fatalf("gateway with the key from the page: %d %v %s", st, err, body)
@@ -294,5 +372,17 @@ func TestBrowserKeyOnGateway(t *testing.T) {
 	if err != nil || st != 200 || gjson.GetBytes(b, "data.0.name").String() != "No browser models" || gjson.GetBytes(b, "data.0.effect").String() != "deny" {
 		t.Errorf("the policy added in the browser: %d %v %s", st, err, b)
 	}
-	wantScreenshots(t, shots, "key-created", "service-accounts", "connections", "policies", "members", "budgets")
+	if h, _ := pages["home"].(map[string]any); h == nil || h["h1"] != "Your workspaces" || h["revoke"] == float64(0) {
+		t.Errorf("workspaces page: %v (want the keys run's sign-in listed with its Revoke button)", pages["home"])
+	}
+	if e, _ := pages["error"].(map[string]any); e == nil || e["status"] != float64(404) {
+		t.Errorf("error page: %v", pages["error"])
+	}
+	wantScreenshots(t, shots, "key-created", "service-accounts", "connections", "policies", "members", "budgets", "home", "device-entry", "error")
+	wantLayout(t, out, []string{"budgets"}, "service-accounts", "connections", "policies", "members", "budgets", "home", "device-entry", "error")
+	// The connections page's models table (five rows of eight cells: the
+	// header and four models) was measured whole at desktop width.
+	if n := cellsMeasured(out, "connections", "desktop"); n < 40 {
+		t.Errorf("connections at desktop: %v table cells measured, want the models table's 40 and more", n)
+	}
 }

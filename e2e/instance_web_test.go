@@ -114,7 +114,12 @@ func TestBrowserInstanceWebApp(t *testing.T) {
 		t.Errorf("the model did not read the rejection: %d requests", len(bodies))
 	}
 	mu.Unlock()
-	wantScreenshots(t, shots, "instance-pair", "instance-session-ask", "instance-session", "instance-stats", "instance-sessions", "instance-delete")
+	if out["error_status"] != float64(404) {
+		t.Errorf("a path that does not exist: %v", out["error_status"])
+	}
+	pages := []string{"instance-pair", "instance-session-ask", "instance-session", "instance-stats", "instance-sessions", "instance-delete", "instance-error"}
+	wantScreenshots(t, shots, pages...)
+	wantLayout(t, out, []string{"instance-stats"}, pages...)
 	if strings.Contains(s.stderr.String(), secret) || strings.Contains(s.stderr.String(), "pw-e2e") {
 		t.Fatal("a secret is in the log")
 	}

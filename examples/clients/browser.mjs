@@ -16,7 +16,8 @@
 //   pages   Sign in and visit WORKSPACE's pages (service accounts,
 //           connections, policies, members, budgets); add a model on the
 //           connections page, a policy on the policies page, and set a
-//           budget on the budgets page.
+//           budget on the budgets page. Then the workspaces page, the
+//           device code form and a page that does not exist.
 //
 //   instance  The instance web app at INSTANCE_URL: the pairing page of an
 //           unpaired browser, then PAIR_PATH (/auth/connect/<code>); create a
@@ -28,16 +29,21 @@
 //           sent through the API at INSTANCE_API (with INSTANCE_AUTH) and
 //           asks again; after NETWORK_CONTROL/resume the page shows the ask
 //           without a reload and rejects it. Last the
-//           stats, sessions and delete-confirmation pages.
+//           stats, sessions and delete-confirmation pages, and the page
+//           of a path that does not exist.
 //   crosssite  A page of another site, ATTACKER_URL, fires at the instance
 //           at INSTANCE_URL what any page can send without asking: a no-cors
 //           POST /api/session with an untyped JSON body, no-cors reads of
 //           PROJECT_DIR's location and plugins, a CORS read, an image. The
 //           test checks on the instance that nothing happened.
 //
-// With SCREENSHOT_DIR set, each page is saved as <name>-desktop.png
-// (1280×800) and <name>-phone.png (390×844), full page. CHROMIUM overrides
-// /usr/bin/chromium.
+// Each page is measured at 1280×800 ("desktop") and 390×844 ("phone"):
+// "layout" in the output holds, per page and size, what lies outside the
+// viewport or is cut off by a scrolling box (actions, table cells), the
+// document's width against the viewport's, and the rendered height of
+// the chart labels (see measure). With SCREENSHOT_DIR set, each page is
+// also saved as <name>-desktop.png and <name>-phone.png, full page.
+// CHROMIUM overrides /usr/bin/chromium.
 //
 // It prints one JSON object with what it saw ("console_errors" lists the
 // browser's console errors, CSP violations included) and exits 0; on a
@@ -66,13 +72,123 @@ function need(name, value) {
   return value;
 }
 
-// screenshot saves the page at both sizes and goes back to the first.
+// layouts collects what measure saw, per page and size.
+const layouts = {};
+
+// measure runs in the page: what a person on this viewport could not
+// reach or read. The viewport is the document element's client width (the
+// window's inner width less a scrollbar). An action (link, button, form
+// field, details summary) or a table cell counts as cut off when it
+// reaches past the viewport or past the padding box of an ancestor that
+// clips or scrolls sideways (a scrolled table hides its right columns
+// that way). Elements kept off screen on purpose are skipped: the skip
+// link until focused, and what is clipped away for screen readers only
+// (a table's header row, when its rows are shown as cards). Chart labels are
+// the SVG text of a chart and the HTML axis labels around it; their
+// rendered heights are reported, and x-axis labels that overlap or
+// nearly touch.
+function measure() {
+  const vw = Math.min(window.innerWidth, document.documentElement.clientWidth);
+  // shown: laid out, and not hidden (the content of a closed <details>
+  // keeps a box in Chromium, but is not visible).
+  const shown = (el) => {
+    const r = el.getBoundingClientRect();
+    return r.width > 0 && r.height > 0 && el.checkVisibility({ visibilityProperty: true });
+  };
+  const describe = (el) => {
+    const text = (el.getAttribute("aria-label") || el.innerText || el.value || el.name || el.id || "").trim().replace(/\s+/g, " ");
+    return `${el.tagName.toLowerCase()}${el.id ? "#" + el.id : ""} "${text.slice(0, 40)}"`;
+  };
+  // bounds is the horizontal span in which el can be seen.
+  const bounds = (el) => {
+    let left = 0, right = vw;
+    for (let a = el.parentElement; a && a !== document.documentElement && a !== document.body; a = a.parentElement) {
+      if (getComputedStyle(a).overflowX === "visible") continue;
+      const r = a.getBoundingClientRect();
+      left = Math.max(left, r.left + a.clientLeft);
+      right = Math.min(right, r.left + a.clientLeft + a.clientWidth);
+    }
+    return [left, right];
+  };
+  const cut = (el) => {
+    const r = el.getBoundingClientRect();
+    const [left, right] = bounds(el);
+    return r.left < left - 0.5 || r.right > right + 0.5 ? `${describe(el)} spans ${Math.round(r.left)}–${Math.round(r.right)}, visible ${Math.round(left)}–${Math.round(right)}` : "";
+  };
+  const offPurpose = (el) => {
+    if (el.closest(".skip")) return true;
+    for (let a = el; a; a = a.parentElement) {
+      const st = getComputedStyle(a);
+      if (st.clip !== "auto" || st.clipPath !== "none") return true; // for screen readers only
+    }
+    return false;
+  };
+  const out = { width: vw, inner_width: window.innerWidth, scroll_width: document.documentElement.scrollWidth, actions: 0, cut_actions: [], cells: 0, cut_cells: [], labels: [], overlapping_labels: [] };
+  // What makes the document wider than the viewport: the innermost
+  // elements reaching past its right edge.
+  out.too_wide = [];
+  if (out.scroll_width > vw) {
+    for (const el of document.body.querySelectorAll("*")) {
+      if (el.getBoundingClientRect().right <= vw + 0.5) continue;
+      if ([...el.children].some((c) => c.getBoundingClientRect().right > vw + 0.5)) continue;
+      if (out.too_wide.length < 5) out.too_wide.push(`${describe(el)} ends at ${Math.round(el.getBoundingClientRect().right)}`);
+    }
+  }
+  for (const el of document.querySelectorAll("a[href], button, input:not([type=hidden]), select, textarea, summary")) {
+    if (offPurpose(el) || !shown(el)) continue;
+    out.actions++;
+    const c = cut(el);
+    if (c) out.cut_actions.push(c);
+  }
+  for (const el of document.querySelectorAll("td, th")) {
+    if (offPurpose(el) || !shown(el)) continue;
+    out.cells++;
+    const c = cut(el);
+    if (c) out.cut_cells.push(c);
+  }
+  for (const axis of ["svg text", ".chart-y span", ".chart-x span"]) {
+    const seen = [];
+    for (const el of document.querySelectorAll(axis)) {
+      if (!el.textContent.trim() || !shown(el)) continue;
+      const r = el.getBoundingClientRect();
+      out.labels.push({ text: el.textContent.trim(), height: Math.round(r.height * 10) / 10, font_px: parseFloat(getComputedStyle(el).fontSize) });
+      if (axis === ".chart-x span") {
+        for (const o of seen) {
+          // closer than 4 px reads as one label
+          if (r.left < o.r.right + 4 && o.r.left < r.right + 4) out.overlapping_labels.push(`${o.text} / ${el.textContent.trim()}`);
+        }
+        seen.push({ r, text: el.textContent.trim() });
+      }
+    }
+  }
+  return out;
+}
+
+// screenshot measures the page at both sizes, once as it is and once with
+// every <details> open (their forms and tables count too), saves it at
+// both sizes when SCREENSHOT_DIR is set, and goes back to the first size.
 async function screenshot(page, name) {
-  if (!shots) return;
+  layouts[name] = {};
   for (const s of sizes) {
     await page.setViewportSize({ width: s.width, height: s.height });
     await page.waitForTimeout(50);
-    await page.screenshot({ path: join(shots, `${name}-${s.name}.png`), fullPage: true });
+    const seen = await page.evaluate(measure);
+    await page.evaluate(() => {
+      for (const d of document.querySelectorAll("details:not([open])")) {
+        d.open = true;
+        d.dataset.measureOpened = "";
+      }
+    });
+    const opened = await page.evaluate(measure);
+    await page.evaluate(() => {
+      for (const d of document.querySelectorAll("details[data-measure-opened]")) {
+        d.open = false;
+        delete d.dataset.measureOpened;
+      }
+    });
+    seen.details_open = { scroll_width: opened.scroll_width, too_wide: opened.too_wide, actions: opened.actions, cut_actions: opened.cut_actions, cells: opened.cells, cut_cells: opened.cut_cells };
+    layouts[name][s.name] = seen;
+    if (shots) await page.screenshot({ path: join(shots, `${name}-${s.name}.png`), fullPage: true });
   }
   await page.setViewportSize({ width: sizes[0].width, height: sizes[0].height });
 }
@@ -250,6 +366,13 @@ const scenarios = {
     await screenshot(page, "instance-sessions");
     await page.goto(`${url}${path}/delete`);
     await screenshot(page, "instance-delete");
+    const missing = await page.goto(`${url}/ui/no-such-page`);
+    out.error_status = missing.status();
+    // Chromium logs the page's own 404 as a console error: expected here.
+    for (let i = consoleErrors.length - 1; i >= 0; i--) {
+      if (/status of 404/.test(consoleErrors[i])) consoleErrors.splice(i, 1);
+    }
+    await screenshot(page, "instance-error");
     return out;
   },
 
@@ -367,6 +490,21 @@ const scenarios = {
       }
       await screenshot(page, name);
     }
+    // The pages outside the workspace: the workspaces and sign-ins, the
+    // device code form, and the page of an error.
+    await page.goto(`${base}/`);
+    seen.home = { h1: (await page.locator("h1").first().textContent()).trim(), revoke: await page.getByRole("button", { name: /^Revoke/ }).count() };
+    await screenshot(page, "home");
+    await page.goto(`${base}/device`);
+    seen.device_entry = { h1: (await page.locator("h1").first().textContent()).trim() };
+    await screenshot(page, "device-entry");
+    const missing = await page.goto(`${base}${ws}/no-such-page`);
+    seen.error = { status: missing.status(), h1: (await page.locator("h1").first().textContent()).trim() };
+    // Chromium logs the page's own 404 as a console error: expected here.
+    for (let i = consoleErrors.length - 1; i >= 0; i--) {
+      if (/status of 404/.test(consoleErrors[i])) consoleErrors.splice(i, 1);
+    }
+    await screenshot(page, "error");
     return { pages: seen };
   },
 };
@@ -402,7 +540,7 @@ try {
   });
   page.on("pageerror", (e) => consoleErrors.push(String(e)));
   const out = await scenarios[scenario](page, context);
-  process.stdout.write(JSON.stringify({ scenario, ...out, console_errors: consoleErrors }) + "\n");
+  process.stdout.write(JSON.stringify({ scenario, ...out, layout: layouts, console_errors: consoleErrors }) + "\n");
 } catch (e) {
   if (page && shots) {
     await page.screenshot({ path: join(shots, `error-${scenario}.png`), fullPage: true }).catch(() => {});

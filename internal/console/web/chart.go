@@ -16,25 +16,30 @@ type daySpend struct {
 	Cost money.Pico
 }
 
-// chart is a server-rendered SVG bar chart of daily spend: plain geometry
-// for the template, no script.
+// chart is a server-rendered bar chart of daily spend, with no script:
+// an SVG of the plot alone (grid lines and bars, stretched to the width
+// of the page) and the axis labels as HTML beside and under it, so that
+// the labels keep the stylesheet's size however wide the chart is drawn.
+// The template lays the labels out with CSS: the y labels spread evenly
+// from the plot's bottom to its top, one x slot per day.
 type chart struct {
-	Width, Height int
-	Left, Top     float64 // the plot area's top-left corner
-	Right, Bottom float64 // and bottom-right
-	TickX, LabelY float64 // where the axis labels go
+	Width, Height int // the plot's viewBox: bars from y = Height up
 	Bars          []bar
-	Ticks         []tick
-	Labels        []xLabel
+	Ticks         []tick // bottom to top: $0 … the top of the axis
 	Days          []daySpend
 	Total         money.Pico
 	Truncated     bool // more usage than the chart reads
 	From, To      time.Time
 }
 
+// bar is one day: its rectangle in the plot, and the day's label under
+// the axis ("" for most days).
 type bar struct {
 	X, Y, W, H float64
 	Day        daySpend
+	Label      string
+	End        bool // the last day's label, which ends at the plot's right edge
+	Alt        bool // every other label, counted back from the last: hidden on phones
 }
 
 type tick struct {
@@ -42,17 +47,10 @@ type tick struct {
 	Label string
 }
 
-type xLabel struct {
-	X      float64
-	Label  string
-	Anchor string // text-anchor: middle, or end for the last day
-}
-
 // buildChart lays out the bars of days (oldest first).
 func buildChart(days []daySpend, truncated bool) chart {
-	c := chart{Width: 720, Height: 260, Left: 70, Top: 14, Right: 710, Bottom: 224, Days: days, Truncated: truncated}
+	c := chart{Width: 600, Height: 200, Days: days, Truncated: truncated}
 	if len(days) == 0 {
-		c.TickX, c.LabelY = c.Left-8, c.Bottom+22
 		return c
 	}
 	c.From, c.To = days[0].Day, days[len(days)-1].Day
@@ -64,16 +62,8 @@ func buildChart(days []daySpend, truncated bool) chart {
 		}
 	}
 	top := webpage.NiceCeil(float64(max) / 1e12)
-	widest := 0
-	for i := 0; i <= 4; i++ {
-		widest = maxInt(widest, len(axisUSD(top*float64(i)/4)))
-	}
-	// Room for the y labels at the largest font the stylesheet uses in the
-	// chart (22 units on phones), about 0.6 em a character.
-	c.Left = 16 + 13.5*float64(widest)
-	c.TickX, c.LabelY = c.Left-8, c.Bottom+26
-	plotH := c.Bottom - c.Top
-	slot := (c.Right - c.Left) / float64(len(days))
+	plotH := float64(c.Height)
+	slot := float64(c.Width) / float64(len(days))
 	for i, d := range days {
 		h := 0.0
 		if top > 0 {
@@ -82,19 +72,15 @@ func buildChart(days []daySpend, truncated bool) chart {
 		if d.Cost > 0 && h < 1.5 {
 			h = 1.5 // a day with any spend stays visible
 		}
-		x := c.Left + float64(i)*slot
-		c.Bars = append(c.Bars, bar{X: x + slot*0.15, Y: c.Bottom - h, W: slot * 0.7, H: h, Day: d})
-		if (len(days)-1-i)%7 == 0 { // the last day, and every week back from it
-			l := xLabel{X: x + slot/2, Label: d.Day.Format("Jan 2"), Anchor: "middle"}
-			if i == len(days)-1 {
-				l.X, l.Anchor = c.Right, "end"
-			}
-			c.Labels = append(c.Labels, l)
+		b := bar{X: float64(i)*slot + slot*0.15, Y: plotH - h, W: slot * 0.7, H: h, Day: d}
+		if back := len(days) - 1 - i; back%7 == 0 { // the last day, and every week back from it
+			b.Label, b.End, b.Alt = d.Day.Format("Jan 2"), back == 0, back%14 != 0
 		}
+		c.Bars = append(c.Bars, b)
 	}
 	for i := 0; i <= 4; i++ {
 		v := top * float64(i) / 4
-		c.Ticks = append(c.Ticks, tick{Y: c.Bottom - plotH*float64(i)/4, Label: axisUSD(v)})
+		c.Ticks = append(c.Ticks, tick{Y: plotH - plotH*float64(i)/4, Label: axisUSD(v)})
 	}
 	return c
 }
@@ -113,11 +99,4 @@ func axisUSD(v float64) string {
 	}
 	s := strings.TrimRight(strconv.FormatFloat(v, 'f', dec, 64), "0")
 	return "$" + strings.TrimSuffix(s, ".")
-}
-
-func maxInt(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
 }

@@ -46,7 +46,7 @@ func TestBuildChart(t *testing.T) {
 	if len(c.Bars) != 30 || c.Total != 3_000_001_000_000 {
 		t.Fatalf("%d bars, total %v", len(c.Bars), c.Total)
 	}
-	plotH := c.Bottom - c.Top
+	plotH := float64(c.Height)
 	if h := c.Bars[29].H; h != plotH {
 		t.Errorf("the highest bar is %v high, want the plot height %v (top of the axis $2)", h, plotH)
 	}
@@ -57,19 +57,35 @@ func TestBuildChart(t *testing.T) {
 		t.Errorf("tiny bar %v, empty bar %v", c.Bars[0].H, c.Bars[1].H)
 	}
 	for i, b := range c.Bars {
-		if b.Y+b.H != c.Bottom || b.X < c.Left || b.X+b.W > c.Right+0.001 {
+		if b.Y+b.H != plotH || b.X < 0 || b.X+b.W > float64(c.Width)+0.001 {
 			t.Errorf("bar %d out of the plot: %+v", i, b)
 		}
+		// Each bar sits in its own thirtieth of the plot, as the day's
+		// slot under the axis does.
+		if slot := float64(c.Width) / 30; b.X < float64(i)*slot || b.X+b.W > float64(i+1)*slot+0.001 {
+			t.Errorf("bar %d leaves its day's slot: %+v", i, b)
+		}
 	}
-	if len(c.Ticks) != 5 || c.Ticks[4].Label != "$2" || c.Ticks[0].Label != "$0" {
+	if len(c.Ticks) != 5 || c.Ticks[4].Label != "$2" || c.Ticks[0].Label != "$0" || c.Ticks[0].Y != plotH || c.Ticks[4].Y != 0 {
 		t.Errorf("ticks %+v", c.Ticks)
 	}
-	var labels []string
-	for _, l := range c.Labels {
-		labels = append(labels, l.Label)
+	var labels, phone []string
+	for i, b := range c.Bars {
+		if b.Label != "" {
+			labels = append(labels, b.Label)
+			if !b.Alt {
+				phone = append(phone, b.Label)
+			}
+		}
+		if b.End != (i == 29) {
+			t.Errorf("bar %d: end %v", i, b.End)
+		}
 	}
 	if got := strings.Join(labels, ","); got != "May 4,May 11,May 18,May 25,Jun 1" {
 		t.Errorf("x labels %s", got)
+	}
+	if got := strings.Join(phone, ","); got != "May 4,May 18,Jun 1" {
+		t.Errorf("x labels on phones %s", got)
 	}
 	// No spend at all: an empty chart with a $1 axis.
 	empty := buildChart(make([]daySpend, 30), false)

@@ -770,7 +770,7 @@ func TestBudgetsPageSessions(t *testing.T) {
 	p := b.get(w)
 	wantStatus(t, "budgets", p, 200)
 	wantContains(t, "budgets", p, "Spend per agent session", "total <strong>$6.75</strong>",
-		`<td class="num">2</td>`, `<td class="num">150</td>`, "$1.50", "1,234,567", "2025-06-01 09:00 UTC",
+		`<td class="num" data-label="Requests">2</td>`, `<td class="num" data-label="Tokens">150</td>`, "$1.50", "1,234,567", "2025-06-01 09:00 UTC",
 		"ses B/&lt;x&gt;&amp;y &#34;z&#34;")
 	wantNotContains(t, "budgets", p, "ses_old", `<x>`)
 	if got := rows(p); strings.Join(got, "|") != strings.Join([]string{"ses_M", "ses_A", odd}, "|") {

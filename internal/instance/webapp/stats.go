@@ -135,21 +135,26 @@ type dayValue struct {
 	Value int
 }
 
-// chart is a server-rendered SVG bar chart: plain geometry for the
-// template, no script.
+// chart is a server-rendered bar chart, with no script: an SVG of the
+// plot alone (grid lines and bars, stretched to the width of the page)
+// and the axis labels as HTML beside and under it, so that the labels
+// keep the stylesheet's size however wide the chart is drawn. The
+// template lays the labels out with CSS: the y labels spread evenly from
+// the plot's bottom to its top, one x slot per day.
 type chart struct {
-	Width, Height int
-	Left, Bottom  float64
-	Right, Top    float64
+	Width, Height int // the plot's viewBox: bars from y = Height up
 	Bars          []bar
-	Ticks         []tick
-	Labels        []label
+	Ticks         []tick // bottom to top: 0 … the top of the axis
 	Max           int
 }
 
+// bar is one day: its rectangle in the plot, and the day's label under
+// the axis ("" for the days between labels).
 type bar struct {
 	X, Y, W, H float64
 	Day        dayValue
+	Label      string
+	Alt        bool // every other label: hidden on phones, where they would touch
 }
 
 type tick struct {
@@ -157,34 +162,30 @@ type tick struct {
 	Label string
 }
 
-type label struct {
-	X    float64
-	Text string
-}
-
 func buildChart(days []dayValue) chart {
-	c := chart{Width: 720, Height: 220, Left: 44, Top: 12, Right: 712, Bottom: 190}
+	c := chart{Width: 700, Height: 200}
 	top := 0
 	for _, d := range days {
 		top = max(top, d.Value)
 	}
 	c.Max = top
 	scale := max(webpage.NiceCeil(float64(top)), 4) // quarter ticks of whole steps
-	plotW, plotH := c.Right-c.Left, c.Bottom-c.Top
+	plotW, plotH := float64(c.Width), float64(c.Height)
 	slot := plotW / float64(max(len(days), 1))
 	w := math.Max(slot*0.7, 1)
+	every := max(1, len(days)/6)
 	for i, d := range days {
 		h := plotH * float64(d.Value) / scale
-		x := c.Left + slot*float64(i) + (slot-w)/2
-		c.Bars = append(c.Bars, bar{X: round1(x), Y: round1(c.Bottom - h), W: round1(w), H: round1(h), Day: d})
+		x := slot*float64(i) + (slot-w)/2
+		b := bar{X: round1(x), Y: round1(plotH - h), W: round1(w), H: round1(h), Day: d}
+		if i%every == 0 {
+			b.Label, b.Alt = d.Day.Format("Jan 2"), i/every%2 == 1
+		}
+		c.Bars = append(c.Bars, b)
 	}
 	for i := 0; i <= 4; i++ {
 		v := scale * float64(i) / 4
-		c.Ticks = append(c.Ticks, tick{Y: round1(c.Bottom - plotH*float64(i)/4), Label: strconv.FormatFloat(v, 'f', -1, 64)})
-	}
-	every := max(1, len(days)/6)
-	for i := 0; i < len(days); i += every {
-		c.Labels = append(c.Labels, label{X: round1(c.Left + slot*float64(i) + slot/2), Text: days[i].Day.Format("Jan 2")})
+		c.Ticks = append(c.Ticks, tick{Y: round1(plotH - plotH*float64(i)/4), Label: strconv.FormatFloat(v, 'f', -1, 64)})
 	}
 	return c
 }
