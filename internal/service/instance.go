@@ -117,6 +117,9 @@ type MemberModel struct {
 	// Format is the format of the first enabled target's connection kind
 	// (chat for openai and openai-compatible, anthropic, google).
 	Format string
+	// Pricing is the first target's, exactly (what the gateway charges
+	// when that target answers).
+	Pricing store.Pricing
 	// Denied is the policy's refusal when the member may not use the
 	// model; such a model is not offered, but a session that names it is
 	// refused by the gateway with the same words.
@@ -138,7 +141,7 @@ func (s *Service) InstanceModels(ctx context.Context, workspaceID, serviceAccoun
 		first := r.Targets[0]
 		spec := providerModel(first.Model).ModelSpec
 		spec.Name = r.Model.Name
-		m := MemberModel{ID: r.Model.ID, ModelSpec: spec, Format: formats.OfKind(first.Conn.Kind, 0).String()}
+		m := MemberModel{ID: r.Model.ID, ModelSpec: spec, Format: formats.OfKind(first.Conn.Kind, 0).String(), Pricing: first.Model.Pricing}
 		if _, err := s.CheckPolicies(ctx, p, m.ID); err != nil {
 			e := apierr.As(err)
 			if e.Status != http.StatusForbidden {

@@ -121,7 +121,8 @@ func TestInstanceModels(t *testing.T) {
 		t.Fatalf("claude %+v", c)
 	}
 	if s.Format != "chat" || s.Denied != "" || s.Name != "Smart" || s.Limit.Context != 200_000 || s.Limit.Output != 16_000 ||
-		s.Cost.Input != 2_500_000 || s.Cost.Output != 10_000_000 || s.Cost.CacheRead != cacheRead || s.Cost.CacheWrite != 2_500_000 || !s.ToolCall {
+		s.Cost.Input != 2_500_000 || s.Cost.Output != 10_000_000 || s.Cost.CacheRead != cacheRead || s.Cost.CacheWrite != 2_500_000 || !s.ToolCall ||
+		s.Pricing.CacheRead == nil || *s.Pricing.CacheRead != cacheRead || s.Pricing.CacheWrite != nil {
 		t.Fatalf("smart %+v", s)
 	}
 	// The policy applies to the instance's account only: another
