@@ -161,6 +161,12 @@ func TestInstanceWorkspaceMember(t *testing.T) {
 	if c := rec.Get("cost_usd").Float(); c < msgCost-1e-9 || c > msgCost+1e-9 {
 		t.Fatalf("record cost %v, session message %v", c, msgCost)
 	}
+	// The in-process requests are in the gateway's metrics (no other
+	// request went through it).
+	_, metrics, err := call(ctx, httpClient, "GET", "http://"+s.adminAddr+"/metrics", nil, nil)
+	if err != nil || !strings.Contains(string(metrics), `caddy_llm_gateway_requests_total{code="2xx",format="chat"}`) {
+		t.Fatalf("the instance's requests are not in the gateway's metrics: %v", err)
+	}
 	t.Logf("opencode run --attach printed:\n%s\nusage record: %s", out, rec.Raw)
 
 	// The budgets page lists the session's spend.

@@ -71,6 +71,7 @@ func workspaceModels() []loop.WorkspaceModel {
 			ToolCall: true, Reasoning: true, Temp: true, InputModalities: []string{"text", "image"}, OutputModalities: []string{"text"}},
 		{ID: "beta", Name: "Beta", Format: "anthropic", Limits: loop.ModelLimits{Context: 200_000, Output: 8000},
 			Pricing: store.Pricing{Input: 3 * money.Scale, Output: 15 * money.Scale}, ToolCall: true},
+		{ID: "delta", Name: "Delta", Format: "google", Limits: loop.ModelLimits{Context: 1_000_000, Output: 8000}},
 		{ID: "gamma", Name: "Gamma", Format: "chat", Denied: `policy "no gamma" (pol_x) denies model "gamma"`},
 	}
 }
@@ -99,7 +100,7 @@ func TestWorkspaceModelsAndTurns(t *testing.T) {
 	h, ws := newWorkspaceHarness(t, "")
 	r := h.get("/api/model")
 	ids := gjson.GetBytes(r.body, "data.#.id").Array()
-	if r.status != 200 || len(ids) != 2 || ids[0].String() != "alpha" || ids[1].String() != "beta" {
+	if r.status != 200 || len(ids) != 3 || ids[0].String() != "alpha" || ids[1].String() != "beta" || ids[2].String() != "delta" {
 		t.Fatalf("/api/model: %d %s", r.status, r.body)
 	}
 	a := gjson.GetBytes(r.body, "data.0")
@@ -148,6 +149,15 @@ func TestWorkspaceModelsAndTurns(t *testing.T) {
 		t.Fatalf("beta request %s %s", last.Path, last.Body)
 	}
 
+	// And delta Google's streamGenerateContent, without a version in the
+	// base URL.
+	h.send("POST", "/api/session/ses_w/model", map[string]any{"model": map[string]any{"id": "delta", "providerID": loop.ProviderID}})
+	h.prompt("ses_w", "and again", nil)
+	h.waitIdle("ses_w", 3)
+	if last := h.fake.Last(); last.Path != "/v1beta/models/delta:streamGenerateContent" || last.Header.Get(loop.SessionHeader) != "ses_w" {
+		t.Fatalf("delta request %s?%s", last.Path, last.RawQuery)
+	}
+
 	// A configured default wins over the first model.
 	h.runner.SetProvider(loop.ProviderConfig{Workspace: ws, Model: "beta"})
 	if r := h.get("/config/providers"); gjson.GetBytes(r.body, "default.agentgate").String() != "beta" {
@@ -156,11 +166,11 @@ func TestWorkspaceModelsAndTurns(t *testing.T) {
 
 	// A model removed from the workspace is gone from the next list.
 	ws.set(workspaceModels()[1:], nil)
-	if r := h.get("/api/model"); gjson.GetBytes(r.body, "data.#").Int() != 1 || gjson.GetBytes(r.body, "data.0.id").String() != "beta" {
+	if r := h.get("/api/model"); gjson.GetBytes(r.body, "data.#").Int() != 2 || gjson.GetBytes(r.body, "data.0.id").String() != "beta" {
 		t.Fatalf("after the removal: %s", r.body)
 	}
 	// None left that the instance may use: no provider is listed.
-	ws.set(workspaceModels()[2:], nil)
+	ws.set(workspaceModels()[3:], nil)
 	if r := h.get("/config/providers"); gjson.GetBytes(r.body, "providers.#").Int() != 0 {
 		t.Fatalf("no usable model: %s", r.body)
 	}
@@ -182,7 +192,7 @@ func TestWorkspaceTurnsSayWhy(t *testing.T) {
 		body   string
 		want   []string
 	}{
-		{name: "no model", models: workspaceModels()[2:], want: []string{loop.NoWorkspaceModelMessage}},
+		{name: "no model", models: workspaceModels()[3:], want: []string{loop.NoWorkspaceModelMessage}},
 		{name: "models unreadable", err: errors.New("the store is closed"), want: []string{"Cannot read the workspace's models: the store is closed"}},
 		{name: "model removed", model: "zeta", status: 404, body: gw(404, "ModelNotFound", `model "zeta" is not a model of this workspace`),
 			want: []string{`Model "zeta" is not a model of the workspace`, "/models", "adds it in the Console"}},
