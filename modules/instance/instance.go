@@ -271,6 +271,10 @@ type Instance struct {
 	key       string
 	host      *pluginhost.Host
 	stopTap   func()
+	// undo puts back the runner's configuration from before this config
+	// when this config is cleaned up before another configured the runner
+	// (a reload that fails to start leaves the running config's in place).
+	undo func()
 }
 
 // Sandbox configures the sandbox of commands and plugins. Inside it, the
@@ -449,6 +453,12 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		return err
 	}
 	st := val.(sharedState)
+	prev := st.runner.Snapshot()
+	defer func() {
+		// Whatever this config set on the runner, successful or not.
+		mine := st.runner.Snapshot()
+		in.undo = func() { st.runner.Restore(prev, mine) }
+	}()
 	// The drains run with or without a provider: without one, each turn
 	// fails at once with an error message that says how to configure it,
 	// and the session goes idle (a later prompt uses the provider a reload
@@ -625,6 +635,10 @@ func (in *Instance) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 
 // Cleanup releases the shared state of this config.
 func (in *Instance) Cleanup() error {
+	if in.undo != nil {
+		in.undo()
+		in.undo = nil
+	}
 	if in.stopTap != nil {
 		in.stopTap()
 	}

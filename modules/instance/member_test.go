@@ -429,3 +429,23 @@ func TestMemberConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// A reload that fails to start (here: a workspace id no one has) leaves
+// the running config's instance answering with its own workspace.
+func TestMemberFailedReloadKeepsWorking(t *testing.T) {
+	e := newMemberEnv(t)
+	bad := strings.Replace(string(e.cfg), `"workspace": "acme"`, `"workspace": "wrk_nope"`, 1)
+	if bad == string(e.cfg) {
+		t.Fatal("the config has no workspace to replace")
+	}
+	if err := loadConfig([]byte(bad)); err == nil || !strings.Contains(err.Error(), "wrk_nope") {
+		t.Fatalf("the bad reload: %v", err)
+	}
+	e.call("POST", "/api/session", map[string]any{"id": "ses_kept"})
+	if as := e.prompt("ses_kept", "hello", 1); as[0].Get("content.0.text").String() != fakeprovider.Text {
+		t.Fatalf("after the failed reload: %s", as[0].Raw)
+	}
+	if st, b := e.call("GET", "/api/model", nil); gjson.GetBytes(b, "data.0.id").String() != "smart" {
+		t.Fatalf("/api/model after the failed reload: %d %s", st, b)
+	}
+}

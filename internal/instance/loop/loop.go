@@ -74,6 +74,7 @@ type Runner struct {
 	mu      sync.Mutex
 	srv     *session.Service
 	prov    ProviderConfig
+	cfgGen  uint64 // counts the changes of srv, prov, tools and plugins (Snapshot)
 	drains  map[string]*drain
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
@@ -120,6 +121,7 @@ func (r *Runner) publishPending(sessionID, directory, typ string, data map[strin
 func (r *Runner) SetProvider(p ProviderConfig) {
 	r.mu.Lock()
 	r.prov = p
+	r.cfgGen++
 	r.mu.Unlock()
 }
 
@@ -178,6 +180,7 @@ func (r *Runner) readyLocked() bool {
 func (r *Runner) Attach(s *session.Service) {
 	r.mu.Lock()
 	r.srv = s
+	r.cfgGen++
 	r.mu.Unlock()
 	r.tryResume()
 }

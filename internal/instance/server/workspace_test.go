@@ -259,3 +259,30 @@ func TestWorkspaceTurnsSayWhy(t *testing.T) {
 		})
 	}
 }
+
+// A config that fails to start puts back the runner's configuration from
+// before it; one that a later config replaced changes nothing.
+func TestRunnerRestore(t *testing.T) {
+	r := loop.NewRunner()
+	defer r.Close()
+	r.SetProvider(loop.ProviderConfig{Model: "first"})
+	if r.Restore(r.Snapshot(), r.Snapshot()) || r.Provider().Model != "first" {
+		t.Fatal("restored to a runner attached to no sessions")
+	}
+	newSessHarness(t, func(o *Options) { o.Runner = r }) // attaches r
+	r.SetProvider(loop.ProviderConfig{Model: "running"})
+	prev := r.Snapshot()
+	r.SetProvider(loop.ProviderConfig{Model: "refused"})
+	r.SetTools(loop.ToolConfig{MaxSteps: 7})
+	mine := r.Snapshot()
+	if !r.Restore(prev, mine) || r.Provider().Model != "running" {
+		t.Fatalf("not restored: %q", r.Provider().Model)
+	}
+	prev = r.Snapshot()
+	r.SetProvider(loop.ProviderConfig{Model: "old"})
+	mine = r.Snapshot()
+	r.SetProvider(loop.ProviderConfig{Model: "new"}) // the next config
+	if r.Restore(prev, mine) || r.Provider().Model != "new" {
+		t.Fatalf("a replaced config restored: %q", r.Provider().Model)
+	}
+}
