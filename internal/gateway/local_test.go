@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"strings"
 	"testing"
@@ -335,5 +336,40 @@ func TestMemberRequestInterrupted(t *testing.T) {
 			t.Fatal("the provider's request was not cancelled")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// streamHandler answers a small event stream, flushed event by event.
+func streamHandler(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "text/event-stream")
+	for range 3 {
+		w.Write([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n"))
+		http.NewResponseController(w).Flush()
+	}
+}
+
+// The cost of a round trip in-process, against the same handler over
+// loopback HTTP (BenchmarkLoopbackTransport).
+func BenchmarkLocalTransport(b *testing.B) {
+	benchTransport(b, localClient(streamHandler), "http://agentgate.local")
+}
+
+func BenchmarkLoopbackTransport(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(streamHandler))
+	defer srv.Close()
+	benchTransport(b, srv.Client(), srv.URL)
+}
+
+func benchTransport(b *testing.B, c *http.Client, base string) {
+	body := strings.Repeat("x", 4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := c.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
 }
