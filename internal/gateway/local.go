@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+
+	"github.com/agentgate/agentgate/internal/formats"
 )
 
 // In-process requests: an instance server of the same process that is a
@@ -120,10 +122,18 @@ func closeBody(req *http.Request) {
 
 // serverRequest is req as a server would have received it: a path-only
 // URL with its request URI, the loopback as the peer (Caddy's proxy and
-// its placeholders parse the address), the body and headers as sent.
+// its placeholders parse the address), the body and headers as sent but
+// for client credentials (the request acts as its member, never as a key).
 func serverRequest(ctx context.Context, req *http.Request) *http.Request {
 	in := req.Clone(ctx)
+	for _, h := range formats.ClientCredentialHeaders {
+		in.Header.Del(h)
+	}
 	u := *req.URL
+	if q := u.Query(); q.Has(formats.QueryKey) {
+		q.Del(formats.QueryKey)
+		u.RawQuery = q.Encode()
+	}
 	u.Scheme, u.Host, u.User = "", "", nil
 	in.URL = &u
 	in.RequestURI = u.RequestURI()

@@ -283,6 +283,19 @@ func TestMemberRequest(t *testing.T) {
 		rec.Model != "smart" || rec.Status != 200 || rec.Cost == 0 || rec.KeyID != "" || rec.ClientDisconnected {
 		t.Fatalf("record %+v", rec)
 	}
+	// A credential in an in-process request is not taken: the request acts
+	// as its member.
+	req, _ := http.NewRequest("POST", "http://agentgate.local/v1/chat/completions?key=ag_sk_forged",
+		strings.NewReader(`{"model":"smart","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Authorization", "Bearer ag_sk_forged")
+	resp, err := e.client.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("with a credential: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if got := e.fake.Last(); got.RawQuery != "" || got.Header.Get("Authorization") != "Bearer sk-up" {
+		t.Fatalf("the provider got %q %v", got.RawQuery, got.Header)
+	}
 	// A budget of the member applies.
 	op := service.Operator(e.member.Workspace)
 	limit := money.Micros(1)
@@ -301,7 +314,7 @@ func TestMemberRequest(t *testing.T) {
 		t.Fatalf("deleted account: %d %s", resp.StatusCode, body)
 	}
 	// Neither refusal reached the provider.
-	if n := len(e.fake.Received()); n != 1 {
+	if n := len(e.fake.Received()); n != 2 {
 		t.Fatalf("the provider got %d requests", n)
 	}
 }

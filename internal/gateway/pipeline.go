@@ -230,17 +230,18 @@ func (c *call) authenticate() (*service.Principal, *apierr.Error) {
 		return nil, apierr.As(err)
 	}
 	c.svc = svc
-	if m, ok := memberOf(r.Context()); ok {
-		// An in-process request of an instance's member (LocalTransport):
-		// the member is read from the store now, so that an account
-		// deleted in the Console is refused from its next request on.
-		p, err := svc.InstancePrincipal(r.Context(), m.Workspace, m.ServiceAccount, m.Instance)
-		if err != nil {
-			return nil, apierr.As(err)
-		}
-		return p, nil
-	}
 	if cred == "" {
+		if m, ok := memberOf(r.Context()); ok {
+			// An in-process request of an instance's member (LocalTransport,
+			// which sends no credential): the member is read from the store
+			// now, so that an account deleted in the Console is refused from
+			// its next request on.
+			p, err := svc.InstancePrincipal(r.Context(), m.Workspace, m.ServiceAccount, m.Instance)
+			if err != nil {
+				return nil, apierr.As(err)
+			}
+			return p, nil
+		}
 		return nil, apierr.Unauthorized()
 	}
 	p, err := svc.Authenticate(r.Context(), cred, orgID)
