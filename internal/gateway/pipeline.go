@@ -210,7 +210,8 @@ func (c *call) reserveAndForward(p *service.Principal, amount money.Pico) *apier
 
 // authenticate takes the client's credential, removes it from the request
 // at once (so that no later step, and no access log, sees it) and
-// resolves it.
+// resolves it; an in-process request acts as the member its context
+// carries instead (WithMember).
 func (c *call) authenticate() (*service.Principal, *apierr.Error) {
 	r := c.r
 	c.query = r.URL.Query()
@@ -230,6 +231,17 @@ func (c *call) authenticate() (*service.Principal, *apierr.Error) {
 	}
 	c.svc = svc
 	if cred == "" {
+		if m, ok := memberOf(r.Context()); ok {
+			// An in-process request of an instance's member (LocalTransport,
+			// which sends no credential): the member is read from the store
+			// now, so that an account deleted in the Console is refused from
+			// its next request on.
+			p, err := svc.InstancePrincipal(r.Context(), m.Workspace, m.ServiceAccount, m.Instance)
+			if err != nil {
+				return nil, apierr.As(err)
+			}
+			return p, nil
+		}
 		return nil, apierr.Unauthorized()
 	}
 	p, err := svc.Authenticate(r.Context(), cred, orgID)

@@ -44,6 +44,9 @@ type Principal struct {
 	KeyID          string
 	ServiceAccount string
 	Permission     string
+	// Instance is set (and KeyID empty) when the service account is an
+	// instance server's member, calling the gateway in-process.
+	Instance string
 
 	// People.
 	PersonID string

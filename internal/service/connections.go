@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -802,25 +801,6 @@ func sameConnection(a, b *store.Connection) bool {
 // resolveWorkspaceRef finds a workspace by id (wrk_…, must exist) or by name
 // (created when no live workspace has that name).
 func (s *Service) resolveWorkspaceRef(tx store.Tx, ref string, now time.Time) (string, error) {
-	if strings.HasPrefix(ref, "wrk_") {
-		if _, err := workspace(tx, ref); err != nil {
-			return "", fmt.Errorf("workspace %s: %w", ref, err)
-		}
-		return ref, nil
-	}
-	all, err := tx.Workspaces()
-	if err != nil {
-		return "", err
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].Created.Before(all[j].Created) })
-	for _, w := range all {
-		if w.Deleted == nil && w.Name == ref {
-			return w.ID, nil
-		}
-	}
-	if err := checkName("workspace name", ref); err != nil {
-		return "", err
-	}
-	w := &store.Workspace{ID: secrets.NewID("wrk_"), Name: ref, Created: now}
-	return w.ID, tx.PutWorkspace(w)
+	id, _, err := s.resolveWorkspace(tx, ref, now)
+	return id, err
 }

@@ -368,8 +368,12 @@ func (s *Service) CheckPolicies(ctx context.Context, p *Principal, model string)
 			switch pol.Per {
 			case store.PerKey:
 				scope = p.KeyID
-				if p.Kind == KindPerson {
+				switch {
+				case p.Kind == KindPerson:
 					scope = p.FamilyID
+				case p.Instance != "":
+					// An instance has no key: its member is its one credential.
+					scope = "instance:" + p.Instance
 				}
 			case store.PerMember:
 				scope = p.MemberID()

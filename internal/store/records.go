@@ -58,6 +58,9 @@ type ServiceAccount struct {
 	Name      string    `json:"name"`
 	CreatedBy string    `json:"created_by"`
 	Created   time.Time `json:"created"`
+	// Instance, when set, is the name of the agent_instance this account
+	// is the member of: the instance calls the gateway in-process as it.
+	Instance string `json:"instance,omitempty"`
 }
 
 // Key permissions.

@@ -9,8 +9,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
+	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/clock"
+	"github.com/agentgate/agentgate/internal/gateway"
 	"github.com/agentgate/agentgate/internal/ledger"
 	"github.com/agentgate/agentgate/internal/secrets"
 	"github.com/agentgate/agentgate/internal/service"
@@ -92,6 +96,105 @@ type App struct {
 	startErr      error
 	pooled        bool
 	logger        *zap.Logger
+
+	// The config's handlers, registered as they provision: the gateway
+	// that instances call in-process, the instances that name a workspace
+	// (by instance name), and their members once Start has resolved them.
+	regMu     sync.Mutex
+	gateway   LocalGateway
+	instances map[string]string
+	members   map[string]gateway.Member
+}
+
+// LocalGateway is a gateway that serves requests of this process
+// in-process (llm_gateway's ServeLocal): the request's context carries
+// the member it acts as (gateway.WithMember).
+type LocalGateway interface {
+	ServeLocal(w http.ResponseWriter, r *http.Request)
+}
+
+// RegisterGateway makes g the gateway this config's instances call; the
+// first one registered is kept (every llm_gateway of a config shares the
+// store and so serves the same workspaces).
+func (a *App) RegisterGateway(g LocalGateway) {
+	a.regMu.Lock()
+	defer a.regMu.Unlock()
+	if a.gateway == nil {
+		a.gateway = g
+	}
+}
+
+// RegisterInstance records that the agent_instance named name is a member
+// of workspace (an id or a name): Start resolves the workspace and the
+// instance's service account, and fails when the config has no
+// llm_gateway. The same instance may be served on several sites, but with
+// one workspace.
+func (a *App) RegisterInstance(name, workspace string) error {
+	a.regMu.Lock()
+	defer a.regMu.Unlock()
+	if a.instances == nil {
+		a.instances = map[string]string{}
+	}
+	if old, ok := a.instances[name]; ok && old != workspace {
+		return fmt.Errorf("agent_instance %q names two workspaces, %q and %q", name, old, workspace)
+	}
+	a.instances[name] = workspace
+	return nil
+}
+
+// InstanceMember returns the member an instance acts as and the gateway
+// it calls, waiting (like Service) for Start to resolve them.
+func (a *App) InstanceMember(ctx context.Context, name string) (gateway.Member, LocalGateway, error) {
+	if _, err := a.Service(ctx); err != nil {
+		return gateway.Member{}, nil, err
+	}
+	a.regMu.Lock()
+	defer a.regMu.Unlock()
+	m, ok := a.members[name]
+	if !ok || a.gateway == nil {
+		return gateway.Member{}, nil, apierr.Unavailable("agent_instance %q has no workspace member in this config", name)
+	}
+	return m, a.gateway, nil
+}
+
+// startInstances resolves the workspace and service account of every
+// instance that names a workspace.
+func (a *App) startInstances(svc *service.Service) error {
+	a.regMu.Lock()
+	defer a.regMu.Unlock()
+	names := make([]string, 0, len(a.instances))
+	for name := range a.instances {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	a.members = map[string]gateway.Member{}
+	for _, name := range names {
+		ref := a.instances[name]
+		if a.gateway == nil {
+			return fmt.Errorf("agentgate: agent_instance %q names workspace %q, but this config has no llm_gateway: "+
+				"the instance calls the gateway in-process, so add llm_gateway to a site (as the default Caddyfile does), "+
+				"or give the instance a provider block instead of a workspace", name, ref)
+		}
+		im, err := svc.EnsureInstanceMember(context.Background(), ref, name)
+		if err != nil {
+			msg := err.Error()
+			var ae *apierr.Error
+			if errors.As(err, &ae) {
+				msg = ae.Message
+			}
+			return fmt.Errorf("agentgate: agent_instance %q: workspace %q: %s", name, ref, msg)
+		}
+		if im.WorkspaceCreated {
+			a.logger.Info("workspace created for agent_instance", zap.String("instance", name), zap.String("workspace", im.Workspace),
+				zap.String("name", ref))
+		}
+		if im.AccountCreated {
+			a.logger.Info("service account created for agent_instance", zap.String("instance", name), zap.String("workspace", im.Workspace),
+				zap.String("service_account", im.Account.ID))
+		}
+		a.members[name] = gateway.Member{Workspace: im.Workspace, ServiceAccount: im.Account.ID, Instance: name}
+	}
+	return nil
 }
 
 // StorageConfig selects the store backend.
@@ -404,6 +507,9 @@ func (a *App) start() error {
 		if changed {
 			a.logger.Info("declared policy written", zap.String("policy", dp.ID))
 		}
+	}
+	if err := a.startInstances(svc); err != nil {
+		return err
 	}
 	a.svc = svc
 	if pg, ok := st.(*store.Postgres); ok {

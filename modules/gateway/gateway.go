@@ -91,6 +91,9 @@ type Gateway struct {
 	plainTransport *reverseproxy.HTTPTransport
 	tlsTransport   *reverseproxy.HTTPTransport
 	accessLog      *accesslog.Log
+	// local is the server in-process requests are prepared with (no
+	// site's: their requests come from no listener).
+	local *caddyhttp.Server
 }
 
 // CaddyModule returns the Caddy module information.
@@ -127,6 +130,8 @@ func (g *Gateway) Provision(ctx caddy.Context) error {
 		Metrics: gateway.NewMetrics(ctx.GetMetricsRegistry()), Logger: ctx.Logger(), RequestID: requestID, Annotate: logFields,
 		Fallback: gateway.Fallback{MaxAttempts: g.MaxAttempts, TryTimeout: time.Duration(g.TryTimeout),
 			Deadline: time.Duration(g.FallbackDeadline), Cooldown: time.Duration(g.Cooldown)}}
+	g.local = new(caddyhttp.Server)
+	app.RegisterGateway(g)
 	return nil
 }
 
@@ -224,6 +229,18 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return nil
 }
 
+// ServeLocal serves an in-process request of an instance server that is a
+// workspace member: its context carries the member (gateway.WithMember)
+// and it has no credential. It gets the request context Caddy's handlers
+// expect (a replacer, vars, a server) and then goes through the pipeline
+// and Caddy's reverse proxy like a request over HTTP: it is metered,
+// recorded and counted in the gateway's metrics, but, coming from no
+// listener, it is in no access log.
+func (g *Gateway) ServeLocal(w http.ResponseWriter, r *http.Request) {
+	r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), w, g.local)
+	g.pipeline.Serve(w, r)
+}
+
 // Forward sends a request through Caddy's reverse proxy: the TLS one for
 // HTTPS providers. The upstream is chosen per request, through a var the
 // proxy's dynamic upstreams read.
@@ -277,4 +294,5 @@ var (
 	_ caddy.Validator             = (*Gateway)(nil)
 	_ caddy.CleanerUpper          = (*Gateway)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Gateway)(nil)
+	_ agentgate.LocalGateway      = (*Gateway)(nil)
 )

@@ -65,6 +65,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		webfetch_private
 //		bash_timeout <duration>
 //		max_steps <n>
+//		workspace <id or name>
+//		model <workspace model id>
 //		provider {
 //			base_url <url> | connection <id>
 //			api_key <key>
@@ -221,6 +223,14 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("unknown plugin_host option %q", key)
 				}
 			}
+		case "workspace":
+			if !d.AllArgs(&in.Workspace) {
+				return d.ArgErr()
+			}
+		case "model":
+			if !d.AllArgs(&in.Model) {
+				return d.ArgErr()
+			}
 		case "provider":
 			if d.NextArg() {
 				return d.ArgErr()
@@ -278,6 +288,9 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		default:
 			return d.Errf("unrecognized subdirective '%s'", d.Val())
 		}
+	}
+	if err := in.checkModels(); err != nil {
+		return d.Err(err.Error())
 	}
 	return nil
 }

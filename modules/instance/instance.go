@@ -191,10 +191,28 @@ type Instance struct {
 	// Heartbeat is the event-stream heartbeat interval. Default: 15s.
 	Heartbeat caddy.Duration `json:"heartbeat,omitempty"`
 
-	// Provider, when set, makes the instance answer prompts: admitted
-	// inputs become provider turns, and the agent runs tools. Without it
-	// a prompt is admitted and its turn fails at once with an error
-	// message that says to add this block.
+	// Workspace makes the instance a member of a workspace of this
+	// server, named by id (`wrk_…`, which must exist) or by name (created
+	// at start when no workspace has it). The instance runs as a service
+	// account of the workspace (`instance <name>`, created at start when
+	// missing and shown in the Console as the instance's), and its agent
+	// uses the workspace's models through the config's llm_gateway,
+	// in-process: no key, and the budgets, policies, rate limits,
+	// fallbacks and usage records of any service account, each record
+	// naming its agent session. The config fails to load when it has no
+	// llm_gateway. Not with Provider.
+	Workspace string `json:"workspace,omitempty"`
+
+	// Model is the workspace model that sessions use when neither they
+	// nor their agent name one. Default: the first of the workspace's
+	// models (by id) that the instance may use. Only with Workspace.
+	Model string `json:"model,omitempty"`
+
+	// Provider, when set, makes the instance answer prompts from an
+	// endpoint of its own (an outside gateway or a provider): admitted
+	// inputs become provider turns, and the agent runs tools. With neither
+	// it nor Workspace a prompt is admitted and its turn fails at once
+	// with an error message that says to add one.
 	Provider *Provider `json:"provider,omitempty"`
 
 	// Permissions are the instance's permission rules for tool calls,
@@ -253,6 +271,10 @@ type Instance struct {
 	key       string
 	host      *pluginhost.Host
 	stopTap   func()
+	// undo puts back the runner's configuration from before this config
+	// when this config is cleaned up before another configured the runner
+	// (a reload that fails to start leaves the running config's in place).
+	undo func()
 }
 
 // Sandbox configures the sandbox of commands and plugins. Inside it, the
@@ -367,6 +389,9 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading agentgate app: %v", err)
 	}
+	if err := in.checkModels(); err != nil {
+		return err
+	}
 	repl := caddy.NewReplacer()
 	if in.Name == "" {
 		in.Name = "default"
@@ -428,17 +453,32 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		return err
 	}
 	st := val.(sharedState)
+	prev := st.runner.Snapshot()
+	defer func() {
+		// Whatever this config set on the runner, successful or not.
+		mine := st.runner.Snapshot()
+		in.undo = func() { st.runner.Restore(prev, mine) }
+	}()
 	// The drains run with or without a provider: without one, each turn
 	// fails at once with an error message that says how to configure it,
 	// and the session goes idle (a later prompt uses the provider a reload
 	// brings).
 	var pc loop.ProviderConfig
-	if in.Provider != nil {
-		if pc, err = in.Provider.config(repl); err != nil {
-			shared.Delete(in.key)
-			in.key = ""
-			return err
+	switch {
+	case in.Workspace != "":
+		ws := repl.ReplaceAll(in.Workspace, "")
+		if ws == "" {
+			err = errors.New("workspace is set but empty (is its environment variable there?)")
+		} else if err = app.RegisterInstance(in.Name, ws); err == nil {
+			pc = loop.ProviderConfig{Workspace: newMemberWorkspace(app, in.Name), Model: repl.ReplaceAll(in.Model, "")}
 		}
+	case in.Provider != nil:
+		pc, err = in.Provider.config(repl)
+	}
+	if err != nil {
+		shared.Delete(in.key)
+		in.key = ""
+		return err
 	}
 	runner := st.runner
 	runner.SetProvider(pc)
@@ -539,8 +579,24 @@ func (in *Instance) pluginRuntime(app *agentgate.App, repl *caddy.Replacer) (*pl
 	}, nil
 }
 
+// checkModels checks where the models come from: a workspace or a
+// provider block, not both; a default model only with a workspace.
+func (in *Instance) checkModels() error {
+	switch {
+	case in.Workspace != "" && in.Provider != nil:
+		return errors.New("agent_instance takes `workspace` or a `provider` block, not both: `workspace` uses the workspace's models " +
+			"through this server's gateway, `provider` an endpoint of its own")
+	case in.Model != "" && in.Workspace == "":
+		return errors.New("agent_instance `model` is the default workspace model and needs `workspace` (a `provider` block sets its own model)")
+	}
+	return nil
+}
+
 // Validate checks the configuration.
 func (in *Instance) Validate() error {
+	if err := in.checkModels(); err != nil {
+		return err
+	}
 	for i, r := range in.Permissions {
 		if r.Action == "" || r.Resource == "" || (r.Effect != "allow" && r.Effect != "deny" && r.Effect != "ask") {
 			return fmt.Errorf("permissions[%d] needs an action, a resource and an effect of allow, deny or ask", i)
@@ -579,6 +635,10 @@ func (in *Instance) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 
 // Cleanup releases the shared state of this config.
 func (in *Instance) Cleanup() error {
+	if in.undo != nil {
+		in.undo()
+		in.undo = nil
+	}
 	if in.stopTap != nil {
 		in.stopTap()
 	}

@@ -614,3 +614,30 @@ func TestNoProviderSaysWhy(t *testing.T) {
 		}
 	}
 }
+
+// workspace and model: parsed; workspace and a provider block, or a model
+// without a workspace, are refused naming both.
+func TestWorkspaceCaddyfile(t *testing.T) {
+	var in Instance
+	if err := in.UnmarshalCaddyfile(caddyfile.NewTestDispenser("agent_instance {\n workspace default\n model smart\n}")); err != nil {
+		t.Fatal(err)
+	}
+	if in.Workspace != "default" || in.Model != "smart" || in.Provider != nil {
+		t.Fatalf("parsed %+v", in)
+	}
+	for bad, want := range map[string]string{
+		"agent_instance {\n workspace default\n provider {\n base_url http://127.0.0.1:1/v1\n }\n}": "`workspace` or a `provider` block, not both",
+		"agent_instance {\n model smart\n}":   "needs `workspace`",
+		"agent_instance {\n workspace\n}":     "wrong argument count",
+		"agent_instance {\n workspace a b\n}": "wrong argument count",
+	} {
+		var in Instance
+		err := in.UnmarshalCaddyfile(caddyfile.NewTestDispenser(bad))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", bad, err, want)
+		}
+	}
+	if err := (&Instance{Workspace: "w", Provider: &Provider{BaseURL: "http://x"}}).Validate(); err == nil {
+		t.Error("workspace and provider validated")
+	}
+}

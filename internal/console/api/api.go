@@ -248,18 +248,21 @@ func nilIfEmpty(s string) any {
 	return s
 }
 
-// ServiceAccountView is a service account on the wire.
+// ServiceAccountView is a service account on the wire. Instance names the
+// agent_instance whose member the account is (created by the config; the
+// instance calls the gateway as it, without a key), absent for others.
 type ServiceAccountView struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
 	CreatedBy string    `json:"created_by"`
 	Created   time.Time `json:"created"`
+	Instance  string    `json:"instance,omitempty"`
 }
 
 func (v ServiceAccountView) id() string { return v.ID }
 
 func saView(sa *store.ServiceAccount) ServiceAccountView {
-	return ServiceAccountView{ID: sa.ID, Name: sa.Name, CreatedBy: sa.CreatedBy, Created: sa.Created}
+	return ServiceAccountView{ID: sa.ID, Name: sa.Name, CreatedBy: sa.CreatedBy, Created: sa.Created, Instance: sa.Instance}
 }
 
 // KeyView is an API key on the wire. Key is set only in the create answer.

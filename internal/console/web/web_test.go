@@ -959,3 +959,26 @@ func TestSignInsOnHome(t *testing.T) {
 		t.Fatalf("another's sign-in was revoked: %v", err)
 	}
 }
+
+// The service account of an instance server is marked as the instance's
+// on the service-accounts page, with what deleting it does.
+func TestInstanceServiceAccountBadge(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	_, email := e.person(ws, store.RoleOwner)
+	b, _ := e.signedIn(email)
+	if _, err := e.svc.CreateServiceAccount(ctx, service.Operator(ws), "ci-bot"); err != nil {
+		t.Fatal(err)
+	}
+	im, err := e.svc.EnsureInstanceMember(ctx, ws, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := b.get("/w/" + ws + "/service-accounts")
+	wantStatus(t, "list", p, 200)
+	wantContains(t, "list", p, im.Account.ID, `instance default <span class="badge">instance</span>`, "<code>default</code>",
+		"until the server&rsquo;s config is reloaded")
+	if strings.Count(p.body, `<span class="badge">instance</span>`) != 1 {
+		t.Fatalf("the badge is not on the instance's account only:\n%s", p.body)
+	}
+}

@@ -25,7 +25,7 @@ type requestInfo struct {
 }
 
 // ModelInfo is ModelV2Info: a model of the configured provider (its
-// default model and those with configured limits).
+// default model and those with configured limits), or of the workspace.
 type ModelInfo struct {
 	ID           string         `json:"id"`
 	ProviderID   string         `json:"providerID"`
@@ -48,6 +48,9 @@ type ModelInfo struct {
 		Context int64 `json:"context"`
 		Output  int64 `json:"output"`
 	} `json:"limit"`
+	// Reasoning, Attachment and Temperature are the capabilities the v1
+	// records show (this record has no field for them).
+	Reasoning, Attachment, Temperature bool `json:"-"`
 }
 
 // modelCost is USD per million tokens, exact decimals.
@@ -61,9 +64,13 @@ type modelCost struct {
 }
 
 // Catalog lists the configured provider and its models, by id; both are
-// empty when the instance has no provider.
+// empty when the instance has no provider. An instance that is a
+// workspace member lists the workspace's models it may use, read now.
 func (r *Runner) Catalog() ([]ProviderInfo, []ModelInfo) {
 	p := r.Provider()
+	if p.Workspace != nil {
+		return r.workspaceCatalog(p.Workspace)
+	}
 	if p.BaseURL == "" && p.Connection == "" {
 		return []ProviderInfo{}, []ModelInfo{}
 	}
@@ -71,9 +78,6 @@ func (r *Runner) Catalog() ([]ProviderInfo, []ModelInfo) {
 	if format == "" {
 		format = "chat"
 	}
-	settings := map[string]any{"format": format}
-	prov := ProviderInfo{ID: ProviderID, Name: "agentgate", API: map[string]any{"type": "native", "settings": settings},
-		Request: requestInfo{Headers: map[string]string{}, Body: map[string]any{}}}
 	ids := map[string]bool{}
 	if p.Model != "" {
 		ids[p.Model] = true
@@ -83,13 +87,27 @@ func (r *Runner) Catalog() ([]ProviderInfo, []ModelInfo) {
 	}
 	models := make([]ModelInfo, 0, len(ids))
 	for id := range ids {
-		m := ModelInfo{ID: id, ProviderID: ProviderID, Name: id, API: map[string]any{"id": id, "type": "native", "settings": settings},
-			Request: requestInfo{Headers: map[string]string{}, Body: map[string]any{}}, Variants: []any{}, Status: "active", Enabled: true}
+		m := newModelInfo(id, format)
 		m.Capabilities.Tools, m.Capabilities.Input, m.Capabilities.Output = true, []string{"text"}, []string{"text"}
+		m.Temperature = true
 		m.Cost = []modelCost{{Input: p.InputPrice, Output: p.OutputPrice}}
 		m.Limit.Context, m.Limit.Output = p.Limits[id].Context, p.Limits[id].Output
 		models = append(models, m)
 	}
 	sort.Slice(models, func(i, j int) bool { return models[i].ID < models[j].ID })
-	return []ProviderInfo{prov}, models
+	return []ProviderInfo{providerInfo(format)}, models
+}
+
+// providerInfo is the instance's provider record; format is its wire
+// format ("workspace" for a workspace's models, each with its own).
+func providerInfo(format string) ProviderInfo {
+	return ProviderInfo{ID: ProviderID, Name: "agentgate", API: map[string]any{"type": "native", "settings": map[string]any{"format": format}},
+		Request: requestInfo{Headers: map[string]string{}, Body: map[string]any{}}}
+}
+
+// newModelInfo is a model record of the instance's provider, active and
+// enabled, spoken to in format.
+func newModelInfo(id, format string) ModelInfo {
+	return ModelInfo{ID: id, ProviderID: ProviderID, Name: id, API: map[string]any{"id": id, "type": "native", "settings": map[string]any{"format": format}},
+		Request: requestInfo{Headers: map[string]string{}, Body: map[string]any{}}, Variants: []any{}, Status: "active", Enabled: true}
 }

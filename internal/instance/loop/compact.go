@@ -85,6 +85,7 @@ func (s svc) compact(ctx context.Context, prov ProviderConfig, sid string, info 
 	created := s.NowMS()
 	s.Publish("session.next.compaction.started", info, map[string]any{"messageID": id, "reason": reason})
 	conv := conversation(agent, model.ID, msgs)
+	conv.Headers = withSession(conv.Headers, sid)
 	conv.Messages = append(conv.Messages, formats.Text(formats.RoleUser, compactionPrompt))
 	step, serr := providerStep(ctx, prov, conv, nil)
 	if ctx.Err() != nil {

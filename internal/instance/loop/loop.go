@@ -53,6 +53,17 @@ type ProviderConfig struct {
 	// Limits are models' token limits by model id: a request's output
 	// limit, and when to compact the conversation.
 	Limits map[string]ModelLimits
+	// Workspace, when set, makes the instance a member of a workspace:
+	// turns go to its models through the gateway in-process, and the
+	// fields above but Model (the default model) are set per step from
+	// the model the session uses.
+	Workspace Workspace
+	// Pricing, when set, prices turns instead of InputPrice and
+	// OutputPrice (a workspace model's full pricing).
+	Pricing *store.Pricing
+
+	// fail is why the step cannot be sent (resolveProvider).
+	fail *StructuredError
 }
 
 // Runner owns the session drains of one instance in this process: at most
@@ -63,6 +74,7 @@ type Runner struct {
 	mu      sync.Mutex
 	srv     *session.Service
 	prov    ProviderConfig
+	cfgGen  uint64 // counts the changes of srv, prov, tools and plugins (Snapshot)
 	drains  map[string]*drain
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
@@ -109,6 +121,7 @@ func (r *Runner) publishPending(sessionID, directory, typ string, data map[strin
 func (r *Runner) SetProvider(p ProviderConfig) {
 	r.mu.Lock()
 	r.prov = p
+	r.cfgGen++
 	r.mu.Unlock()
 }
 
@@ -167,6 +180,7 @@ func (r *Runner) readyLocked() bool {
 func (r *Runner) Attach(s *session.Service) {
 	r.mu.Lock()
 	r.srv = s
+	r.cfgGen++
 	r.mu.Unlock()
 	r.tryResume()
 }
@@ -604,7 +618,7 @@ func (r *Runner) compactNow(ctx context.Context, d *drain, s svc, sid, id string
 	r.mu.Lock()
 	d.cancelTurn, d.interrupted = cancel, false
 	r.mu.Unlock()
-	_, interrupted, err = s.compact(turnCtx, r.Provider(), sid, st.info, st.msgs, "manual", id)
+	_, interrupted, err = s.compact(turnCtx, s.resolveProvider(turnCtx, r.Provider(), st.info), sid, st.info, st.msgs, "manual", id)
 	r.mu.Lock()
 	interrupted = interrupted || d.interrupted
 	d.cancelTurn = nil
@@ -631,11 +645,11 @@ func mustJSON(v any) []byte {
 // results settleTools stores). stop reports that the user rejected a
 // permission or dismissed a question: the run ends there.
 func (r *Runner) step(ctx context.Context, s svc, sid, stepID string, done int) (res stepResult, batch *toolBatch, stop bool, err error) {
-	prov := r.Provider()
 	st, err := s.readStep(ctx, sid)
 	if err != nil {
 		return stepResult{}, nil, false, err
 	}
+	prov := s.resolveProvider(ctx, r.Provider(), st.info)
 	compacted, interrupted, err := s.compactIfNeeded(ctx, prov, sid, st.info, st.msgs)
 	if err != nil || interrupted {
 		return stepResult{outcome: "interrupted"}, nil, false, err

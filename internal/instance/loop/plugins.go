@@ -20,6 +20,7 @@ import (
 func (r *Runner) SetPlugins(m *plugins.Manager) {
 	r.mu.Lock()
 	r.plugins = m
+	r.cfgGen++
 	r.mu.Unlock()
 }
 

@@ -53,6 +53,7 @@ type ToolConfig struct {
 func (r *Runner) SetTools(c ToolConfig) {
 	r.mu.Lock()
 	r.tools = c
+	r.cfgGen++
 	r.mu.Unlock()
 }
 

@@ -175,6 +175,9 @@ func callProvider(ctx context.Context, prov ProviderConfig, f formats.Format, co
 		if ctx.Err() != nil {
 			return nil, nil
 		}
+		if prov.Workspace != nil {
+			return nil, &StructuredError{Type: "ProviderConnectionError", Message: "The workspace gateway could not take this turn: " + err.Error()}
+		}
 		// The error text carries the URL only, never the key.
 		return nil, &StructuredError{Type: "ProviderConnectionError", Message: "Cannot reach the provider: " + err.Error() +
 			"; check the `provider` block's address and that the provider is up"}
@@ -186,7 +189,7 @@ func callProvider(ctx context.Context, prov ProviderConfig, f formats.Format, co
 	}
 	switch cerr.Kind {
 	case formats.CallRefused:
-		return step, &StructuredError{Type: "APIError", Message: refusal(cerr), Status: cerr.Status}
+		return step, &StructuredError{Type: "APIError", Message: refusal(prov, conv.Model, cerr), Status: cerr.Status}
 	case formats.CallStreamError:
 		return step, &StructuredError{Type: "APIError", Message: cerr.Message}
 	case formats.CallNotStream:
@@ -200,7 +203,12 @@ func callProvider(ctx context.Context, prov ProviderConfig, f formats.Format, co
 // workspace gateway (its budget, its policies, the key) the cause in plain
 // words, the gateway's own message and what to do; for any other status
 // the provider's answer as it is.
-func refusal(cerr *formats.CallError) string {
+func refusal(prov ProviderConfig, model string, cerr *formats.CallError) string {
+	if prov.Workspace != nil {
+		if msg := memberRefusal(model, cerr); msg != "" {
+			return msg
+		}
+	}
 	switch cerr.Status {
 	case http.StatusPaymentRequired:
 		return "The workspace budget refused this turn: " + cerr.Detail + "; an owner can raise the budget in the Console"
@@ -213,9 +221,33 @@ func refusal(cerr *formats.CallError) string {
 	return cerr.Message
 }
 
+// memberRefusal words the refusals the gateway answers an instance that
+// is a workspace member ("" for one it has no words for).
+func memberRefusal(model string, cerr *formats.CallError) string {
+	switch cerr.Status {
+	case http.StatusUnauthorized:
+		return "This instance's service account can no longer use the workspace: " + cerr.Detail +
+			"; it was deleted in the Console (or its workspace was): reload the server's config (caddy reload) or restart it " +
+			"to create the account again, then set its budget and policies in the Console if it had any"
+	case http.StatusPaymentRequired:
+		return "The workspace budget refused this turn: " + cerr.Detail +
+			"; an owner can raise the budget of the instance's service account (or the workspace's) in the Console"
+	case http.StatusForbidden:
+		return "A workspace policy refused this turn: " + cerr.Detail +
+			"; pick another model (the TUI's /models lists those this instance may use), or an owner changes the policies in the Console"
+	case http.StatusNotFound:
+		return fmt.Sprintf("Model %q is not a model of the workspace (it was removed, or never added): %s; "+
+			"pick one of the workspace's models (the TUI's /models lists them), or an owner adds it in the Console (Models)", model, cerr.Detail)
+	case http.StatusTooManyRequests:
+		return "A workspace policy's rate limit refused this turn: " + cerr.Detail + "; prompt again once it allows"
+	}
+	return ""
+}
+
 // NoProviderMessage is the error of a turn on an instance that has no
 // provider configured.
-const NoProviderMessage = "This instance has no model to answer with: add a `provider` block to `agent_instance` (see the README)"
+const NoProviderMessage = "This instance has no model to answer with: add `workspace <name>` (the workspace's models, through this " +
+	"server's gateway) or a `provider` block to `agent_instance` (see the README)"
 
 // stepOptions shape one provider step.
 type stepOptions struct {
@@ -282,6 +314,8 @@ func providerStep(ctx context.Context, prov ProviderConfig, conv *formats.Conver
 		format, known = formats.Chat, true
 	}
 	switch {
+	case prov.fail != nil:
+		return nil, prov.fail
 	case prov.BaseURL == "" && prov.Connection == "":
 		return nil, &StructuredError{Type: "ProviderConfigError", Message: NoProviderMessage}
 	case conv.Model == "":
@@ -303,7 +337,11 @@ func tokensOf(prov ProviderConfig, u *formats.Tokens) (*session.TokenUsage, floa
 	t := *u
 	usage := &session.TokenUsage{Input: float64(t.Input), Output: float64(t.Output), Reasoning: float64(t.Reasoning)}
 	usage.Cache.Read, usage.Cache.Write = float64(t.CacheRead), float64(t.CacheWrite)
-	return usage, float64(formats.Cost(t, store.Pricing{Input: prov.InputPrice, Output: prov.OutputPrice})) / 1e12
+	pricing := store.Pricing{Input: prov.InputPrice, Output: prov.OutputPrice}
+	if prov.Pricing != nil {
+		pricing = *prov.Pricing
+	}
+	return usage, float64(formats.Cost(t, pricing)) / 1e12
 }
 
 // turn runs one provider step for the session and stores the settled
@@ -324,6 +362,7 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, o
 	created := s.NowMS()
 	s.Publish("session.next.step.started", info, map[string]any{"assistantMessageID": msgID, "agent": agent.ID, "model": model})
 	conv := conversation(agent, model.ID, msgs)
+	conv.Headers = withSession(conv.Headers, sid)
 	conv.Tools = opts.tools
 	if opts.last {
 		conv.Tools = nil

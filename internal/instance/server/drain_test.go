@@ -165,7 +165,7 @@ func TestDrainTurn(t *testing.T) {
 	}
 	// The request: the fake model, the conversation, streaming with usage.
 	last := h.fake.Last()
-	if last.Path != "/v1/chat/completions" || gjson.GetBytes(last.Body, "model").String() != "fake-model" ||
+	if last.Path != "/v1/chat/completions" || gjson.GetBytes(last.Body, "model").String() != "fake-model" || last.Header.Get("X-Opencode-Session") != "ses_a" ||
 		!gjson.GetBytes(last.Body, "stream_options.include_usage").Bool() ||
 		gjson.GetBytes(last.Body, "messages.#(role==\"user\").content").String() != "hello there" {
 		t.Fatalf("request: %s %s", last.Path, last.Body)

@@ -298,10 +298,11 @@ func (s *Server) v1Config(w http.ResponseWriter, r *http.Request, _ router.Param
 	return nil
 }
 
-// defaultModel is the provider block's model ("" without a loop).
+// defaultModel is the model of sessions that name none: the provider
+// block's, or the workspace's default ("" without a loop).
 func (s *Server) defaultModel() string {
-	if r, ok := s.opts.Runner.(interface{ Provider() loop.ProviderConfig }); ok {
-		return r.Provider().Model
+	if r, ok := s.opts.Runner.(interface{ DefaultModel() string }); ok {
+		return r.DefaultModel()
 	}
 	return ""
 }

@@ -104,17 +104,30 @@ func (s *Server) v1Provider() (map[string]any, bool) {
 	}
 	ms := map[string]any{}
 	for _, m := range models {
+		cost := m.Cost[0]
 		ms[m.ID] = map[string]any{"id": m.ID, "providerID": loop.ProviderID, "name": m.Name, "family": "",
 			"api": map[string]any{"id": m.ID, "url": "", "npm": "@ai-sdk/openai-compatible"},
-			"capabilities": map[string]any{"temperature": true, "reasoning": false, "attachment": false, "toolcall": true,
-				"input":  map[string]any{"text": true, "audio": false, "image": false, "video": false, "pdf": false},
-				"output": map[string]any{"text": true, "audio": false, "image": false, "video": false, "pdf": false}, "interleaved": false},
-			"cost":   map[string]any{"input": m.Cost[0].Input, "output": m.Cost[0].Output, "cache": map[string]any{"read": 0, "write": 0}},
+			"capabilities": map[string]any{"temperature": m.Temperature, "reasoning": m.Reasoning, "attachment": m.Attachment,
+				"toolcall": m.Capabilities.Tools, "input": modalities(m.Capabilities.Input), "output": modalities(m.Capabilities.Output),
+				"interleaved": false},
+			"cost":   map[string]any{"input": cost.Input, "output": cost.Output, "cache": map[string]any{"read": cost.Cache.Read, "write": cost.Cache.Write}},
 			"limit":  map[string]any{"context": m.Limit.Context, "output": m.Limit.Output},
 			"status": "active", "options": map[string]any{}, "headers": map[string]any{}, "release_date": "", "variants": map[string]any{}}
 	}
 	return map[string]any{"id": loop.ProviderID, "name": providers[0].Name, "source": "config", "env": []any{},
 		"options": map[string]any{}, "models": ms}, true
+}
+
+// modalities is a v1 record's modality flags for a model's list of
+// modalities (text when the list is empty).
+func modalities(list []string) map[string]any {
+	out := map[string]any{"text": len(list) == 0, "audio": false, "image": false, "video": false, "pdf": false}
+	for _, m := range list {
+		if _, ok := out[m]; ok {
+			out[m] = true
+		}
+	}
+	return out
 }
 
 func (s *Server) v1Defaults() map[string]any {
