@@ -215,24 +215,6 @@ func TestReadmeAsWritten(t *testing.T) {
 		}
 	}
 
-	// ==== BEGIN until the instance is a workspace member (branch i34-member).
-	// The lead removes this block at merge, and the skip that reads
-	// memberPending below: the default Caddyfile does not yet say
-	// `agent_instance { workspace default }`, so the server neither creates
-	// the workspace named default nor gives the instance its models. Until
-	// then the test creates that workspace itself, and skips the TUI step.
-	memberPending := !instanceIsWorkspaceMember(read("Caddyfile"))
-	if memberPending {
-		req, _ := http.NewRequestWithContext(ctx, "POST", "http://localhost:2019/agentgate/workspaces", strings.NewReader(`{"name":"default"}`))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil || resp.StatusCode != http.StatusCreated {
-			t.Fatalf("creating the workspace named default: %v %v", resp, err)
-		}
-		resp.Body.Close()
-	}
-	// ==== END until the instance is a workspace member.
-
 	const secret, upstream = "sk-provider-readme-SECRET", "fake-mini"
 	p, err := fakeprovider.Start(secret)
 	if err != nil {
@@ -343,8 +325,8 @@ func TestReadmeAsWritten(t *testing.T) {
 
 	// The TUI: the last block's command under tmux, in the same
 	// environment, from the repository's root.
-	if memberPending { // until the instance is a workspace member: see the block marked above
-		t.Skip("the Quick start's TUI step (opencode attach answering with the workspace model) needs the instance to be a member of the workspace named default (agent_instance { workspace default } in the default Caddyfile, branch i34-member), which has not landed; every step before it passed")
+	if !instanceIsWorkspaceMember(read("Caddyfile")) {
+		t.Fatal("the default Caddyfile's agent_instance names no workspace: the Quick start's TUI step relies on it")
 	}
 	if _, err := exec.LookPath("tmux"); err != nil {
 		missing("tmux is not installed: the Quick start's TUI step cannot run (.ci/run installs it)")
