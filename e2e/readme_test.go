@@ -353,7 +353,11 @@ func TestReadmeAsWritten(t *testing.T) {
 	screen.run(ctx, "send-keys", "-t", "tui", "-l", "Say hello.")
 	time.Sleep(300 * time.Millisecond)
 	screen.run(ctx, "send-keys", "-t", "tui", "Enter")
-	t.Logf("the TUI shows:\n%s", screen.waitFor(ctx, "the provider's answer", fakeprovider.Text))
+	shown := screen.waitFor(ctx, "the provider's answer", fakeprovider.Text)
+	t.Logf("the TUI shows:\n%s", shown)
+	if strings.Contains(shown, "is not valid") {
+		t.Error("the TUI complains of the model its user message carries")
+	}
 
 	// The TUI's session is metered, with the workspace model, and its
 	// usage record names the session.

@@ -151,7 +151,7 @@ func (s *Server) v1MessageList(r *http.Request, sid string, limit int) ([]v1.Wit
 	if err != nil {
 		return nil, err
 	}
-	out := v1.Messages(info, msgs, s.v1Root(info.Location.Directory))
+	out := v1.Messages(info, msgs, s.v1Root(info.Location.Directory), s.defaultModel())
 	if limit > 0 && len(out) > limit {
 		out = out[len(out)-limit:]
 	}
@@ -319,7 +319,7 @@ func (s *Server) v1Events(w http.ResponseWriter, r *http.Request, _ router.Param
 			dir = loc.Directory
 		}
 	}
-	tr := &v1.Translator{Root: s.v1Root}
+	tr := &v1.Translator{Root: s.v1Root, DefaultModel: s.defaultModel}
 	s.opts.Bus.Serve(w, r, events.Stream{Heartbeat: s.opts.Heartbeat, Transform: func(rec []byte) [][]byte {
 		evs, evDir := tr.Translate(rec)
 		if dir != "" && evDir != "" && evDir != dir {

@@ -227,7 +227,7 @@ func (s *Server) v1Commands(w http.ResponseWriter, r *http.Request, _ router.Par
 // v1GlobalEvents is the v1 stream of every location: each event as
 // {directory, payload: {id, type, properties}}.
 func (s *Server) v1GlobalEvents(w http.ResponseWriter, r *http.Request, _ router.Params) error {
-	tr := &v1.Translator{Root: s.v1Root}
+	tr := &v1.Translator{Root: s.v1Root, DefaultModel: s.defaultModel}
 	s.opts.Bus.Serve(w, r, events.Stream{Heartbeat: s.opts.Heartbeat, Transform: func(rec []byte) [][]byte {
 		evs, dir := tr.Translate(rec)
 		out := make([][]byte, 0, len(evs))

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/agentgate/agentgate/internal/instance/agents"
 	"github.com/agentgate/agentgate/internal/instance/session"
 )
 
@@ -14,10 +15,14 @@ import (
 // and input); a stream that joins mid-step sees those fields empty.
 type Translator struct {
 	// Root returns the project directory of a session's directory.
-	Root  func(dir string) string
-	steps map[string]*stepState // by assistant message id
-	calls map[string]*callState // by call id
-	users map[string]string     // the last user message id by session
+	Root func(dir string) string
+	// DefaultModel, when set, returns the model of sessions that name
+	// none: the model a user message carries until its session has one.
+	DefaultModel func() string
+	steps        map[string]*stepState       // by assistant message id
+	calls        map[string]*callState       // by call id
+	users        map[string]string           // the last user message id by session
+	models       map[string]*agents.ModelRef // the model of each session's last step, or its own
 }
 
 type stepState struct {
@@ -45,6 +50,7 @@ type Event struct {
 func (t *Translator) Translate(raw []byte) (out []Event, dir string) {
 	if t.steps == nil {
 		t.steps, t.calls, t.users = map[string]*stepState{}, map[string]*callState{}, map[string]string{}
+		t.models = map[string]*agents.ModelRef{}
 	}
 	ev := gjson.ParseBytes(raw)
 	id, typ, data := ev.Get("id").String(), ev.Get("type").String(), ev.Get("data")
@@ -71,14 +77,19 @@ func (t *Translator) Translate(raw []byte) (out []Event, dir string) {
 		if json.Unmarshal([]byte(data.Get("info").Raw), &info) != nil {
 			return nil, dir
 		}
+		if info.Model != nil {
+			t.models[sid] = info.Model
+		}
 		emit(typ, map[string]any{"sessionID": sid, "info": Session(&info)})
 	case "session.deleted":
+		delete(t.users, sid)
+		delete(t.models, sid)
 		emit(typ, map[string]any{"sessionID": sid, "info": map[string]any{"id": sid}})
 	case "session.next.prompted":
 		mid := data.Get("messageID").String()
 		t.users[sid] = mid
 		emit("message.updated", map[string]any{"sessionID": sid, "info": map[string]any{"id": mid, "sessionID": sid, "role": "user",
-			"time": map[string]any{"created": ts}, "agent": "build", "model": map[string]any{"providerID": "agentgate", "modelID": ""}}})
+			"time": map[string]any{"created": ts}, "agent": "build", "model": userModel(t.sessionModel(sid))}})
 		p := base(mid, "u0", "text")
 		p["text"] = data.Get("prompt.text").String()
 		part(p)
@@ -86,6 +97,9 @@ func (t *Translator) Translate(raw []byte) (out []Event, dir string) {
 		st = &stepState{sid: sid, agent: data.Get("agent").String(), modelID: data.Get("model.id").String(),
 			providerID: data.Get("model.providerID").String(), cwd: dir, created: ts, parent: t.users[sid], textStart: map[string]int64{}}
 		t.steps[msgID] = st
+		if st.modelID != "" {
+			t.models[sid] = &agents.ModelRef{ID: st.modelID, ProviderID: st.providerID}
+		}
 		emit("message.updated", map[string]any{"sessionID": sid, "info": t.assistant(msgID, st, nil)})
 		part(base(msgID, "s", "step-start"))
 	case "session.next.text.started", "session.next.reasoning.started", "session.next.text.ended", "session.next.reasoning.ended":
@@ -204,4 +218,18 @@ func (t *Translator) assistant(msgID string, st *stepState, end *gjson.Result) m
 		}
 	}
 	return a
+}
+
+// sessionModel is the model a session's next turn uses as far as this
+// stream knows: its last step's or its own, else the instance's default.
+func (t *Translator) sessionModel(sid string) *agents.ModelRef {
+	if m := t.models[sid]; m != nil {
+		return m
+	}
+	if t.DefaultModel != nil {
+		if id := t.DefaultModel(); id != "" {
+			return &agents.ModelRef{ID: id, ProviderID: ProviderID}
+		}
+	}
+	return nil
 }

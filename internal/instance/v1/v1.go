@@ -86,12 +86,18 @@ type WithParts struct {
 
 // Messages projects a session's stored messages onto v1 messages: user
 // messages and assistant steps (other records have no v1 form). cwd and
-// root are the session's directory and its project's.
-func Messages(info *session.Info, msgs []session.Message, root string) []WithParts {
+// root are the session's directory and its project's. A user message
+// carries the model its turn uses: the last step's, else the session's,
+// else defaultModel (the instance's default), so that a client never sees
+// a user message without a model id.
+func Messages(info *session.Info, msgs []session.Message, root, defaultModel string) []WithParts {
 	out := []WithParts{}
 	lastUser := ""
 	agent := "build"
-	var model *agents.ModelRef
+	model := info.Model
+	if model == nil && defaultModel != "" {
+		model = &agents.ModelRef{ID: defaultModel, ProviderID: ProviderID}
+	}
 	for _, m := range msgs {
 		raw := gjson.ParseBytes(m.Raw)
 		switch m.Header.Type {
@@ -101,11 +107,7 @@ func Messages(info *session.Info, msgs []session.Message, root string) []WithPar
 			lastUser = m.Header.ID
 			u := map[string]any{"id": m.Header.ID, "sessionID": info.ID, "role": "user",
 				"time": map[string]any{"created": raw.Get("time.created").Int()}, "agent": agent}
-			if model != nil {
-				u["model"] = map[string]any{"providerID": model.ProviderID, "modelID": model.ID}
-			} else {
-				u["model"] = map[string]any{"providerID": "agentgate", "modelID": ""}
-			}
+			u["model"] = userModel(model)
 			out = append(out, WithParts{Info: u, Parts: []map[string]any{{"id": PartID(m.Header.ID, "u0"), "sessionID": info.ID,
 				"messageID": m.Header.ID, "type": "text", "text": raw.Get("text").String()}}})
 		case "assistant":
@@ -222,4 +224,20 @@ func orEmpty(raw string) string {
 		return "{}"
 	}
 	return raw
+}
+
+// ProviderID is the provider id of the instance's models.
+const ProviderID = "agentgate"
+
+// userModel is a v1 user message's model: the given one, or the
+// instance's provider with no model when none is known.
+func userModel(m *agents.ModelRef) map[string]any {
+	if m == nil || m.ID == "" {
+		return map[string]any{"providerID": ProviderID, "modelID": ""}
+	}
+	provider := m.ProviderID
+	if provider == "" {
+		provider = ProviderID
+	}
+	return map[string]any{"providerID": provider, "modelID": m.ID}
 }

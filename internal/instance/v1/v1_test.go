@@ -140,7 +140,7 @@ func TestMessages(t *testing.T) {
 		json.Unmarshal([]byte(r), &h)
 		msgs = append(msgs, session.Message{Header: h, Raw: json.RawMessage(r)})
 	}
-	out := Messages(info, msgs, "/p")
+	out := Messages(info, msgs, "/p", "")
 	if len(out) != 2 {
 		t.Fatalf("%d messages", len(out))
 	}
@@ -157,5 +157,59 @@ func TestMessages(t *testing.T) {
 	}
 	if st := a.Parts[2]["state"].(map[string]any); st["status"] != "completed" || st["output"] != "a" {
 		t.Fatalf("tool part %+v", a.Parts[2])
+	}
+}
+
+// A user message carries the model its turn uses, never an empty model id
+// when one is known: the instance's default before any step, the
+// session's own when it names one, the last step's after it (a client
+// checks the id against the provider list and complains of an empty one).
+func TestMessagesUserModel(t *testing.T) {
+	mk := func(raw ...string) []session.Message {
+		var msgs []session.Message
+		for _, r := range raw {
+			var h session.MessageHeader
+			json.Unmarshal([]byte(r), &h)
+			msgs = append(msgs, session.Message{Header: h, Raw: json.RawMessage(r)})
+		}
+		return msgs
+	}
+	msgs := mk(`{"id":"msg_u1","type":"user","text":"hi","time":{"created":1}}`,
+		`{"id":"msg_a","type":"assistant","model":{"id":"m2","providerID":"agentgate"},"time":{"created":2,"completed":3},"content":[]}`,
+		`{"id":"msg_u2","type":"user","text":"again","time":{"created":4}}`)
+	model := func(out []WithParts, i int) string {
+		m := out[i].Info["model"].(map[string]any)
+		return m["providerID"].(string) + "/" + m["modelID"].(string)
+	}
+	info := &session.Info{ID: "ses_1", Location: events.LocationRef{Directory: "/p"}}
+	out := Messages(info, msgs, "/p", "chat")
+	if model(out, 0) != "agentgate/chat" || model(out, 2) != "agentgate/m2" {
+		t.Fatalf("with the default chat: %s then %s", model(out, 0), model(out, 2))
+	}
+	info.Model = &agents.ModelRef{ID: "picked", ProviderID: "agentgate"}
+	if out := Messages(info, msgs, "/p", "chat"); model(out, 0) != "agentgate/picked" {
+		t.Fatalf("with the session's model: %s", model(out, 0))
+	}
+	info.Model = nil
+	if out := Messages(info, msgs, "/p", ""); model(out, 0) != "agentgate/" {
+		t.Fatalf("with no model known: %s", model(out, 0))
+	}
+}
+
+// The event stream's user message carries the same model: the default
+// before any step, then the model the session's steps use.
+func TestTranslateUserModel(t *testing.T) {
+	tr := &Translator{Root: func(d string) string { return d }, DefaultModel: func() string { return "chat" }}
+	prompted := func(mid string) string {
+		evs, _ := tr.Translate([]byte(`{"id":"e","type":"session.next.prompted","location":{"directory":"/p"},"data":{"sessionID":"ses_1","messageID":"` + mid + `","prompt":{"text":"hi"}}}`))
+		b, _ := json.Marshal(evs[0].Properties)
+		return gjson.GetBytes(b, "info.model.providerID").String() + "/" + gjson.GetBytes(b, "info.model.modelID").String()
+	}
+	if got := prompted("msg_u1"); got != "agentgate/chat" {
+		t.Fatalf("before any step: %s", got)
+	}
+	tr.Translate([]byte(`{"id":"e2","type":"session.next.step.started","location":{"directory":"/p"},"data":{"sessionID":"ses_1","assistantMessageID":"msg_a","model":{"id":"m2","providerID":"agentgate"}}}`))
+	if got := prompted("msg_u2"); got != "agentgate/m2" {
+		t.Fatalf("after a step: %s", got)
 	}
 }
