@@ -60,7 +60,16 @@ func RunIsolated(t *testing.T, pattern string, extraEnv ...string) {
 	if IsolatedChild() {
 		t.Skip("this is the isolated child run")
 	}
-	home, tmp := t.TempDir(), t.TempDir()
+	// TMPDIR gets a short name, not t.TempDir's (which carries the
+	// test's name): the child's tools make sockets in it (Chromium's
+	// singleton socket, under ToolVars's TMPDIR), whose paths hold at most
+	// 107 bytes.
+	home := t.TempDir()
+	tmp, err := os.MkdirTemp("", "isolated-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
 	env := append([]string{childEnv + "=1", "HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_DATA_HOME=" + home,
 		"XDG_STATE_HOME=" + home, "XDG_CACHE_HOME=" + home, "TMPDIR=" + tmp}, GoDirs(t)...)
 	if user := npmUserConfig(); user != "" {

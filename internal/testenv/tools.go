@@ -13,7 +13,7 @@ import (
 // ToolVars returns the NAME=value pairs that give one run of an outside
 // tool — npm, npx, node, Bun, the OpenCode CLI and TUI (under tmux too),
 // Chromium, or the real binary that starts such tools — a home of its
-// own, in a temporary directory of the test t (removed when it ends):
+// own, in a temporary directory (removed when the test t ends):
 //
 //   - HOME, XDG_CONFIG_HOME, XDG_DATA_HOME, XDG_STATE_HOME, XDG_CACHE_HOME
 //     and TMPDIR: where OpenCode keeps its config, data, state, logs and
@@ -33,7 +33,18 @@ import (
 // machine is configured with.
 func ToolVars(t testing.TB) []string {
 	t.Helper()
-	dir := t.TempDir()
+	// A short name, not t.TempDir's (which carries the test's name):
+	// Chromium's singleton socket lies in TMPDIR, and a socket's path
+	// holds at most 107 bytes.
+	dir, err := os.MkdirTemp("", "tool-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("removing the tools' directory: %v", err)
+		}
+	})
 	sub := func(name string) string {
 		p := filepath.Join(dir, name)
 		if err := os.MkdirAll(p, 0o700); err != nil {
