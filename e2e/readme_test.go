@@ -46,8 +46,8 @@ func readmeBlocks(t *testing.T, readme, heading string) []string {
 // ./cmd/caddy run` on the default Caddyfile (its real ports), then the
 // blocks in bash. Afterwards the key the blocks made reads the config with
 // the connection they declared, and the checkout is as it was (no password
-// file left in it). Caddy's and the shell's home and temporary directories
-// are temporary.
+// file left in it). Caddy's and the shell's home, XDG and temporary
+// directories and the tools' caches are temporary (testenv.ToolVars).
 func TestReadmeAsWritten(t *testing.T) {
 	if testing.Short() {
 		t.Skip(shortSkip)
@@ -99,18 +99,17 @@ func TestReadmeAsWritten(t *testing.T) {
 	}
 	before := gitStatus()
 
-	home, tmp := t.TempDir(), t.TempDir()
+	// The home, XDG directories, TMPDIR and the tools' caches are
+	// temporary (testenv.ToolVars, which keeps the Go caches real).
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if name == "HOME" || name == "TMPDIR" || strings.HasPrefix(name, "XDG_") || strings.HasPrefix(name, "AGENTGATE_") {
+		if strings.HasPrefix(name, "XDG_") || strings.HasPrefix(name, "AGENTGATE_") {
 			continue
 		}
 		env = append(env, kv)
 	}
-	env = append(env, "HOME="+home, "TMPDIR="+tmp, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
-		"XDG_DATA_HOME="+filepath.Join(home, ".local/share"))
-	env = append(env, testenv.GoDirs(t)...)
+	env = testenv.SetEnv(env, testenv.ToolVars(t)...)
 
 	var logs syncBuffer
 	srv := exec.Command("bash", "-c", "exec "+strings.TrimSpace(runCmd))
