@@ -20,6 +20,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
+	"github.com/agentgate/agentgate/internal/testenv"
 )
 
 // chromiumPath is Debian's Chromium, which the browser tests drive with
@@ -69,7 +70,7 @@ func runBrowser(t *testing.T, ctx context.Context, dir, scenario string, env map
 	t.Helper()
 	cmd := exec.CommandContext(ctx, "node", "browser.mjs", scenario)
 	cmd.Dir = dir
-	cmd.Env = os.Environ()
+	cmd.Env = testenv.ToolEnv(t)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
+	"github.com/agentgate/agentgate/internal/testenv"
 )
 
 const (
@@ -333,7 +333,7 @@ func (d *deviceSite) nodeClient(t *testing.T, ctx context.Context) {
 	defer cancel()
 	cmd := exec.CommandContext(nctx, "node", "device.mjs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "AGENTGATE_CONSOLE_URL="+d.base)
+	cmd.Env = testenv.ToolEnv(t, "AGENTGATE_CONSOLE_URL="+d.base)
 	cmd.WaitDelay = 5 * time.Second
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -192,7 +192,11 @@ func newServer(t *testing.T, bin string, c config) *server {
 			s.env = append(s.env, kv)
 		}
 	}
-	s.env = append(s.env, "XDG_DATA_HOME="+filepath.Join(dir, "xdg-data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "xdg-config"))
+	// The binary starts tools (the plugin host's Bun, an agent's commands
+	// with the sandbox off): their home, caches and temporary files lie in
+	// a temp dir (testenv.ToolVars); Caddy's data and config under dir.
+	s.env = testenv.SetEnv(s.env, append(testenv.ToolVars(t),
+		"XDG_DATA_HOME="+filepath.Join(dir, "xdg-data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "xdg-config"))...)
 	s.writeConfig(c)
 	return s
 }
@@ -249,6 +253,17 @@ func (s *server) writeConfig(c config) string {
 		s.t.Fatal(err)
 	}
 	return text
+}
+
+// home is the process's HOME.
+func (s *server) home() string {
+	home := ""
+	for _, kv := range s.env {
+		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
+			home = v
+		}
+	}
+	return home
 }
 
 // dataDir is the agentgate data directory of the current config.

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentgate/agentgate/internal/testenv"
 )
 
 // TestMCPClient: the official MCP SDK's client (npm
@@ -37,7 +38,7 @@ func TestMCPClient(t *testing.T) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, "node", "mcp.mjs")
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "MCP_URL="+mcpURL, "AGENTGATE_API_KEY="+cred, "ORG="+org)
+		cmd.Env = testenv.ToolEnv(t, "MCP_URL="+mcpURL, "AGENTGATE_API_KEY="+cred, "ORG="+org)
 		out, err := cmd.Output()
 		if err != nil {
 			var ee *exec.ExitError

@@ -19,6 +19,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
+	"github.com/agentgate/agentgate/internal/testenv"
 )
 
 // opencodeBinary is the released OpenCode CLI's platform binary, from the
@@ -39,15 +40,13 @@ func opencodeBinary(t *testing.T, ctx context.Context) string {
 	return bin
 }
 
-// opencodeEnv isolates the CLI: its home, config, data, cache and state in
-// a temp dir, no update checks, model fetches, sharing or LSP downloads.
+// opencodeEnv isolates the CLI: its home, config, data, cache, state and
+// temporary files, and the caches of the packages it installs, in a temp
+// dir (testenv.ToolVars); no update checks, model fetches, sharing or LSP
+// downloads. Of this process's environment only PATH reaches it.
 func opencodeEnv(t *testing.T) []string {
-	home := t.TempDir()
-	os.Mkdir(filepath.Join(home, "tmp"), 0o700)
-	env := []string{"HOME=" + home, "TMPDIR=" + filepath.Join(home, "tmp"), "XDG_CONFIG_HOME=" + filepath.Join(home, "config"), "XDG_DATA_HOME=" + filepath.Join(home, "data"),
-		"XDG_CACHE_HOME=" + filepath.Join(home, "cache"), "XDG_STATE_HOME=" + filepath.Join(home, "state"),
-		"OPENCODE_DISABLE_AUTOUPDATE=1", "OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_SHARE=1", "OPENCODE_DISABLE_LSP_DOWNLOAD=1",
-		"NO_COLOR=1", "TERM=xterm-256color"}
+	env := append(testenv.ToolVars(t), "OPENCODE_DISABLE_AUTOUPDATE=1", "OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_SHARE=1",
+		"OPENCODE_DISABLE_LSP_DOWNLOAD=1", "NO_COLOR=1", "TERM=xterm-256color")
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "PATH=") {
 			env = append(env, kv)
@@ -61,11 +60,12 @@ func opencodeEnv(t *testing.T) []string {
 // downloads.
 func goSandbox(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE").Output()
-	if err != nil {
-		t.Skipf("no go toolchain: %v", err)
+	dirs := map[string]string{}
+	for _, kv := range testenv.GoDirs(t) {
+		k, v, _ := strings.Cut(kv, "=")
+		dirs[k] = v
 	}
-	f := strings.Fields(string(out))
+	f := []string{dirs["GOCACHE"], dirs["GOMODCACHE"]}
 	return fmt.Sprintf("\t\tsandbox {\n\t\t\tread %q %q\n\t\t\tenv GOCACHE=%s GOMODCACHE=%s GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local\n\t\t}\n",
 		f[0], f[1], f[0], f[1])
 }
@@ -165,12 +165,15 @@ func TestOpenCodeRunAttach(t *testing.T) {
 // tmuxScreen drives a terminal program under its own tmux server.
 type tmuxScreen struct {
 	t      *testing.T
-	socket string // the server's socket, in the test's temp dir
+	socket string   // the server's socket, in the test's temp dir
+	env    []string // tmux's environment (testenv.ToolEnv)
 }
 
 func (m *tmuxScreen) run(ctx context.Context, args ...string) string {
 	m.t.Helper()
-	out, err := exec.CommandContext(ctx, "tmux", append([]string{"-S", m.socket, "-f", "/dev/null"}, args...)...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, "tmux", append([]string{"-S", m.socket, "-f", "/dev/null"}, args...)...)
+	cmd.Env = m.env
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		m.t.Fatalf("tmux %v: %v\n%s", args, err, out)
 	}
@@ -241,9 +244,13 @@ func TestOpenCodeTUIJourney(t *testing.T) {
 	if err := os.WriteFile(script, []byte(b.String()), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	m := &tmuxScreen{t: t, socket: filepath.Join(t.TempDir(), "tmux.sock")}
+	m := &tmuxScreen{t: t, socket: filepath.Join(t.TempDir(), "tmux.sock"), env: testenv.ToolEnv(t)}
 	m.run(ctx, "new-session", "-d", "-s", "tui", "-x", "160", "-y", "45", script)
-	t.Cleanup(func() { exec.Command("tmux", "-S", m.socket, "kill-server").Run() })
+	t.Cleanup(func() {
+		kill := exec.Command("tmux", "-S", m.socket, "kill-server")
+		kill.Env = m.env
+		kill.Run()
+	})
 
 	m.waitFor(ctx, "the TUI opens", "Ask anything", "gpt-4o")
 	m.run(ctx, "send-keys", "-t", "tui", "-l", "make the failing test pass")
@@ -441,7 +448,7 @@ func TestOpenCodeSDKConformance(t *testing.T) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, "node", "opencode-sdk.mjs")
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "OPENCODE_URL="+base, "OPENCODE_PASSWORD=pw-conf", "OPENCODE_DIR="+project,
+		cmd.Env = testenv.ToolEnv(t, "OPENCODE_URL="+base, "OPENCODE_PASSWORD=pw-conf", "OPENCODE_DIR="+project,
 			"MODEL_PROVIDER=agentgate", "MODEL_ID=fake-model")
 		var stderr strings.Builder
 		cmd.Stderr = &stderr

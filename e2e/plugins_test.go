@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentgate/agentgate/internal/testenv"
 )
 
 // bunBinary is the Bun npm installs with examples/clients
@@ -29,17 +29,6 @@ func bunBinary(t *testing.T, ctx context.Context) string {
 	return p
 }
 
-// npmRegistry is the registry npm is configured with on this machine.
-func npmRegistry(t *testing.T, ctx context.Context) string {
-	t.Helper()
-	out, err := exec.CommandContext(ctx, "npm", "config", "get", "registry").Output()
-	reg := strings.TrimSpace(string(out))
-	if err != nil || !strings.HasPrefix(reg, "http") {
-		t.Fatalf("npm config get registry: %q %v", out, err)
-	}
-	return reg
-}
-
 // TestRealPluginPackageRuns: a released OpenCode plugin from the npm
 // registry, pinned (opencode-copilot-auth 0.0.9, no dependencies), is
 // installed by plugin.update with its integrity checked, loads in the
@@ -51,7 +40,7 @@ func TestRealPluginPackageRuns(t *testing.T) {
 	}
 	ctx := testContext(t, 3*time.Minute)
 	bun := bunBinary(t, ctx)
-	registry := npmRegistry(t, ctx)
+	registry := testenv.NPMRegistry(t)
 	const pkg, version = "opencode-copilot-auth", "0.0.9"
 	project := t.TempDir()
 	s := newServer(t, caddyBinary(t), config{})

@@ -72,8 +72,8 @@ func instanceIsWorkspaceMember(caddyfile string) bool {
 // docs/console.md runs too, and its key reads the config with the
 // connection it declared. The checkout is as it was afterwards (no
 // password file left in it), and nothing printed or logged the password.
-// Caddy's, npm's, OpenCode's and the shell's home and temporary
-// directories are temporary.
+// Caddy's, npm's, OpenCode's and the shell's home, XDG and temporary
+// directories and the tools' caches are temporary (testenv.ToolVars).
 func TestReadmeAsWritten(t *testing.T) {
 	if testing.Short() {
 		t.Skip(shortSkip)
@@ -162,7 +162,8 @@ func TestReadmeAsWritten(t *testing.T) {
 	}
 	before := gitStatus()
 
-	home, tmp := t.TempDir(), t.TempDir()
+	// The home, XDG directories, TMPDIR and the tools' caches are
+	// temporary (testenv.ToolVars, which keeps the Go caches real).
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
@@ -172,10 +173,7 @@ func TestReadmeAsWritten(t *testing.T) {
 		}
 		env = append(env, kv)
 	}
-	env = append(env, "HOME="+home, "TMPDIR="+tmp, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
-		"XDG_DATA_HOME="+filepath.Join(home, ".local/share"), "XDG_CACHE_HOME="+filepath.Join(home, ".cache"),
-		"XDG_STATE_HOME="+filepath.Join(home, ".local/state"), "npm_config_cache="+filepath.Join(home, ".npm"))
-	env = append(env, testenv.GoDirs(t)...)
+	env = testenv.SetEnv(env, testenv.ToolVars(t)...)
 
 	var logs syncBuffer
 	srv := exec.Command("bash", "-c", "exec "+strings.TrimSpace(runCmd))

@@ -31,12 +31,12 @@ func TestSandboxEscapesThroughTheRealBinary(t *testing.T) {
 	caddyBinary(t) // built before the test's own time starts
 	ctx := testContext(t, 3*time.Minute)
 	t.Setenv("SANDBOX_E2E_SERVER_SECRET", "server-env-secret-41")
-	home := t.TempDir()
-	os.MkdirAll(filepath.Join(home, ".ssh"), 0o700)
-	os.WriteFile(filepath.Join(home, ".ssh", "id_ed25519"), []byte("ssh-key-secret-42"), 0o600)
-	t.Setenv("HOME", home)
 	const secret = "sk-provider-sandbox-SECRET"
 	s, tn, p := fakeWorkspace(t, ctx, "Sandbox", secret)
+	// The server's home (a temporary one, see newServer) holds an SSH key.
+	home := s.home()
+	os.MkdirAll(filepath.Join(home, ".ssh"), 0o700)
+	os.WriteFile(filepath.Join(home, ".ssh", "id_ed25519"), []byte("ssh-key-secret-42"), 0o600)
 	data := filepath.Join(s.dir, "xdg-data", "caddy", "agentgate")
 	if _, err := os.Stat(filepath.Join(data, "master.key")); err != nil {
 		t.Fatalf("no master key in %s: %v", data, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
+	"github.com/agentgate/agentgate/internal/testenv"
 )
 
 // clientCase is one SDK program and the connection it talks to.
@@ -53,13 +54,15 @@ func nodeReady(t *testing.T, ctx context.Context) string {
 }
 
 // npmInstall installs dir's packages at the versions of its committed
-// lockfile. Not `npm ci`: the lockfile holds only the OpenCode platform
-// packages the registry serves (this machine's), and npm ci refuses a
-// lockfile that lacks the other platforms' optional packages; npm install
-// installs the locked versions and skips those it cannot fetch.
+// lockfile, from the registry npm's configuration names, with npm's cache
+// and logs in a temporary directory (testenv.ToolEnv). Not `npm ci`: the
+// lockfile holds only the OpenCode platform packages the registry serves
+// (this machine's), and npm ci refuses a lockfile that lacks the other
+// platforms' optional packages; npm install installs the locked versions
+// and skips those it cannot fetch.
 func npmInstall(t *testing.T, ctx context.Context, dir string) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund")
+	cmd := testenv.Command(t, ctx, "npm", "install", "--no-audit", "--no-fund")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("npm install in %s: %v\n%s", dir, err, out)
@@ -83,7 +86,7 @@ func runClient(t *testing.T, ctx context.Context, dir, script, baseURL, key, mod
 	t.Helper()
 	cmd := exec.CommandContext(ctx, "node", script)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "AGENTGATE_BASE_URL="+baseURL, "AGENTGATE_API_KEY="+key, "MODEL="+model, "DISABLED_MODEL="+disabled)
+	cmd.Env = testenv.ToolEnv(t, "AGENTGATE_BASE_URL="+baseURL, "AGENTGATE_API_KEY="+key, "MODEL="+model, "DISABLED_MODEL="+disabled)
 	if disabled != "" {
 		cmd.Env = append(cmd.Env, "LIST_MODELS=1")
 	}

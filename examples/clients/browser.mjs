@@ -511,7 +511,14 @@ const scenarios = {
 
 let context;
 let page;
-const userDataDir = await mkdtemp(join(tmpdir(), "agentgate-chromium-"));
+// Chromium's profile and crash dumps in one temporary directory, removed
+// at the end. Chromium still makes "Crash Reports" under
+// $XDG_CONFIG_HOME/chromium and dconf's files under $XDG_CACHE_HOME: the
+// tests run this script with HOME, the XDG directories and TMPDIR in a
+// temporary directory of their own.
+const scratch = await mkdtemp(join(tmpdir(), "agentgate-chromium-"));
+const userDataDir = join(scratch, "profile");
+const crashDumpsDir = join(scratch, "crash-dumps");
 const consoleErrors = [];
 try {
   if (!scenarios[scenario]) throw new Error(`unknown scenario ${JSON.stringify(scenario)}; use device, keys, pages, instance or crosssite`);
@@ -529,6 +536,7 @@ try {
       "--disable-background-networking",
       "--disable-component-update",
       "--disable-sync",
+      `--crash-dumps-dir=${crashDumpsDir}`,
     ],
     viewport: { width: sizes[0].width, height: sizes[0].height },
     timeout: 60_000,
@@ -550,5 +558,5 @@ try {
   process.exitCode = 1;
 } finally {
   if (context) await context.close().catch(() => {});
-  await rm(userDataDir, { recursive: true, force: true }).catch(() => {});
+  await rm(scratch, { recursive: true, force: true }).catch(() => {});
 }

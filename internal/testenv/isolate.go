@@ -2,10 +2,12 @@ package testenv
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,24 +46,43 @@ const childEnv = "AGENTGATE_TEST_ISOLATED_CHILD"
 func IsolatedChild() bool { return os.Getenv(childEnv) != "" }
 
 // RunIsolated runs the tests of this test binary that match pattern in a
-// child process whose HOME, XDG_CONFIG_HOME, XDG_DATA_HOME and
-// XDG_CACHE_HOME point at one empty directory and whose TMPDIR points at
-// another (GOCACHE, GOMODCACHE and GOPATH keep their real values). It fails
-// unless the child passes and both directories are empty afterwards: a
-// test that writes into a user's home, Caddy's default directories or
-// leaves temporary files behind is caught. extraEnv adds NAME=value pairs.
+// child process whose HOME, XDG_CONFIG_HOME, XDG_DATA_HOME, XDG_STATE_HOME
+// and XDG_CACHE_HOME point at one empty directory and whose TMPDIR points
+// at another (GOCACHE, GOMODCACHE, GOPATH and GOENV keep their real values,
+// npm's and Bun's caches and tmux's socket directory are not inherited,
+// and the user's .npmrc is named by npm_config_userconfig so that npm
+// keeps its registry). It fails unless the child passes and both
+// directories are empty afterwards: a test that writes into a user's home
+// (a tool run without ToolVars), Caddy's default directories or leaves
+// temporary files behind is caught. extraEnv adds NAME=value pairs.
 func RunIsolated(t *testing.T, pattern string, extraEnv ...string) {
 	t.Helper()
 	if IsolatedChild() {
 		t.Skip("this is the isolated child run")
 	}
-	home, tmp := t.TempDir(), t.TempDir()
+	// TMPDIR gets a short name, not t.TempDir's (which carries the
+	// test's name): the child's tools make sockets in it (Chromium's
+	// singleton socket, under ToolVars's TMPDIR), whose paths hold at most
+	// 107 bytes.
+	home := t.TempDir()
+	tmp, err := os.MkdirTemp("", "isolated-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
 	env := append([]string{childEnv + "=1", "HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_DATA_HOME=" + home,
-		"XDG_CACHE_HOME=" + home, "TMPDIR=" + tmp}, GoDirs(t)...)
+		"XDG_STATE_HOME=" + home, "XDG_CACHE_HOME=" + home, "TMPDIR=" + tmp}, GoDirs(t)...)
+	if user := npmUserConfig(); user != "" {
+		env = append(env, "npm_config_userconfig="+user)
+	}
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "TMPDIR", "GOCACHE", "GOMODCACHE", "GOPATH", childEnv:
+		case "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "TMPDIR", "GOCACHE", "GOMODCACHE", "GOPATH", "GOENV",
+			"BUN_INSTALL_CACHE_DIR", "TMUX_TMPDIR", childEnv:
+			continue
+		}
+		if l := strings.ToLower(name); l == "npm_config_cache" || l == "npm_config_userconfig" {
 			continue
 		}
 		env = append(env, kv)
@@ -101,24 +122,50 @@ func tail(s string, n int) string {
 	return s
 }
 
-// GoDirs returns GOCACHE, GOMODCACHE and GOPATH as NAME=value pairs, with
-// the values the go command uses now: a child run with another HOME keeps
-// using the real build and module caches.
+// GoDirs returns GOCACHE, GOMODCACHE, GOPATH and GOENV as NAME=value
+// pairs, with the values the go command uses now (asked once per test
+// binary): a child run with another HOME keeps using the real build and
+// module caches and the go command's own settings. When the environment
+// sets all four (as RunIsolated does for its child) they are taken from
+// it: the go command run with a moved home would write its telemetry
+// there.
 func GoDirs(t testing.TB) []string {
 	t.Helper()
-	names := []string{"GOCACHE", "GOMODCACHE", "GOPATH"}
-	out, err := exec.Command("go", append([]string{"env"}, names...)...).Output()
-	if err != nil {
-		t.Fatalf("go env: %v", err)
+	goDirs.Do(func() {
+		names := []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOENV"}
+		for _, n := range names {
+			if v := os.Getenv(n); v != "" {
+				goDirs.vars = append(goDirs.vars, n+"="+v)
+			}
+		}
+		if len(goDirs.vars) == len(names) {
+			return
+		}
+		goDirs.vars = nil
+		out, err := exec.Command("go", append([]string{"env"}, names...)...).Output()
+		if err != nil {
+			goDirs.err = fmt.Errorf("go env: %v", err)
+			return
+		}
+		vals := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(vals) != len(names) {
+			goDirs.err = fmt.Errorf("go env printed %q", out)
+			return
+		}
+		for i := range vals {
+			goDirs.vars = append(goDirs.vars, names[i]+"="+vals[i])
+		}
+	})
+	if goDirs.err != nil {
+		t.Fatal(goDirs.err)
 	}
-	vals := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(vals) != len(names) {
-		t.Fatalf("go env printed %q", out)
-	}
-	for i := range vals {
-		vals[i] = names[i] + "=" + vals[i]
-	}
-	return vals
+	return append([]string(nil), goDirs.vars...)
+}
+
+var goDirs struct {
+	sync.Once
+	vars []string
+	err  error
 }
 
 // RepoRoot is the directory of the go.mod of the module under test.

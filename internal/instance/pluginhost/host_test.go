@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/agentgate/agentgate/internal/testenv"
 )
 
 // clientsModules is examples/clients/node_modules, where npm installs Bun
@@ -37,7 +39,9 @@ func bunPath(t *testing.T) string {
 
 func newTestHost(t *testing.T, modules string, mod func(*Options)) *Host {
 	t.Helper()
-	o := Options{Bun: bunPath(t), Modules: modules, Dir: t.TempDir(), Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()},
+	// Without the sandbox, Bun runs with PATH and a temporary home,
+	// XDG directories, TMPDIR and install cache (testenv.ToolVars).
+	o := Options{Bun: bunPath(t), Modules: modules, Dir: t.TempDir(), Env: append(testenv.ToolVars(t), "PATH="+os.Getenv("PATH")),
 		CallTimeout: 3 * time.Second, LoadTimeout: 30 * time.Second, Backoff: 50 * time.Millisecond}
 	if mod != nil {
 		mod(&o)

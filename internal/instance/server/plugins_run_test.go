@@ -19,6 +19,7 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/pluginhost"
 	"github.com/agentgate/agentgate/internal/instance/plugins"
 	"github.com/agentgate/agentgate/internal/sandbox"
+	"github.com/agentgate/agentgate/internal/testenv"
 )
 
 // testBun is the Bun npm installs in examples/clients (skipped when it is
@@ -53,7 +54,9 @@ func withPlugins(t *testing.T, h *drainHarness, files map[string]string, mod fun
 		}
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
-	o := pluginhost.Options{Bun: bun, Modules: modules, Dir: t.TempDir(), Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()},
+	// Without the sandbox, Bun runs with PATH and a temporary home, XDG
+	// directories, TMPDIR and install cache (testenv.ToolVars).
+	o := pluginhost.Options{Bun: bun, Modules: modules, Dir: t.TempDir(), Env: append(testenv.ToolVars(t), "PATH="+os.Getenv("PATH")),
 		CallTimeout: 5 * time.Second, LoadTimeout: 30 * time.Second, Backoff: 50 * time.Millisecond, Handler: h.srv}
 	if mod != nil {
 		mod(&o)
