@@ -240,6 +240,31 @@ func TestSandboxForwardsSignals(t *testing.T) {
 	}
 }
 
+// TestSandboxSignalAtStart: a signal sent the moment Start returns reaches
+// the command (killed by it, or its trap), never ending the sandbox's
+// first process on its own before it forwards signals.
+func TestSandboxSignalAtStart(t *testing.T) {
+	s := Default()
+	enforced(t, s)
+	dir := tempDir(t)
+	for i := 0; i < 20; i++ {
+		c, err := s.Command(Spec{Argv: []string{"/bin/bash", "-c", "trap 'exit 3' TERM; sleep 100 & wait"},
+			Dir: dir, Writable: []string{dir}, Env: s.Env()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		c.Process.Signal(syscall.SIGTERM)
+		err = c.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || (ee.ExitCode() != 3 && ee.ExitCode() != 128+int(syscall.SIGTERM)) {
+			t.Fatalf("run %d: SIGTERM at start: %v", i, err)
+		}
+	}
+}
+
 // TestLoopbackInside runs inside a sandbox (TestSandboxNetwork): it
 // serves and dials on the sandbox's own loopback.
 func TestLoopbackInside(t *testing.T) {

@@ -143,6 +143,12 @@ func initMain() {
 	if err := os.Chdir(p.Dir); err != nil {
 		fail(status, "the working directory "+p.Dir+": "+err.Error())
 	}
+	// Signals are caught from before the command starts, and forwarded
+	// once it runs: a signal that came between its start and the handler's
+	// would meet the runtime's default, which ends PID 1 with status 2 and
+	// leaves the command unsignalled.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
 	// The command leads a session of its own: it has no controlling
 	// terminal to inject input into.
 	proc, err := os.StartProcess(argv0, p.Argv, &os.ProcAttr{Dir: p.Dir, Env: p.Env,
@@ -150,15 +156,13 @@ func initMain() {
 	if err != nil {
 		fail(status, "cannot run "+p.Argv[0]+": "+err.Error())
 	}
-	status.WriteString("ok\n")
-	status.Close()
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
 	go func() {
 		for s := range sigs {
 			syscall.Kill(-1, s.(syscall.Signal))
 		}
 	}()
+	status.WriteString("ok\n")
+	status.Close()
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, 0, nil)
