@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
+	"github.com/agentgate/agentgate/internal/testenv"
 )
 
 // TestInstanceWorkspaceMember runs the real binary on a Caddyfile shaped
@@ -184,7 +185,7 @@ func TestInstanceWorkspaceMember(t *testing.T) {
 	console("POST", "/api/v1/service-accounts/"+saID+"/keys", map[string]any{"name": "mcp", "permission": "all"}, 201, &key)
 	mcp := exec.CommandContext(ctx, "node", "mcp.mjs")
 	mcp.Dir = dir
-	mcp.Env = append(os.Environ(), "MCP_URL=http://"+s.httpAddr+"/mcp", "AGENTGATE_API_KEY="+key.Key)
+	mcp.Env = testenv.ToolEnv(t, "MCP_URL=http://"+s.httpAddr+"/mcp", "AGENTGATE_API_KEY="+key.Key)
 	mout, err := mcp.Output()
 	if err != nil {
 		t.Fatalf("node mcp.mjs: %v", err)

@@ -344,9 +344,13 @@ func TestReadmeAsWritten(t *testing.T) {
 	if err := os.WriteFile(tuiScript, []byte(b.String()), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	screen := &tmuxScreen{t: t, socket: filepath.Join(t.TempDir(), "tmux.sock")}
+	screen := &tmuxScreen{t: t, socket: filepath.Join(t.TempDir(), "tmux.sock"), env: env}
 	screen.run(ctx, "new-session", "-d", "-s", "tui", "-x", "160", "-y", "45", tuiScript)
-	t.Cleanup(func() { exec.Command("tmux", "-S", screen.socket, "kill-server").Run() })
+	t.Cleanup(func() {
+		kill := exec.Command("tmux", "-S", screen.socket, "kill-server")
+		kill.Env = env
+		kill.Run()
+	})
 	screen.waitFor(ctx, "the TUI opens", "Ask anything")
 	screen.run(ctx, "send-keys", "-t", "tui", "-l", "Say hello.")
 	time.Sleep(300 * time.Millisecond)

@@ -82,7 +82,10 @@ func (t *LocalTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			switch {
 			case v == nil:
 				w.WriteHeader(http.StatusOK) // a handler that wrote nothing answered 200
-				pw.Close()
+				// A handler that returns once the request was cancelled
+				// answered in part at most: the body ends with the
+				// cancellation, never cleanly.
+				pw.CloseWithError(ctx.Err())
 			case v == http.ErrAbortHandler:
 				w.abort(errAborted)
 			default:
