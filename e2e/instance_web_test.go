@@ -105,6 +105,18 @@ func TestBrowserInstanceWebApp(t *testing.T) {
 	if l := strs(out["listed"]); !slices.Contains(l, "web journey") {
 		t.Errorf("sessions list: %v", l)
 	}
+	// The page loaded by the ask's answer rendered the running turn, and
+	// its stream opened only after the run had ended: it caught up.
+	if out["rendered_running"] != true {
+		t.Errorf("the page after the answer did not render a running turn: the held stream tested nothing")
+	}
+	if s, _ := out["status_after_open"].(string); !strings.HasPrefix(s, "Last run: succeeded") {
+		t.Errorf("status after the stream opened: %q", s)
+	}
+	// The last run's ask was rejected (with a reason): the list says so.
+	if o := strs(out["listed_outcomes"]); !slices.Equal(o, []string{"rejected"}) {
+		t.Errorf("sessions list outcomes: %v", o)
+	}
 	if got, _ := os.ReadFile(filepath.Join(project, "add.go")); !strings.Contains(string(got), "return a + b") {
 		t.Errorf("add.go on disk: %s", got)
 	}

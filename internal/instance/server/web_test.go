@@ -434,3 +434,62 @@ func TestWebStaticFiles(t *testing.T) {
 	}
 	wantPage(t, h.page("/ui/static/"), http.StatusNotFound)
 }
+
+// TestWebRunOutcomesCountsAndMoney: the sessions list and the session
+// page name a run in which a permission was rejected "rejected" (saying
+// whether it stopped there), never "succeeded"; counts take the singular
+// for one; every cost has one format ("$0.00" for none, four decimals
+// below a dollar).
+func TestWebRunOutcomesCountsAndMoney(t *testing.T) {
+	sc := &script{steps: []fakeprovider.Step{
+		{Calls: []fakeprovider.Call{call("c1", "bash", map[string]any{"command": "rm -rf build"})}},
+		{Calls: []fakeprovider.Call{call("c2", "bash", map[string]any{"command": "rm -rf dist"})}},
+		{Text: "Understood."},
+	}}
+	h := newAgentHarness(t, "chat", sc)
+	r := h.send("POST", "/api/session", map[string]any{"title": "rejecting"})
+	id := gjson.GetBytes(r.body, "data.id").String()
+	h.send("POST", "/api/session", map[string]any{"title": "a child", "parentID": id})
+	h.send("POST", "/api/session", map[string]any{"title": "untouched"})
+
+	// Rejected without a word: the run stops at the call, after 1 step.
+	h.prompt(id, "clean up", nil)
+	req := h.waitPending("/permission")
+	if r := h.send("POST", "/permission/"+req.Get("id").String()+"/reply", map[string]any{"reply": "reject"}); r.status != 200 {
+		t.Fatal(r.body)
+	}
+	h.waitIdle(id, 1)
+	if info, _ := h.getSession(id); info.Outcome != "succeeded" || *info.Steps != 1 {
+		t.Fatalf("recorded: %q, %d steps", info.Outcome, *info.Steps)
+	}
+	list := wantPage(t, h.page("/"), http.StatusOK, `<span class="badge rejected" title="a permission was rejected: the run stopped there">rejected</span>`,
+		"1 step<", "$0.0001", "$0.00<", "0 steps", "0 tokens")
+	session := wantPage(t, h.page("/ui/session/"+id), http.StatusOK, "Last run: rejected (a permission was rejected: the run stopped there)",
+		"Run rejected (a permission was rejected: the run stopped there)", "1 step<")
+	for _, page := range []string{list, session} {
+		for _, bad := range []string{">succeeded<", "1 steps", ">$0<", "$0.0000", "Run succeeded", "Last run: succeeded"} {
+			if strings.Contains(page, bad) {
+				t.Fatalf("the page says %q:\n%s", bad, page)
+			}
+		}
+	}
+
+	// Rejected with feedback: the agent goes on and answers.
+	h.prompt(id, "then the other one", nil)
+	req = h.waitPending("/permission")
+	if r := h.send("POST", "/permission/"+req.Get("id").String()+"/reply", map[string]any{"reply": "reject", "message": "not now"}); r.status != 200 {
+		t.Fatal(r.body)
+	}
+	h.waitIdle(id, 2)
+	wantPage(t, h.page("/"), http.StatusOK, `title="a permission was rejected: the agent went on with the feedback">rejected</span>`, "3 steps")
+	wantPage(t, h.page("/ui/session/"+id), http.StatusOK, "Run rejected (a permission was rejected: the run stopped there)",
+		"Run rejected (a permission was rejected: the agent went on with the feedback)")
+
+	// A run with nothing rejected succeeded.
+	h.prompt(id, "thanks", nil)
+	h.waitIdle(id, 3)
+	list = wantPage(t, h.page("/"), http.StatusOK, `<span class="badge succeeded">succeeded</span>`, "4 steps")
+	if strings.Contains(list, "badge rejected") {
+		t.Fatalf("a run with nothing rejected is called rejected:\n%s", list)
+	}
+}

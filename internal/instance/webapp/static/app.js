@@ -3,7 +3,9 @@
 // (/api/event): the answer's text streams in as it comes, and the live
 // part of the page (transcript, permission asks and forms, status) is
 // fetched again from the server when the session's events arrive, and
-// after every reconnect, so a dropped stream loses nothing.
+// each time the stream opens: what happened between the page's render
+// and the stream's first open (a turn that ended meanwhile), or while it
+// was down, is never missed.
 (function () {
   'use strict';
 
@@ -13,7 +15,7 @@
     var box = document.getElementById('live');
     if (!sid || !liveURL || !box || !window.EventSource || !window.fetch) return;
     var stream = { id: '', text: '' };
-    var timer = null, inflight = false, again = false, es = null, opened = 0, closedRetries = 0;
+    var timer = null, inflight = false, again = false, es = null, closedRetries = 0;
 
     function showStream() {
       var el = document.getElementById('streaming');
@@ -104,7 +106,9 @@
       es.onopen = function () {
         closedRetries = 0;
         document.body.setAttribute('data-stream', 'open');
-        if (opened++ > 0) refresh(); // resync after a reconnect
+        // Events sent before this open are not replayed: fetch the state
+        // once now (the first open too, not only a reconnect).
+        refresh();
       };
       es.onerror = function () {
         document.body.setAttribute('data-stream', 'reconnecting');
