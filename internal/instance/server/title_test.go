@@ -303,11 +303,14 @@ func TestTitleModel(t *testing.T) {
 	}
 }
 
-// A rename while the title request runs wins: the generated title is
-// dropped, and the log says so.
+// The title request runs beside the turn: held, it delays nothing. A
+// rename while it runs wins: the generated title is dropped, and the log
+// says so.
 func TestTitleRenameWins(t *testing.T) {
 	h, tp, logs := newTitleHarness(t, nil, "")
 	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release)
 	tp.set(func(p *titleProvider) { p.hold = hold })
 	h.send("POST", "/api/session", map[string]any{"id": "ses_r"})
 	h.prompt("ses_r", "hello", nil)
@@ -316,10 +319,14 @@ func TestTitleRenameWins(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no title request")
 	}
+	msgs := h.waitIdle("ses_r", 1)
+	if as := ofType(msgs, "assistant"); len(as) != 1 || text(as[0]) != fakeprovider.Text || !h.runner.Titling("ses_r") {
+		t.Fatalf("the turn while the title request is held: %v (titling %v)", msgs, h.runner.Titling("ses_r"))
+	}
 	if r := h.send("PATCH", "/api/session/ses_r", map[string]any{"title": "Mine"}); r.status != 204 {
 		t.Fatalf("rename: %d %s", r.status, r.body)
 	}
-	close(hold)
+	release()
 	if got := h.settledTitle("ses_r", 1); got != "Mine" {
 		t.Fatalf("title %q after a rename", got)
 	}
