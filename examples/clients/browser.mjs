@@ -22,7 +22,8 @@
 //   instance  The instance web app at INSTANCE_URL: the pairing page of an
 //           unpaired browser, then PAIR_PATH (/auth/connect/<code>); create a
 //           session, send PROMPT from the prompt box, watch the answer stream
-//           in with its tool parts, allow the permission ask in the page and
+//           in with its tool parts and the session's title turn into
+//           EXPECT_TITLE, allow the permission ask in the page and
 //           wait for EXPECT_ANSWER. Then the network drops (POST
 //           NETWORK_CONTROL/cut: a proxy in front of the instance closes the
 //           browser's connections and refuses new ones) while PROMPT2 is
@@ -291,14 +292,14 @@ const scenarios = {
     await page.goto(url + need("PAIR_PATH", process.env.PAIR_PATH));
     out.landed = new URL(page.url()).pathname;
 
-    // Create a session and prompt it.
-    await page.locator("#title").fill("web journey");
+    // Create a session (untitled: the title agent names it) and prompt it.
     await Promise.all([
       page.waitForURL((u) => u.pathname.startsWith("/ui/session/")),
       page.getByRole("button", { name: "Create session" }).click(),
     ]);
     const path = new URL(page.url()).pathname;
     out.session = path.split("/")[3];
+    out.title_before = (await page.locator("h1#title").innerText()).trim();
     await page.getByLabel("Prompt").fill(need("PROMPT", process.env.PROMPT));
     await Promise.all([
       page.waitForURL((u) => u.pathname === path),
@@ -315,6 +316,9 @@ const scenarios = {
     await ask.waitFor({ timeout: 30_000 });
     out.ask_text = (await ask.innerText()).trim();
     out.tool_parts = await page.locator("details.tool .toolname").allInnerTexts();
+    const expectTitle = need("EXPECT_TITLE", process.env.EXPECT_TITLE);
+    await page.waitForFunction((t) => document.querySelector("h1#title")?.textContent === t, expectTitle, { timeout: 30_000 });
+    out.title_live = (await page.locator("h1#title").innerText()).trim();
     out.live_without_reload = await page.evaluate(() => window.__sameDocument === true);
     await screenshot(page, "instance-session-ask");
     // The reply reloads the page while the turn still runs; the new

@@ -203,6 +203,10 @@ func TestTitleOnFirstPrompt(t *testing.T) {
 	if r := h.get("/session/ses_t?directory=" + h.dir); gjson.GetBytes(r.body, "title").String() != "Fix the parser" {
 		t.Fatalf("v1 session: %s", r.body)
 	}
+	// The web app's page and its live part (which an open page fetches
+	// on the event) carry it.
+	wantPage(t, h.page("/ui/session/ses_t"), http.StatusOK, `<h1 id="title">Fix the parser</h1>`)
+	wantPage(t, h.page("/ui/session/ses_t/live"), http.StatusOK, `data-title="Fix the parser"`)
 	// Both streams announce it.
 	for {
 		f := strings.TrimPrefix(strings.TrimSpace(ev.next(t)), "data: ")

@@ -2,8 +2,8 @@
 // works without this file. On a session page it follows the event stream
 // (/api/event): the answer's text streams in as it comes, and the live
 // part of the page (transcript, permission asks and forms, status) is
-// fetched again from the server when the session's events arrive, and
-// each time the stream opens: what happened between the page's render
+// fetched again from the server (with the session's title) when the
+// session's events arrive, and each time the stream opens: what happened between the page's render
 // and the stream's first open (a turn that ended meanwhile), or while it
 // was down, is never missed.
 (function () {
@@ -28,6 +28,16 @@
       el.querySelector('.text').textContent = stream.text; // text, never HTML
     }
 
+    // The session's title as the live part has it (a title the title
+    // agent made, or a rename elsewhere), as text.
+    function showTitle() {
+      var st = document.getElementById('status'), h = document.getElementById('title');
+      var t = st && st.getAttribute('data-title');
+      if (!h || !t || h.textContent === t) return;
+      h.textContent = t;
+      document.title = t + ' · agentgate instance';
+    }
+
     function refresh() {
       if (inflight) { again = true; return; }
       inflight = true;
@@ -41,6 +51,7 @@
         var kept = keepInput(box);
         box.replaceChildren.apply(box, Array.prototype.slice.call(fresh.childNodes));
         restoreInput(box, kept);
+        showTitle();
         showStream();
         if (atBottom) window.scrollTo(0, document.body.scrollHeight);
         document.body.setAttribute('data-refreshed', String(Date.now()));
