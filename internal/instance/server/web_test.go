@@ -493,3 +493,65 @@ func TestWebRunOutcomesCountsAndMoney(t *testing.T) {
 		t.Fatalf("a run with nothing rejected is called rejected:\n%s", list)
 	}
 }
+
+// TestWebLastRunAcrossPages: a session's last run is read back to the run
+// before, over several pages of messages: a rejection early in a long
+// last run names it, one in the run before does not.
+func TestWebLastRunAcrossPages(t *testing.T) {
+	h := newSessHarness(t, nil)
+	tool := func(errType string) map[string]any {
+		return map[string]any{"type": "tool", "id": "c", "name": "bash", "time": map[string]any{"created": 1, "completed": 1},
+			"state": map[string]any{"status": "error", "input": map[string]any{}, "error": map[string]any{"type": errType, "message": "m"}}}
+	}
+	doc := func(id, title string, early, late bool) map[string]any {
+		var msgs []any
+		n := 0
+		add := func(m map[string]any) {
+			m["id"] = fmt.Sprintf("msg_%04d", n)
+			m["time"] = map[string]any{"created": n + 1, "completed": n + 1}
+			n++
+			msgs = append(msgs, m)
+		}
+		assistant := func(parts ...any) map[string]any {
+			return map[string]any{"type": "assistant", "agent": "build", "model": map[string]any{"id": "m", "providerID": "p"},
+				"content": append([]any{map[string]any{"type": "text", "text": "working"}}, parts...)}
+		}
+		add(map[string]any{"type": "user", "text": "first"})
+		if early {
+			add(assistant(tool("PermissionCorrectedError")))
+		}
+		add(map[string]any{"type": "idle", "outcome": "succeeded"})
+		add(map[string]any{"type": "user", "text": "second"})
+		if late {
+			add(assistant(tool("PermissionCorrectedError")))
+		}
+		for range 60 {
+			add(assistant())
+		}
+		add(map[string]any{"type": "idle", "outcome": "succeeded"})
+		return map[string]any{"location": map[string]any{"directory": h.dir}, "messages": msgs, "info": map[string]any{
+			"id": id, "title": title, "projectID": "x", "cost": 0, "outcome": "succeeded",
+			"tokens": map[string]any{"input": 0, "output": 0, "reasoning": 0, "cache": map[string]any{"read": 0, "write": 0}},
+			"time":   map[string]any{"created": 1, "updated": 1, "idle": 1}, "location": map[string]any{"directory": h.dir}}}
+	}
+	for _, d := range []map[string]any{doc("ses_late", "late rejection", false, true), doc("ses_early", "early rejection", true, false)} {
+		if r := h.send("POST", "/api/experimental/session/import", d); r.status != 200 {
+			t.Fatalf("import: %d %s", r.status, r.body)
+		}
+	}
+	list := wantPage(t, h.page("/"), http.StatusOK)
+	row := func(title string) string {
+		i := strings.Index(list, ">"+title+"</a>")
+		if i < 0 {
+			t.Fatalf("no row %q:\n%s", title, list)
+		}
+		end := strings.Index(list[i:], "</li>")
+		return list[i : i+end]
+	}
+	if r := row("late rejection"); !strings.Contains(r, ">rejected</span>") {
+		t.Fatalf("a rejection 60 messages before the end of the last run: %s", r)
+	}
+	if r := row("early rejection"); !strings.Contains(r, ">succeeded</span>") {
+		t.Fatalf("a rejection in the run before: %s", r)
+	}
+}

@@ -91,32 +91,45 @@ func markRuns(msgs []message) {
 	}
 }
 
-// lastRunScan bounds the messages read to name a session's last run.
-const lastRunScan = 200
+// lastRunPage and lastRunScan bound the messages read to name a
+// session's last run: pages of lastRunPage, newest first, at most
+// lastRunScan in all (most runs end on the first page).
+const (
+	lastRunPage = 25
+	lastRunScan = 200
+)
 
-// lastRun names the outcome of a session's last run (its messages back
-// to the run before, at most lastRunScan of them).
+// lastRun names the outcome of a session's last run from its messages
+// back to the run before.
 func lastRun(ctx context.Context, s *session.Service, info *session.Info) runOutcome {
 	if info.Outcome != "succeeded" {
 		return runOutcome{Label: info.Outcome}
 	}
-	page, err := s.ListMessages(ctx, info.ID, "desc", "", lastRunScan)
-	if err != nil {
-		return runOutcome{Label: info.Outcome}
-	}
 	var seen rejections
-	for i, raw := range page.Data {
-		var m message
-		if json.Unmarshal(raw, &m) != nil {
-			continue
+	cursor, read := "", 0
+	for read < lastRunScan {
+		page, err := s.ListMessages(ctx, info.ID, "desc", cursor, lastRunPage)
+		if err != nil {
+			return runOutcome{Label: info.Outcome}
 		}
-		if m.Type == "idle" {
-			if i > 0 {
-				break // the run before
+		for _, raw := range page.Data {
+			read++
+			var m message
+			if json.Unmarshal(raw, &m) != nil {
+				continue
 			}
-			continue
+			if m.Type == "idle" {
+				if read > 1 {
+					return seen.outcome(info.Outcome) // the run before
+				}
+				continue
+			}
+			seen.note(&m)
 		}
-		seen.note(&m)
+		if len(page.Data) < lastRunPage {
+			break
+		}
+		cursor = page.Cursor.Next
 	}
 	return seen.outcome(info.Outcome)
 }
