@@ -48,7 +48,9 @@ func TestBrowserInstanceWebApp(t *testing.T) {
 	// A delay between stream events, so that the page sees the answer
 	// arrive in pieces; the first answer waits until the page that sent
 	// the prompt has surely connected its event stream.
-	p.SetBehavior(fakeprovider.Behavior{Delay: 200 * time.Millisecond, Script: func(body []byte) fakeprovider.Step {
+	// The session is created untitled: the title agent's request is
+	// answered "web journey", apart from the counted steps.
+	p.SetBehavior(fakeprovider.Behavior{Delay: 200 * time.Millisecond, Script: answerTitles("web journey", func(body []byte) fakeprovider.Step {
 		mu.Lock()
 		bodies = append(bodies, string(body))
 		n := len(bodies) - 1
@@ -60,7 +62,7 @@ func TestBrowserInstanceWebApp(t *testing.T) {
 			return steps[n]
 		}
 		return fakeprovider.Step{Text: "done"}
-	}})
+	})})
 	project := t.TempDir()
 	if err := os.WriteFile(filepath.Join(project, "add.go"), []byte("package calc\n\nfunc Add(a, b int) int { return a - b }\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -76,7 +78,7 @@ func TestBrowserInstanceWebApp(t *testing.T) {
 	proxy := startCutProxy(t, strings.TrimPrefix(gi.base, "http://"))
 	out := runBrowser(t, ctx, dir, "instance", map[string]string{
 		"INSTANCE_URL": "http://" + proxy.addr, "NETWORK_CONTROL": proxy.control, "INSTANCE_API": gi.base, "PAIR_PATH": "/auth/connect/" + code, "INSTANCE_AUTH": "opencode:pw-e2e",
-		"PROMPT": "make Add add", "PROMPT2": "run it again", "EXPECT_ANSWER": answer, "SCREENSHOT_DIR": shots,
+		"PROMPT": "make Add add", "PROMPT2": "run it again", "EXPECT_ANSWER": answer, "EXPECT_TITLE": "web journey", "SCREENSHOT_DIR": shots,
 	})
 	if out["unpaired_status"] != float64(401) || out["unpaired_title"] != "Pair this browser" {
 		t.Errorf("unpaired browser: %v %v", out["unpaired_status"], out["unpaired_title"])
@@ -104,6 +106,22 @@ func TestBrowserInstanceWebApp(t *testing.T) {
 	}
 	if l := strs(out["listed"]); !slices.Contains(l, "web journey") {
 		t.Errorf("sessions list: %v", l)
+	}
+	// The title agent's title replaced the placeholder in the open page.
+	if b, _ := out["title_before"].(string); !strings.HasPrefix(b, "New session - ") || out["title_live"] != "web journey" {
+		t.Errorf("the session page's title: %q, then %v", b, out["title_live"])
+	}
+	// The page loaded by the ask's answer rendered the running turn, and
+	// its stream opened only after the run had ended: it caught up.
+	if out["rendered_running"] != true {
+		t.Errorf("the page after the answer did not render a running turn: the held stream tested nothing")
+	}
+	if s, _ := out["status_after_open"].(string); !strings.HasPrefix(s, "Last run: succeeded") {
+		t.Errorf("status after the stream opened: %q", s)
+	}
+	// The last run's ask was rejected (with a reason): the list says so.
+	if o := strs(out["listed_outcomes"]); !slices.Equal(o, []string{"rejected"}) {
+		t.Errorf("sessions list outcomes: %v", o)
 	}
 	if got, _ := os.ReadFile(filepath.Join(project, "add.go")); !strings.Contains(string(got), "return a + b") {
 		t.Errorf("add.go on disk: %s", got)

@@ -95,9 +95,14 @@ func calcScript() func(body []byte) fakeprovider.Step {
 	var mu sync.Mutex
 	n := 0
 	args := func(v any) string { b, _ := json.Marshal(v); return string(b) }
-	return func(body []byte) fakeprovider.Step {
+	return answerTitles(calcTitle, func(body []byte) fakeprovider.Step {
 		mu.Lock()
 		defer mu.Unlock()
+		if strings.Contains(string(body), "clean up the build") {
+			// A later prompt whose command the user rejects.
+			return fakeprovider.Step{Calls: []fakeprovider.Call{{ID: "call_rm", Name: "bash",
+				Args: args(map[string]any{"command": "rm -rf build", "description": "remove the build"})}}}
+		}
 		n++
 		switch n {
 		case 1:
@@ -113,6 +118,21 @@ func calcScript() func(body []byte) fakeprovider.Step {
 			return fakeprovider.Step{Text: "The tests pass in the sandbox."}
 		}
 		return fakeprovider.Step{Text: "The tests did not pass."}
+	})
+}
+
+// calcTitle is calcScript's title of a session.
+const calcTitle = "Fix the failing Add test"
+
+// answerTitles answers the title agent's requests (a new session's title,
+// asked beside its first turn) with title, and passes the others to
+// script, whose steps then count the turns only.
+func answerTitles(title string, script func([]byte) fakeprovider.Step) func([]byte) fakeprovider.Step {
+	return func(body []byte) fakeprovider.Step {
+		if strings.Contains(string(body), "Generate a title for this conversation") {
+			return fakeprovider.Step{Text: title}
+		}
+		return script(body)
 	}
 }
 
@@ -209,7 +229,9 @@ func (m *tmuxScreen) waitFor(ctx context.Context, what string, texts ...string) 
 // under tmux against the instance server: it opens, a prompt streams its
 // answer, the agent reads and edits a Go file, its `go test ./...` asks
 // for permission, the user allows it in the TUI, the tests run in the
-// sandbox and the final answer shows.
+// sandbox and the final answer shows, with the session's title from the
+// title agent. A second prompt's command is rejected in the TUI: the
+// run stops, with no complaint of the model.
 func TestOpenCodeTUIJourney(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real binary")
@@ -260,14 +282,40 @@ func TestOpenCodeTUIJourney(t *testing.T) {
 	m.run(ctx, "send-keys", "-t", "tui", "Enter") // Allow once
 	final := m.waitFor(ctx, "the answer", "The tests pass in the sandbox.")
 	t.Logf("the TUI shows:\n%s", final)
+	// The title agent named the session: the TUI shows it.
+	m.waitFor(ctx, "the session's title", calcTitle)
+
+	// A command the user rejects: the run stops, and the TUI takes the
+	// user message's model as valid (no "Model agentgate/ is not valid").
+	m.run(ctx, "send-keys", "-t", "tui", "-l", "clean up the build")
+	time.Sleep(300 * time.Millisecond)
+	m.run(ctx, "send-keys", "-t", "tui", "Enter")
+	m.waitFor(ctx, "the second permission ask", "Permission required", "rm -rf build", "Reject")
+	m.run(ctx, "send-keys", "-t", "tui", "Right") // Allow always
+	m.run(ctx, "send-keys", "-t", "tui", "Right") // Reject
+	time.Sleep(300 * time.Millisecond)
+	m.run(ctx, "send-keys", "-t", "tui", "Enter")
+	_, body, _ := call(ctx, httpClient, "GET", gi.base+"/api/session?order=desc&limit=1", gi.auth, nil)
+	sid := gjson.GetBytes(body, "data.0.id").String()
+	waitFor(t, ctx, "the rejected run to settle", func() bool {
+		_, b, _ := call(ctx, httpClient, "GET", gi.base+"/api/session/"+sid+"/message?order=asc", gi.auth, nil)
+		rm := gjson.GetBytes(b, `data.#(type=="assistant")#.content.#(id=="call_rm")|0`)
+		return rm.Get("state.error.type").String() == "PermissionRejectedError" && gjson.GetBytes(b, `data.#(type=="idle")#|#`).Int() == 2 &&
+			!strings.Contains(m.screen(ctx), "Permission required")
+	})
+	// The TUI reads the run's end; a toast would show for seconds.
+	for i := 0; i < 10; i++ {
+		if shown := m.screen(ctx); strings.Contains(shown, "is not valid") {
+			t.Fatalf("after the reject the TUI complains of a model:\n%s", shown)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 
 	// The TUI's answer reached the agent: the file was edited, and the
 	// command ran once, allowed, in the sandbox.
 	if b, _ := os.ReadFile(filepath.Join(project, "add.go")); !strings.Contains(string(b), "return a + b") {
 		t.Fatalf("add.go was not edited: %s", b)
 	}
-	_, body, _ := call(ctx, httpClient, "GET", gi.base+"/api/session?order=desc&limit=1", gi.auth, nil)
-	sid := gjson.GetBytes(body, "data.0.id").String()
 	_, body, _ = call(ctx, httpClient, "GET", gi.base+"/api/session/"+sid+"/message?order=asc", gi.auth, nil)
 	part := gjson.GetBytes(body, `data.#(type=="assistant")#.content.#(name=="bash")|0`)
 	if part.Get("state.status").String() != "completed" || !strings.Contains(part.Get("state.content.0.text").String(), "ok  \texample.com/calc") {
@@ -283,7 +331,7 @@ var knownDifferences = map[string]string{
 	"location.get.project.canonical":            "our location names the project's canonical directory too",
 	"agent.list.data[].name":                    "agents carry name (the newer server's record)",
 	"agent.list.data[].request.settings":        "agents carry request.settings (the newer server's record)",
-	"agent.list.data[].system":                  "our built-in agents have no system prompt of their own",
+	"agent.list.data[].system":                  "our built-in agents but title have no system prompt of their own",
 	"session.create.data.model.variant":         "a model without a variant has none",
 	"session.get.data.model.variant":            "a model without a variant has none",
 	"session.list.data[].model.variant":         "a model without a variant has none",

@@ -22,13 +22,16 @@
 //   instance  The instance web app at INSTANCE_URL: the pairing page of an
 //           unpaired browser, then PAIR_PATH (/auth/connect/<code>); create a
 //           session, send PROMPT from the prompt box, watch the answer stream
-//           in with its tool parts, allow the permission ask in the page and
+//           in with its tool parts and the session's title turn into
+//           EXPECT_TITLE, allow the permission ask in the page and
 //           wait for EXPECT_ANSWER. Then the network drops (POST
 //           NETWORK_CONTROL/cut: a proxy in front of the instance closes the
 //           browser's connections and refuses new ones) while PROMPT2 is
 //           sent through the API at INSTANCE_API (with INSTANCE_AUTH) and
 //           asks again; after NETWORK_CONTROL/resume the page shows the ask
-//           without a reload and rejects it. Last the
+//           without a reload and rejects it. (The page that the first
+//           ask's answer loads has its event stream held until the run has
+//           ended: it must catch up when the stream opens.) Last the
 //           stats, sessions and delete-confirmation pages, and the page
 //           of a path that does not exist.
 //   crosssite  A page of another site, ATTACKER_URL, fires at the instance
@@ -289,14 +292,14 @@ const scenarios = {
     await page.goto(url + need("PAIR_PATH", process.env.PAIR_PATH));
     out.landed = new URL(page.url()).pathname;
 
-    // Create a session and prompt it.
-    await page.locator("#title").fill("web journey");
+    // Create a session (untitled: the title agent names it) and prompt it.
     await Promise.all([
       page.waitForURL((u) => u.pathname.startsWith("/ui/session/")),
       page.getByRole("button", { name: "Create session" }).click(),
     ]);
     const path = new URL(page.url()).pathname;
     out.session = path.split("/")[3];
+    out.title_before = (await page.locator("h1#title").innerText()).trim();
     await page.getByLabel("Prompt").fill(need("PROMPT", process.env.PROMPT));
     await Promise.all([
       page.waitForURL((u) => u.pathname === path),
@@ -313,14 +316,35 @@ const scenarios = {
     await ask.waitFor({ timeout: 30_000 });
     out.ask_text = (await ask.innerText()).trim();
     out.tool_parts = await page.locator("details.tool .toolname").allInnerTexts();
+    const expectTitle = need("EXPECT_TITLE", process.env.EXPECT_TITLE);
+    await page.waitForFunction((t) => document.querySelector("h1#title")?.textContent === t, expectTitle, { timeout: 30_000 });
+    out.title_live = (await page.locator("h1#title").innerText()).trim();
     out.live_without_reload = await page.evaluate(() => window.__sameDocument === true);
     await screenshot(page, "instance-session-ask");
+    // The reply reloads the page while the turn still runs; the new
+    // page's event stream is held until the run has ended, so the turn
+    // finishes before the stream opens: the page must fetch its state
+    // when the stream opens, not wait for events sent before that.
+    let held = false;
+    await page.route("**/api/event", async (route) => {
+      if (held) return route.continue();
+      held = true;
+      out.rendered_running = await page.evaluate(() => document.getElementById("status")?.getAttribute("data-running") === "true");
+      for (let i = 0; i < 600; i++) {
+        const s = await api("GET", `/api/session/${out.session}`);
+        if (s.data.time.idle) break;
+        await sleep(100);
+      }
+      await route.continue();
+    });
     await Promise.all([
       page.waitForURL((u) => u.pathname === path),
       ask.getByRole("button", { name: "Allow once" }).click(),
     ]);
     await page.getByText(need("EXPECT_ANSWER", process.env.EXPECT_ANSWER)).first().waitFor({ timeout: 30_000 });
     await page.getByText("Run succeeded").first().waitFor({ timeout: 30_000 });
+    out.status_after_open = (await page.locator("#status").innerText()).trim();
+    await page.unroute("**/api/event");
     out.tool_parts_done = await page.locator("details.tool .toolname").allInnerTexts();
     await screenshot(page, "instance-session");
 
@@ -363,6 +387,7 @@ const scenarios = {
     await screenshot(page, "instance-stats");
     await page.goto(`${url}/`);
     out.listed = await page.locator(".sessions .title").allInnerTexts();
+    out.listed_outcomes = await page.locator(".sessions .session .badge").allInnerTexts();
     await screenshot(page, "instance-sessions");
     await page.goto(`${url}${path}/delete`);
     await screenshot(page, "instance-delete");

@@ -67,6 +67,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		max_steps <n>
 //		workspace <id or name>
 //		model <workspace model id>
+//		title_model <model id>
 //		provider {
 //			base_url <url> | connection <id>
 //			api_key <key>
@@ -229,6 +230,10 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "model":
 			if !d.AllArgs(&in.Model) {
+				return d.ArgErr()
+			}
+		case "title_model":
+			if !d.AllArgs(&in.TitleModel) {
 				return d.ArgErr()
 			}
 		case "provider":

@@ -208,6 +208,12 @@ type Instance struct {
 	// models (by id) that the instance may use. Only with Workspace.
 	Model string `json:"model,omitempty"`
 
+	// TitleModel is the model that titles sessions after their first
+	// prompt (a small, cheap one): a workspace model id with Workspace, a
+	// model of the Provider block's endpoint with Provider. Default: the
+	// session's own model. A title agent that names a model uses that.
+	TitleModel string `json:"title_model,omitempty"`
+
 	// Provider, when set, makes the instance answer prompts from an
 	// endpoint of its own (an outside gateway or a provider): admitted
 	// inputs become provider turns, and the agent runs tools. With neither
@@ -475,6 +481,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 	case in.Provider != nil:
 		pc, err = in.Provider.config(repl)
 	}
+	pc.TitleModel = repl.ReplaceAll(in.TitleModel, "")
 	if err != nil {
 		shared.Delete(in.key)
 		in.key = ""
@@ -588,6 +595,8 @@ func (in *Instance) checkModels() error {
 			"through this server's gateway, `provider` an endpoint of its own")
 	case in.Model != "" && in.Workspace == "":
 		return errors.New("agent_instance `model` is the default workspace model and needs `workspace` (a `provider` block sets its own model)")
+	case in.TitleModel != "" && in.Workspace == "" && in.Provider == nil:
+		return errors.New("agent_instance `title_model` names a model of the instance's models and needs `workspace` or a `provider` block")
 	}
 	return nil
 }

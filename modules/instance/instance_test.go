@@ -615,21 +615,31 @@ func TestNoProviderSaysWhy(t *testing.T) {
 	}
 }
 
-// workspace and model: parsed; workspace and a provider block, or a model
-// without a workspace, are refused naming both.
+// workspace, model and title_model: parsed; workspace and a provider
+// block, a model without a workspace, or a title model with neither are
+// refused naming them.
 func TestWorkspaceCaddyfile(t *testing.T) {
 	var in Instance
-	if err := in.UnmarshalCaddyfile(caddyfile.NewTestDispenser("agent_instance {\n workspace default\n model smart\n}")); err != nil {
+	if err := in.UnmarshalCaddyfile(caddyfile.NewTestDispenser("agent_instance {\n workspace default\n model smart\n title_model small\n}")); err != nil {
 		t.Fatal(err)
 	}
-	if in.Workspace != "default" || in.Model != "smart" || in.Provider != nil {
+	if in.Workspace != "default" || in.Model != "smart" || in.TitleModel != "small" || in.Provider != nil {
+		t.Fatalf("parsed %+v", in)
+	}
+	in = Instance{}
+	if err := in.UnmarshalCaddyfile(caddyfile.NewTestDispenser("agent_instance {\n title_model small\n provider {\n base_url http://127.0.0.1:1/v1\n model big\n }\n}")); err != nil {
+		t.Fatal(err)
+	}
+	if in.TitleModel != "small" || in.Provider == nil || in.Provider.Model != "big" {
 		t.Fatalf("parsed %+v", in)
 	}
 	for bad, want := range map[string]string{
 		"agent_instance {\n workspace default\n provider {\n base_url http://127.0.0.1:1/v1\n }\n}": "`workspace` or a `provider` block, not both",
-		"agent_instance {\n model smart\n}":   "needs `workspace`",
-		"agent_instance {\n workspace\n}":     "wrong argument count",
-		"agent_instance {\n workspace a b\n}": "wrong argument count",
+		"agent_instance {\n model smart\n}":       "needs `workspace`",
+		"agent_instance {\n title_model small\n}": "needs `workspace` or a `provider` block",
+		"agent_instance {\n title_model a b\n}":   "wrong argument count",
+		"agent_instance {\n workspace\n}":         "wrong argument count",
+		"agent_instance {\n workspace a b\n}":     "wrong argument count",
 	} {
 		var in Instance
 		err := in.UnmarshalCaddyfile(caddyfile.NewTestDispenser(bad))

@@ -96,14 +96,18 @@ func memberConfig(t *testing.T, base, name, project string, noGateway bool, extr
 
 func loadConfig(cfg []byte) error { return caddy.Load(cfg, true) }
 
-func newMemberEnv(t *testing.T) *memberEnv {
+func newMemberEnv(t *testing.T) *memberEnv { return newMemberEnvWith(t, "") }
+
+// newMemberEnvWith is newMemberEnv with extra fields in the instance's
+// handler config.
+func newMemberEnvWith(t *testing.T, extra string) *memberEnv {
 	t.Helper()
 	base := t.TempDir()
 	project := filepath.Join(base, "project")
 	os.MkdirAll(project, 0o755)
 	os.WriteFile(filepath.Join(project, "NOTES.md"), []byte("ship on Friday\n"), 0o644)
-	name := "member-" + strings.ToLower(t.Name())
-	cfg := memberConfig(t, base, name, project, false, "")
+	name := "member-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	cfg := memberConfig(t, base, name, project, false, extra)
 	if err := loadConfig(cfg); err != nil {
 		t.Fatalf("load: %v", err)
 	}
@@ -231,7 +235,8 @@ func (e *memberEnv) onlyRecord(sid string) *store.UsageRecord {
 // The instance is a member of the workspace named in its config (created
 // at start): its turns go through the gateway in-process, metered against
 // its service account with the agent session, at the price the session
-// shows; a budget exhausted mid-turn and the account deleted fail a turn
+// shows; so does the request that titles the session after its first
+// prompt; a budget exhausted mid-turn and the account deleted fail a turn
 // with the cause, and the session answers again once fixed (a reload
 // creates the account again).
 func TestMemberTurns(t *testing.T) {
@@ -252,15 +257,23 @@ func TestMemberTurns(t *testing.T) {
 	if got := e.fake.Last().Header.Get("Authorization"); got != "Bearer "+upstreamKey {
 		t.Fatalf("the provider got %q", got)
 	}
-	var rec *store.UsageRecord
-	e.waitFor("the usage record", func() bool { rec = e.onlyRecord("ses_member"); return rec != nil })
-	if rec.MemberID != e.sa || rec.MemberKind != store.MemberServiceAccount || rec.Model != "smart" || rec.Status != 200 || rec.KeyID != "" {
-		t.Fatalf("record %+v", rec)
+	// Two records name the session: its turn's and its title request's
+	// (the fake answers both alike).
+	var recs []*store.UsageRecord
+	e.waitFor("the usage records", func() bool { recs = e.usage("ses_member"); return len(recs) == 2 })
+	for _, rec := range recs {
+		if rec.MemberID != e.sa || rec.MemberKind != store.MemberServiceAccount || rec.Model != "smart" || rec.Status != 200 || rec.KeyID != "" {
+			t.Fatalf("record %+v", rec)
+		}
+		// The session shows what the gateway charged.
+		if c := as[0].Get("cost").Float(); c*1e12 < float64(rec.Cost)-1 || c*1e12 > float64(rec.Cost)+1 {
+			t.Fatalf("session cost %v, record %d pico", c, rec.Cost)
+		}
 	}
-	// The session shows what the gateway charged.
-	if c := as[0].Get("cost").Float(); c*1e12 < float64(rec.Cost)-1 || c*1e12 > float64(rec.Cost)+1 {
-		t.Fatalf("session cost %v, record %d pico", c, rec.Cost)
-	}
+	e.waitFor("the title", func() bool {
+		_, b := e.call("GET", "/api/session/ses_member", nil)
+		return gjson.GetBytes(b, "data.title").String() == fakeprovider.Text
+	})
 
 	// A budget exhausted mid-turn: the first step calls a tool, and by the
 	// second the account's budget has no room.
@@ -378,7 +391,8 @@ func TestMemberModelRemovedAndDenied(t *testing.T) {
 func TestMemberInterrupt(t *testing.T) {
 	e := newMemberEnv(t)
 	e.fake.SetBehavior(fakeprovider.Behavior{Delay: 100 * time.Millisecond, Chunks: 200})
-	e.call("POST", "/api/session", map[string]any{"id": "ses_int"})
+	// Named: no title request streams beside the turn.
+	e.call("POST", "/api/session", map[string]any{"id": "ses_int", "title": "interrupted"})
 	if st, b := e.call("POST", "/api/session/ses_int/prompt", map[string]any{"text": "talk"}); st != 200 {
 		t.Fatalf("prompt: %d %s", st, b)
 	}
@@ -397,6 +411,40 @@ func TestMemberInterrupt(t *testing.T) {
 	if as[0].Get("error.type").String() != "MessageAbortedError" {
 		t.Fatalf("interrupted turn: %s", as[0].Raw)
 	}
+}
+
+// title_model titles sessions with that workspace model, through the
+// gateway: its usage record names the session; the turns use the
+// session's model.
+func TestMemberTitleModel(t *testing.T) {
+	e := newMemberEnvWith(t, `, "title_model": "tiny"`)
+	e.addModel("tiny") // after smart by id: smart stays the default model
+	e.fake.SetBehavior(fakeprovider.Behavior{Script: func(body []byte) fakeprovider.Step {
+		if strings.Contains(string(body), "Generate a title for this conversation") {
+			return fakeprovider.Step{Text: "Release notes"}
+		}
+		return fakeprovider.Step{Text: fakeprovider.Text}
+	}})
+	e.call("POST", "/api/session", map[string]any{"id": "ses_title"})
+	if as := e.prompt("ses_title", "write the release notes", 1); as[0].Get("content.0.text").String() != fakeprovider.Text {
+		t.Fatalf("answer: %v", as)
+	}
+	var recs []*store.UsageRecord
+	e.waitFor("the usage records", func() bool { recs = e.usage("ses_title"); return len(recs) == 2 })
+	models := map[string]int{}
+	for _, rec := range recs {
+		if rec.MemberID != e.sa || rec.Status != 200 {
+			t.Fatalf("record %+v", rec)
+		}
+		models[rec.Model]++
+	}
+	if models["tiny"] != 1 || models["smart"] != 1 {
+		t.Fatalf("records by model: %v", models)
+	}
+	e.waitFor("the title", func() bool {
+		_, b := e.call("GET", "/api/session/ses_title", nil)
+		return gjson.GetBytes(b, "data.title").String() == "Release notes"
+	})
 }
 
 // Configs that cannot work fail to load, saying why; a workspace named

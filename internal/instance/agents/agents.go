@@ -166,10 +166,23 @@ func Builtin() []Agent {
 		// The server's own tasks: summarising a conversation, titling and
 		// summarising a session. They run no tools.
 		{ID: "compaction", Name: "compaction", Mode: "primary", Hidden: true, Request: req(), Permissions: denyAll()},
-		{ID: "title", Name: "title", Mode: "primary", Hidden: true, Request: req(), Permissions: denyAll()},
+		{ID: "title", Name: "title", Mode: "primary", Hidden: true, System: TitlePrompt, Request: req(), Permissions: denyAll()},
 		{ID: "summary", Name: "summary", Mode: "primary", Hidden: true, Request: req(), Permissions: denyAll()},
 	}
 }
+
+// TitlePrompt is the title agent's system prompt: the server asks it for
+// a session's title after the session's first prompt. A definition of
+// the title agent with a prompt of its own replaces it.
+const TitlePrompt = `You name conversations. Answer with a title for the conversation you are given, and nothing else.
+
+The title:
+- is one line of at most 50 characters, with no quotes, no markdown and no final period;
+- is in the language the user writes in;
+- says what the user wants done or asked about, in plain words (keep technical terms, file names, numbers and error codes exactly);
+- never answers the user's message, never names a tool, never says you cannot make a title.
+
+A greeting or a message with little in it still gets a short title that says what it is (for example: Greeting).`
 
 func denyAll() []PermissionRule {
 	return []PermissionRule{{Action: "*", Resource: "*", Effect: "deny"}}

@@ -45,6 +45,10 @@ type ProviderConfig struct {
 	// Model is the model id used when neither the session nor its agent
 	// names one.
 	Model string
+	// TitleModel, when set, is the model that titles sessions (a small,
+	// cheap one) unless the title agent names its own; by default the
+	// session's model does. In a workspace it is a workspace model id.
+	TitleModel string
 	// InputPrice and OutputPrice are USD per million tokens; a turn's cost
 	// is 0 when they are 0.
 	InputPrice, OutputPrice money.Micros
@@ -89,6 +93,8 @@ type Runner struct {
 	// waiters are closed when the session's drain ends (a task tool
 	// waiting on its child session).
 	waiters map[string][]chan struct{}
+	// titling counts the title requests running, by session.
+	titling map[string]int
 }
 
 type drain struct {
@@ -100,7 +106,8 @@ type drain struct {
 // NewRunner returns a runner with no server yet.
 func NewRunner() *Runner {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	r := &Runner{drains: map[string]*drain{}, ctx: ctx, cancel: cancel, node: newNodeID(), waiters: map[string][]chan struct{}{}}
+	r := &Runner{drains: map[string]*drain{}, ctx: ctx, cancel: cancel, node: newNodeID(), waiters: map[string][]chan struct{}{},
+		titling: map[string]int{}}
 	r.broker = permission.NewBroker(r.publishPending, func(prefix string) string { return ids.New(prefix, false, time.Now()) })
 	return r
 }
@@ -518,6 +525,11 @@ loop:
 		}
 		if outcome == "" {
 			outcome = "succeeded"
+			if w.kind == "turn" || w.kind == "tools" {
+				// A run resumed after a restart: the title request of its
+				// first prompt may have been cut by the stop.
+				r.startTitle(sid, "")
+			}
 		}
 		stepID := w.id
 		switch w.kind {
@@ -536,6 +548,7 @@ loop:
 				return true, err
 			}
 			r.chatMessage(ctx, s, sid, w.raw)
+			r.startTitle(sid, w.id)
 		case "compaction":
 			if interrupted, err := r.compactNow(ctx, d, s, sid, w.id); session.Gone(err) {
 				return true, nil

@@ -22,7 +22,8 @@ import (
 
 // script answers the fake provider's requests in order: step i of the
 // list for the i-th request; past the end, a plain "done." answer. It
-// keeps the bodies it saw.
+// keeps the bodies it saw. A session's title request, which runs beside
+// its first turn, is answered scriptTitle and neither counted nor kept.
 type script struct {
 	mu     sync.Mutex
 	steps  []fakeprovider.Step
@@ -33,6 +34,9 @@ type script struct {
 }
 
 func (s *script) next(body []byte) fakeprovider.Step {
+	if isTitleRequest(body) {
+		return fakeprovider.Step{Text: scriptTitle}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.bodies = append(s.bodies, string(body))
@@ -45,6 +49,15 @@ func (s *script) next(body []byte) fakeprovider.Step {
 		return s.steps[n]
 	}
 	return fakeprovider.Step{Text: "done."}
+}
+
+// scriptTitle is a script's answer to a title request.
+const scriptTitle = "Scripted title"
+
+// isTitleRequest reports whether a provider request is the title
+// agent's (it asks for a title before the conversation).
+func isTitleRequest(body []byte) bool {
+	return strings.Contains(string(body), "Generate a title for this conversation")
 }
 
 func (s *script) seen() []string {

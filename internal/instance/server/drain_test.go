@@ -99,6 +99,28 @@ func (h *drainHarness) waitIdle(sid string, n int) []map[string]any {
 	}
 }
 
+// turns are the requests of turns the provider received: all but the
+// title requests that run beside sessions' first turns.
+func turns(p *fakeprovider.Provider) []fakeprovider.Received {
+	var out []fakeprovider.Received
+	for _, r := range p.Received() {
+		if !isTitleRequest(r.Body) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// lastTurn is the last request of a turn the provider received.
+func lastTurn(t testing.TB, p *fakeprovider.Provider) fakeprovider.Received {
+	t.Helper()
+	rs := turns(p)
+	if len(rs) == 0 {
+		t.Fatal("the provider received no turn")
+	}
+	return rs[len(rs)-1]
+}
+
 func ofType(msgs []map[string]any, typ string) []map[string]any {
 	var out []map[string]any
 	for _, m := range msgs {
@@ -164,7 +186,7 @@ func TestDrainTurn(t *testing.T) {
 		t.Fatalf("session: %+v", info)
 	}
 	// The request: the fake model, the conversation, streaming with usage.
-	last := h.fake.Last()
+	last := lastTurn(t, h.fake)
 	if last.Path != "/v1/chat/completions" || gjson.GetBytes(last.Body, "model").String() != "fake-model" || last.Header.Get("X-Opencode-Session") != "ses_a" ||
 		!gjson.GetBytes(last.Body, "stream_options.include_usage").Bool() ||
 		gjson.GetBytes(last.Body, "messages.#(role==\"user\").content").String() != "hello there" {
@@ -222,8 +244,8 @@ func TestDrainTurn(t *testing.T) {
 	}
 	h.prompt("ses_a", "again", nil)
 	h.waitIdle("ses_a", 2)
-	if n := gjson.GetBytes(h.fake.Last().Body, "messages.#").Int(); n != 3 {
-		t.Fatalf("second request has %d messages: %s", n, h.fake.Last().Body)
+	if n := gjson.GetBytes(lastTurn(t, h.fake).Body, "messages.#").Int(); n != 3 {
+		t.Fatalf("second request has %d messages: %s", n, lastTurn(t, h.fake).Body)
 	}
 }
 
@@ -292,7 +314,7 @@ func TestDrainSwitchModelNextTurn(t *testing.T) {
 	}
 	h.prompt("ses_m", "two", map[string]any{"delivery": "queue"})
 	h.waitIdle("ses_m", 2)
-	rs := h.fake.Received()
+	rs := turns(h.fake)
 	if len(rs) != 2 || gjson.GetBytes(rs[0].Body, "model").String() != "fake-model" || gjson.GetBytes(rs[1].Body, "model").String() != "other-model" {
 		t.Fatalf("models: %d", len(rs))
 	}
@@ -360,8 +382,8 @@ func TestDrainProviderFailures(t *testing.T) {
 		t.Fatalf("recovery: %+v", info)
 	}
 	// The failed turns are not sent back to the provider as history.
-	if n := gjson.GetBytes(h.fake.Last().Body, `messages.#(role=="assistant")#`).Array(); len(n) != 1 {
-		t.Fatalf("history: %s", h.fake.Last().Body)
+	if n := gjson.GetBytes(lastTurn(t, h.fake).Body, `messages.#(role=="assistant")#`).Array(); len(n) != 1 {
+		t.Fatalf("history: %s", lastTurn(t, h.fake).Body)
 	}
 }
 
@@ -373,7 +395,7 @@ func TestDrainRestartResumes(t *testing.T) {
 		t.Fatal(r.status)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if len(h.fake.Received()) != 0 {
+	if len(turns(h.fake)) != 0 {
 		t.Fatal("resume:false ran a turn")
 	}
 	// Another session is mid-stream when the process stops.
@@ -524,7 +546,7 @@ func TestDrainFormats(t *testing.T) {
 					t.Fatalf("tokens: %s", tok.Raw)
 				}
 			}
-			last := h.fake.Last()
+			last := lastTurn(t, h.fake)
 			if last.Path != tc.path || last.Header.Get(tc.authHeader) != tc.authValue {
 				t.Fatalf("request %s %v", last.Path, last.Header)
 			}

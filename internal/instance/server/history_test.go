@@ -295,7 +295,7 @@ func TestWaitCompactAndContext(t *testing.T) {
 	// The next request starts from the summary.
 	h.prompt("ses_w", "after", nil)
 	h.send("POST", "/api/session/ses_w/wait", nil)
-	if body := string(h.fake.Last().Body); !strings.Contains(body, "SUMMARY") || strings.Contains(body, `"first"`) {
+	if body := string(lastTurn(t, h.fake).Body); !strings.Contains(body, "SUMMARY") || strings.Contains(body, `"first"`) {
 		t.Fatalf("request after compaction: %s", body)
 	}
 	wantError(t, h.send("POST", "/api/session/ses_none/wait", nil), 404, "SessionNotFoundError", nil)

@@ -37,7 +37,7 @@ func TestDrainLeaseOneDrainAcrossNodes(t *testing.T) {
 	h.fake.SetBehavior(fakeprovider.Behavior{Delay: 300 * time.Millisecond})
 	h.prompt("ses_l", "one", nil)
 	deadline := time.Now().Add(5 * time.Second)
-	for len(h.fake.Received()) == 0 {
+	for len(turns(h.fake)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("node A's turn never reached the provider")
 		}
@@ -51,7 +51,7 @@ func TestDrainLeaseOneDrainAcrossNodes(t *testing.T) {
 		t.Fatal("node B runs a drain of a session that node A drains")
 	}
 	msgs := h.waitIdle("ses_l", 2)
-	if got := len(h.fake.Received()); got != 2 {
+	if got := len(turns(h.fake)); got != 2 {
 		t.Fatalf("the provider got %d requests for 2 prompts", got)
 	}
 	var order []string
@@ -91,13 +91,13 @@ func TestDrainLeaseOfADeadNodeExpires(t *testing.T) {
 	}
 	h.prompt("ses_d", "anyone there", nil)
 	time.Sleep(100 * time.Millisecond)
-	if n := len(h.fake.Received()); n != 0 || len(ofType(h.messages("ses_d"), "assistant")) != 0 {
+	if n := len(turns(h.fake)); n != 0 || len(ofType(h.messages("ses_d"), "assistant")) != 0 {
 		t.Fatalf("drained while a live lease of another node held the session (%d provider calls)", n)
 	}
 	h.clk.Advance(loop.LeaseTTL)
 	h.runner.Resume()
 	msgs := h.waitIdle("ses_d", 1)
-	if len(ofType(msgs, "assistant")) != 1 || len(h.fake.Received()) != 1 {
+	if len(ofType(msgs, "assistant")) != 1 || len(turns(h.fake)) != 1 {
 		t.Fatalf("after the dead node's lease expired: %v", msgs)
 	}
 }

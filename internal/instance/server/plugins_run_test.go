@@ -143,7 +143,7 @@ export const Weather = async ({ directory, client }) => ({
 		t.Fatalf("shell.env did not reach bash: %s", parts[1].Raw)
 	}
 	// The tool was offered with its schema, and chat.headers went out.
-	first := h.fake.Received()[0]
+	first := turns(h.fake)[0]
 	if !strings.Contains(string(first.Body), `"name":"weather"`) || !strings.Contains(string(first.Body), `"the city"`) {
 		t.Fatalf("the first request did not offer the plugin tool: %s", first.Body)
 	}
@@ -206,7 +206,7 @@ func TestPluginStatusTellsTheTruth(t *testing.T) {
 	if len(parts) != 1 || parts[0].Get("state.content.0.text").String() != "a wins" {
 		t.Fatalf("the duplicate tool: %v", parts)
 	}
-	if n := strings.Count(string(h.fake.Received()[0].Body), `"name":"same"`); n != 1 {
+	if n := strings.Count(string(turns(h.fake)[0].Body), `"name":"same"`); n != 1 {
 		t.Fatalf("the tool was offered %d times", n)
 	}
 

@@ -434,3 +434,124 @@ func TestWebStaticFiles(t *testing.T) {
 	}
 	wantPage(t, h.page("/ui/static/"), http.StatusNotFound)
 }
+
+// TestWebRunOutcomesCountsAndMoney: the sessions list and the session
+// page name a run in which a permission was rejected "rejected" (saying
+// whether it stopped there), never "succeeded"; counts take the singular
+// for one; every cost has one format ("$0.00" for none, four decimals
+// below a dollar).
+func TestWebRunOutcomesCountsAndMoney(t *testing.T) {
+	sc := &script{steps: []fakeprovider.Step{
+		{Calls: []fakeprovider.Call{call("c1", "bash", map[string]any{"command": "rm -rf build"})}},
+		{Calls: []fakeprovider.Call{call("c2", "bash", map[string]any{"command": "rm -rf dist"})}},
+		{Text: "Understood."},
+	}}
+	h := newAgentHarness(t, "chat", sc)
+	r := h.send("POST", "/api/session", map[string]any{"title": "rejecting"})
+	id := gjson.GetBytes(r.body, "data.id").String()
+	h.send("POST", "/api/session", map[string]any{"title": "a child", "parentID": id})
+	h.send("POST", "/api/session", map[string]any{"title": "untouched"})
+
+	// Rejected without a word: the run stops at the call, after 1 step.
+	h.prompt(id, "clean up", nil)
+	req := h.waitPending("/permission")
+	if r := h.send("POST", "/permission/"+req.Get("id").String()+"/reply", map[string]any{"reply": "reject"}); r.status != 200 {
+		t.Fatal(r.body)
+	}
+	h.waitIdle(id, 1)
+	if info, _ := h.getSession(id); info.Outcome != "succeeded" || *info.Steps != 1 {
+		t.Fatalf("recorded: %q, %d steps", info.Outcome, *info.Steps)
+	}
+	list := wantPage(t, h.page("/"), http.StatusOK, `<span class="badge rejected" title="a permission was rejected: the run stopped there">rejected</span>`,
+		"1 step<", "$0.0001", "$0.00<", "0 steps", "0 tokens")
+	session := wantPage(t, h.page("/ui/session/"+id), http.StatusOK, "Last run: rejected (a permission was rejected: the run stopped there)",
+		"Run rejected (a permission was rejected: the run stopped there)", "1 step<")
+	for _, page := range []string{list, session} {
+		for _, bad := range []string{">succeeded<", "1 steps", ">$0<", "$0.0000", "Run succeeded", "Last run: succeeded"} {
+			if strings.Contains(page, bad) {
+				t.Fatalf("the page says %q:\n%s", bad, page)
+			}
+		}
+	}
+
+	// Rejected with feedback: the agent goes on and answers.
+	h.prompt(id, "then the other one", nil)
+	req = h.waitPending("/permission")
+	if r := h.send("POST", "/permission/"+req.Get("id").String()+"/reply", map[string]any{"reply": "reject", "message": "not now"}); r.status != 200 {
+		t.Fatal(r.body)
+	}
+	h.waitIdle(id, 2)
+	wantPage(t, h.page("/"), http.StatusOK, `title="a permission was rejected: the agent went on with the feedback">rejected</span>`, "3 steps")
+	wantPage(t, h.page("/ui/session/"+id), http.StatusOK, "Run rejected (a permission was rejected: the run stopped there)",
+		"Run rejected (a permission was rejected: the agent went on with the feedback)")
+
+	// A run with nothing rejected succeeded.
+	h.prompt(id, "thanks", nil)
+	h.waitIdle(id, 3)
+	list = wantPage(t, h.page("/"), http.StatusOK, `<span class="badge succeeded">succeeded</span>`, "4 steps")
+	if strings.Contains(list, "badge rejected") {
+		t.Fatalf("a run with nothing rejected is called rejected:\n%s", list)
+	}
+}
+
+// TestWebLastRunAcrossPages: a session's last run is read back to the run
+// before, over several pages of messages: a rejection early in a long
+// last run names it, one in the run before does not.
+func TestWebLastRunAcrossPages(t *testing.T) {
+	h := newSessHarness(t, nil)
+	tool := func(errType string) map[string]any {
+		return map[string]any{"type": "tool", "id": "c", "name": "bash", "time": map[string]any{"created": 1, "completed": 1},
+			"state": map[string]any{"status": "error", "input": map[string]any{}, "error": map[string]any{"type": errType, "message": "m"}}}
+	}
+	doc := func(id, title string, early, late bool) map[string]any {
+		var msgs []any
+		n := 0
+		add := func(m map[string]any) {
+			m["id"] = fmt.Sprintf("msg_%04d", n)
+			m["time"] = map[string]any{"created": n + 1, "completed": n + 1}
+			n++
+			msgs = append(msgs, m)
+		}
+		assistant := func(parts ...any) map[string]any {
+			return map[string]any{"type": "assistant", "agent": "build", "model": map[string]any{"id": "m", "providerID": "p"},
+				"content": append([]any{map[string]any{"type": "text", "text": "working"}}, parts...)}
+		}
+		add(map[string]any{"type": "user", "text": "first"})
+		if early {
+			add(assistant(tool("PermissionCorrectedError")))
+		}
+		add(map[string]any{"type": "idle", "outcome": "succeeded"})
+		add(map[string]any{"type": "user", "text": "second"})
+		if late {
+			add(assistant(tool("PermissionCorrectedError")))
+		}
+		for range 60 {
+			add(assistant())
+		}
+		add(map[string]any{"type": "idle", "outcome": "succeeded"})
+		return map[string]any{"location": map[string]any{"directory": h.dir}, "messages": msgs, "info": map[string]any{
+			"id": id, "title": title, "projectID": "x", "cost": 0, "outcome": "succeeded",
+			"tokens": map[string]any{"input": 0, "output": 0, "reasoning": 0, "cache": map[string]any{"read": 0, "write": 0}},
+			"time":   map[string]any{"created": 1, "updated": 1, "idle": 1}, "location": map[string]any{"directory": h.dir}}}
+	}
+	for _, d := range []map[string]any{doc("ses_late", "late rejection", false, true), doc("ses_early", "early rejection", true, false)} {
+		if r := h.send("POST", "/api/experimental/session/import", d); r.status != 200 {
+			t.Fatalf("import: %d %s", r.status, r.body)
+		}
+	}
+	list := wantPage(t, h.page("/"), http.StatusOK)
+	row := func(title string) string {
+		i := strings.Index(list, ">"+title+"</a>")
+		if i < 0 {
+			t.Fatalf("no row %q:\n%s", title, list)
+		}
+		end := strings.Index(list[i:], "</li>")
+		return list[i : i+end]
+	}
+	if r := row("late rejection"); !strings.Contains(r, ">rejected</span>") {
+		t.Fatalf("a rejection 60 messages before the end of the last run: %s", r)
+	}
+	if r := row("early rejection"); !strings.Contains(r, ">succeeded</span>") {
+		t.Fatalf("a rejection in the run before: %s", r)
+	}
+}

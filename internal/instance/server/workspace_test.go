@@ -126,7 +126,7 @@ func TestWorkspaceModelsAndTurns(t *testing.T) {
 	h.send("POST", "/api/session", map[string]any{"id": "ses_w"})
 	h.prompt("ses_w", "hello", nil)
 	msgs := h.waitIdle("ses_w", 1)
-	last := h.fake.Last()
+	last := lastTurn(t, h.fake)
 	if last.Path != "/v1/chat/completions" || gjson.GetBytes(last.Body, "model").String() != "alpha" ||
 		last.Header.Get(loop.SessionHeader) != "ses_w" || gjson.GetBytes(last.Body, "max_tokens").Int() != 4000 {
 		t.Fatalf("request %s %v %s", last.Path, last.Header, last.Body)
@@ -144,7 +144,7 @@ func TestWorkspaceModelsAndTurns(t *testing.T) {
 	}
 	h.prompt("ses_w", "again", nil)
 	h.waitIdle("ses_w", 2)
-	if last := h.fake.Last(); last.Path != "/v1/messages" || gjson.GetBytes(last.Body, "model").String() != "beta" ||
+	if last := lastTurn(t, h.fake); last.Path != "/v1/messages" || gjson.GetBytes(last.Body, "model").String() != "beta" ||
 		last.Header.Get(loop.SessionHeader) != "ses_w" {
 		t.Fatalf("beta request %s %s", last.Path, last.Body)
 	}
@@ -154,7 +154,7 @@ func TestWorkspaceModelsAndTurns(t *testing.T) {
 	h.send("POST", "/api/session/ses_w/model", map[string]any{"model": map[string]any{"id": "delta", "providerID": loop.ProviderID}})
 	h.prompt("ses_w", "and again", nil)
 	h.waitIdle("ses_w", 3)
-	if last := h.fake.Last(); last.Path != "/v1beta/models/delta:streamGenerateContent" || last.Header.Get(loop.SessionHeader) != "ses_w" {
+	if last := lastTurn(t, h.fake); last.Path != "/v1beta/models/delta:streamGenerateContent" || last.Header.Get(loop.SessionHeader) != "ses_w" {
 		t.Fatalf("delta request %s?%s", last.Path, last.RawQuery)
 	}
 

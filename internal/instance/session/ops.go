@@ -145,6 +145,31 @@ func (s *Service) Update(ctx context.Context, id string, in UpdateInput) (*Info,
 	return info, nil
 }
 
+// SetGeneratedTitle gives a session the title its title agent made, only
+// while the session keeps its placeholder title: a title set meanwhile
+// (a rename) wins. It reports whether the title was set, and announces it
+// (session.updated).
+func (s *Service) SetGeneratedTitle(ctx context.Context, id, title string) (bool, error) {
+	var info *Info
+	set := false
+	err := s.WriteTx(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, id); err != nil {
+			return err
+		}
+		if set = title != "" && IsDefaultTitle(info.Title); !set {
+			return nil
+		}
+		info.Title = title
+		info.Time.Updated = max(s.NowMS(), info.Time.Updated)
+		return s.PutInfo(tx, info, false)
+	})
+	if err != nil || !set {
+		return false, err
+	}
+	s.Publish("session.updated", info, map[string]any{"info": info})
+	return true, nil
+}
+
 // generateTitle makes a title from the first line of the session's first
 // user input, or the default title when it has none.
 func (s *Service) generateTitle(tx store.Tx, info *Info) (string, error) {

@@ -293,7 +293,22 @@ func (s *Service) PublishStatus(sid, status string) {
 }
 
 func defaultTitle(prefix string, ms int64) string {
-	return prefix + " - " + time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
+	return prefix + " - " + time.UnixMilli(ms).UTC().Format(titleTime)
+}
+
+const titleTime = "2006-01-02T15:04:05.000Z"
+
+// IsDefaultTitle reports whether a title is the placeholder a session is
+// created with ("New session - <time>", "Child session - <time>"): the
+// session was never named, by its user or by the title agent.
+func IsDefaultTitle(title string) bool {
+	for _, prefix := range []string{"New session - ", "Child session - "} {
+		if rest, ok := strings.CutPrefix(title, prefix); ok {
+			_, err := time.Parse(titleTime, rest)
+			return err == nil && len(rest) == len(titleTime)
+		}
+	}
+	return false
 }
 
 // MessageHeader is what the server reads of a stored Session.Message.Info.

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
-	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/yuin/goldmark"
@@ -39,7 +39,9 @@ func parsePages() map[string]*template.Template {
 		"ms":       formatMS,
 		"when":     func(ms int64) string { return formatMS(float64(ms)) },
 		"usd":      formatUSD,
-		"int":      func(v int64) string { return webpage.Commas(strconv.FormatInt(v, 10)) },
+		"int":      func(v any) string { return webpage.Commas(strconv.FormatInt(integer(v), 10)) },
+		"count":    func(n any, one, many string) string { return plural(integer(n), one, many) },
+		"noun":     func(n any, one, many string) string { return noun(integer(n), one, many) },
 		"json":     prettyJSON,
 		"modelref": modelRef,
 		"deref":    func(b *bool) bool { return b != nil && *b },
@@ -55,16 +57,54 @@ func formatMS(ms float64) string {
 	return time.UnixMilli(int64(ms)).UTC().Format("2006-01-02 15:04 UTC")
 }
 
-// formatUSD is a cost in dollars: cents above a dollar, more digits below.
+// formatUSD is a cost in dollars, in one format everywhere: cents from a
+// dollar up (with thousands separators), up to four decimals below (at
+// least two: "$0.50", "$0.0123"), "<$0.0001" for a cost too small for
+// them, and "$0.00" for none.
 func formatUSD(v float64) string {
+	sign := ""
+	if v < 0 {
+		sign, v = "-", -v
+	}
 	switch {
 	case v == 0:
-		return "$0"
-	case math.Abs(v) >= 1:
-		return "$" + strconv.FormatFloat(v, 'f', 2, 64)
-	default:
-		return "$" + strconv.FormatFloat(v, 'f', 4, 64)
+		return "$0.00"
+	case v < 0.0001:
+		return sign + "<$0.0001"
+	case v >= 1:
+		return sign + "$" + webpage.Commas(strconv.FormatFloat(v, 'f', 2, 64))
 	}
+	s := strconv.FormatFloat(v, 'f', 4, 64)
+	for strings.HasSuffix(s, "0") && len(s) > len("0.00") {
+		s = s[:len(s)-1]
+	}
+	return sign + "$" + s
+}
+
+// plural is a count with its noun, singular for one ("1 step", "2 steps",
+// "1,024 tokens").
+func plural(n int64, one, many string) string {
+	return webpage.Commas(strconv.FormatInt(n, 10)) + " " + noun(n, one, many)
+}
+
+// noun is the noun of a count: one for 1, many for any other.
+func noun(n int64, one, many string) string {
+	if n == 1 || n == -1 {
+		return one
+	}
+	return many
+}
+
+// integer is a template's count of any integer type (0 for anything
+// else).
+func integer(n any) int64 {
+	switch v := n.(type) {
+	case int:
+		return int64(v)
+	case int64:
+		return v
+	}
+	return 0
 }
 
 // prettyJSON is a tool input or metadata value, indented, for a <pre>
@@ -133,6 +173,8 @@ type message struct {
 		Created   float64 `json:"created"`
 		Completed float64 `json:"completed"`
 	} `json:"time"`
+	// Run names the outcome of an idle marker's run (markRuns).
+	Run runOutcome `json:"-"`
 }
 
 type structuredError struct {
@@ -187,6 +229,7 @@ func decodeMessages(raws []json.RawMessage) []message {
 		}
 		out = append(out, m)
 	}
+	markRuns(out)
 	return out
 }
 
@@ -195,6 +238,8 @@ type sessionView struct {
 	*session.Info
 	Children []sessionView
 	Running  bool
+	// LastRun names the outcome of its last run (lastRun).
+	LastRun runOutcome
 }
 
 // Name is the session's title, or its id when it has none.

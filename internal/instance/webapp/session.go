@@ -69,6 +69,9 @@ func (a *App) livePart(w http.ResponseWriter, r *http.Request, info *session.Inf
 func (a *App) sessionData(r *http.Request, info *session.Info) (*sessionData, error) {
 	sess := a.opts.Backend.Sessions()
 	d := &sessionData{Session: sessionView{Info: info, Running: slices.Contains(sess.Active(), info.ID)}}
+	if !d.Session.Running {
+		d.Session.LastRun = lastRun(ctx(r), sess, info)
+	}
 	cursor := r.URL.Query().Get("cursor")
 	page, err := sess.ListMessages(ctx(r), info.ID, "desc", cursor, transcriptPage)
 	if err != nil {

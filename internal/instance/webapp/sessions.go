@@ -63,14 +63,14 @@ func (a *App) sessionsPage(w http.ResponseWriter, r *http.Request) {
 	d.Agents, _ = a.opts.Backend.Agents()
 	d.Agents = primaryAgents(d.Agents)
 	for _, raw := range page.Data {
-		v, err := a.view(raw, running)
+		v, err := a.view(r, raw, running)
 		if err != nil {
 			continue
 		}
 		kids, err := sess.List(ctx(r), &session.ListQuery{ParentID: v.ID}, nil, maxChildren)
 		if err == nil {
 			for _, k := range kids.Data {
-				if kv, err := a.view(k, running); err == nil {
+				if kv, err := a.view(r, k, running); err == nil {
 					v.Children = append(v.Children, kv)
 				}
 			}
@@ -122,12 +122,16 @@ func primaryAgents(list []agents.Agent) []agents.Agent {
 	return out
 }
 
-func (a *App) view(raw json.RawMessage, running map[string]bool) (sessionView, error) {
+func (a *App) view(r *http.Request, raw json.RawMessage, running map[string]bool) (sessionView, error) {
 	info := new(session.Info)
 	if err := json.Unmarshal(raw, info); err != nil {
 		return sessionView{}, err
 	}
-	return sessionView{Info: info, Running: running[info.ID]}, nil
+	v := sessionView{Info: info, Running: running[info.ID]}
+	if !v.Running {
+		v.LastRun = lastRun(ctx(r), a.opts.Backend.Sessions(), info)
+	}
+	return v, nil
 }
 
 // createSession makes a root session in the default location with the

@@ -2,8 +2,10 @@
 // works without this file. On a session page it follows the event stream
 // (/api/event): the answer's text streams in as it comes, and the live
 // part of the page (transcript, permission asks and forms, status) is
-// fetched again from the server when the session's events arrive, and
-// after every reconnect, so a dropped stream loses nothing.
+// fetched again from the server (with the session's title) when the
+// session's events arrive, and each time the stream opens: what happened between the page's render
+// and the stream's first open (a turn that ended meanwhile), or while it
+// was down, is never missed.
 (function () {
   'use strict';
 
@@ -13,7 +15,7 @@
     var box = document.getElementById('live');
     if (!sid || !liveURL || !box || !window.EventSource || !window.fetch) return;
     var stream = { id: '', text: '' };
-    var timer = null, inflight = false, again = false, es = null, opened = 0, closedRetries = 0;
+    var timer = null, inflight = false, again = false, es = null, closedRetries = 0;
 
     function showStream() {
       var el = document.getElementById('streaming');
@@ -24,6 +26,16 @@
       }
       el.hidden = false;
       el.querySelector('.text').textContent = stream.text; // text, never HTML
+    }
+
+    // The session's title as the live part has it (a title the title
+    // agent made, or a rename elsewhere), as text.
+    function showTitle() {
+      var st = document.getElementById('status'), h = document.getElementById('title');
+      var t = st && st.getAttribute('data-title');
+      if (!h || !t || h.textContent === t) return;
+      h.textContent = t;
+      document.title = t + ' · agentgate instance';
     }
 
     function refresh() {
@@ -39,6 +51,7 @@
         var kept = keepInput(box);
         box.replaceChildren.apply(box, Array.prototype.slice.call(fresh.childNodes));
         restoreInput(box, kept);
+        showTitle();
         showStream();
         if (atBottom) window.scrollTo(0, document.body.scrollHeight);
         document.body.setAttribute('data-refreshed', String(Date.now()));
@@ -104,7 +117,9 @@
       es.onopen = function () {
         closedRetries = 0;
         document.body.setAttribute('data-stream', 'open');
-        if (opened++ > 0) refresh(); // resync after a reconnect
+        // Events sent before this open are not replayed: fetch the state
+        // once now (the first open too, not only a reconnect).
+        refresh();
       };
       es.onerror = function () {
         document.body.setAttribute('data-stream', 'reconnecting');
