@@ -280,9 +280,20 @@ function abortTool(p) {
 // returned garbage.
 const isStrings = (a) => Array.isArray(a) && a.every((x) => typeof x === "string");
 const checks = {
-  "experimental.chat.messages.transform": (o) => (Array.isArray(o.messages) && o.messages.every((m) => m && typeof m === "object" &&
-    m.info && typeof m.info === "object" && typeof m.info.role === "string" && Array.isArray(m.parts) &&
-    m.parts.every((x) => x && typeof x === "object" && typeof x.type === "string"))) || "output.messages must be an array of {info, parts}",
+  "experimental.chat.messages.transform": (o) => {
+    if (!Array.isArray(o.messages)) return "output.messages must be an array of {info, parts}";
+    for (const [i, m] of o.messages.entries()) {
+      if (!m || typeof m !== "object" || !m.info || typeof m.info !== "object" || !Array.isArray(m.parts)) return `message ${i} is not {info, parts}`;
+      if (m.info.role !== "user" && m.info.role !== "assistant") return `message ${i}: role ${JSON.stringify(m.info.role)} is neither user nor assistant`;
+      for (const [k, x] of m.parts.entries()) {
+        if (!x || typeof x !== "object" || typeof x.type !== "string") return `message ${i} part ${k} has no type`;
+        if (x.type === "text" && typeof x.text !== "string") return `message ${i} part ${k}: text is not a string`;
+        if (x.type === "tool" && (typeof x.callID !== "string" || !x.callID || typeof x.tool !== "string" || !x.tool || !x.state || typeof x.state !== "object"))
+          return `message ${i} part ${k}: a tool part needs callID, tool and state`;
+      }
+    }
+    return true;
+  },
   "experimental.chat.system.transform": (o) => isStrings(o.system) || "output.system must be an array of strings",
   "experimental.text.complete": (o) => typeof o.text === "string" || "output.text must be a string",
   "experimental.session.compacting": (o) => (isStrings(o.context) && (o.prompt == null || typeof o.prompt === "string")) ||
