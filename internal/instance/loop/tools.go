@@ -405,6 +405,9 @@ func (r *Runner) runTool(ctx context.Context, b *toolBatch, env *tools.Env, p to
 		}
 		if res.Title != "" {
 			meta["title"] = res.Title
+		} else if t, ok := tp.State.Metadata["title"].(string); ok && t != "" {
+			// The title a plugin tool gave itself while it ran.
+			meta["title"] = t
 		}
 		tp.State.Metadata = meta
 		tp.Time.Completed = &now
