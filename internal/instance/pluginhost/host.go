@@ -263,6 +263,16 @@ func (h *Host) Confinement() (mode, reason string) {
 	return st.Mode, st.Reason
 }
 
+// Network is the network the processes have: "loopback only" (their
+// sandbox's own) or "host"; "" when they run without a sandbox.
+func (h *Host) Network() string {
+	st := h.opts.Sandbox.Status()
+	if st.Mode != "enforced" {
+		return ""
+	}
+	return st.Network
+}
+
 // LogPath is the log of what a location's plugins print.
 func (h *Host) LogPath(dir string) string {
 	sum := sha256.Sum256([]byte(dir))

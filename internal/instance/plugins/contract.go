@@ -202,6 +202,9 @@ func (m *Manager) eventsFor(record []byte) []json.RawMessage {
 // uses that is not served, and the hooks that failed since it loaded.
 func (m *Manager) features(s pluginhost.Status, rt *Runtime) map[string]any {
 	f := map[string]any{"server": true, "hooks": nonNil(s.Hooks), "tools": toolNames(s.Tools), "sandbox": sandboxMode(rt)}
+	if n := rt.Host.Network(); n != "" {
+		f["network"] = n
+	}
 	if u := unusedOf(s); len(u) > 0 {
 		f["unused"] = u
 	}

@@ -23,6 +23,23 @@ func (h *drainHarness) history(sid string) []gjson.Result {
 	return gjson.GetBytes(r.body, "data").Array()
 }
 
+// waitHistory polls a session's durable events (written by the journal's
+// worker, after they are published) until cond holds of them.
+func (h *drainHarness) waitHistory(sid string, cond func([]gjson.Result) bool) []gjson.Result {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		evs := h.history(sid)
+		if cond(evs) {
+			return evs
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("the session's events never met the condition: %v", evs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func newSession(t *testing.T, h *drainHarness, body map[string]any) string {
 	t.Helper()
 	r := h.send("POST", "/api/session", body)
@@ -210,15 +227,19 @@ export const Slow = async ({ directory }) => ({
 		t.Fatalf("the v1 part: %s", v1part.Raw)
 	}
 	var titles []string
-	for _, ev := range h.history(sid) {
-		if ev.Get("type").String() == "session.next.tool.progress" {
-			title := ev.Get("data.structured.title").String()
-			if len(title) > 1000 {
-				t.Fatalf("a title over 1,000 bytes went out: %d", len(title))
+	h.waitHistory(sid, func(evs []gjson.Result) bool {
+		titles = titles[:0]
+		for _, ev := range evs {
+			if ev.Get("type").String() == "session.next.tool.progress" {
+				title := ev.Get("data.structured.title").String()
+				if len(title) > 1000 {
+					t.Fatalf("a title over 1,000 bytes went out: %d", len(title))
+				}
+				titles = append(titles, title)
 			}
-			titles = append(titles, title)
 		}
-	}
+		return len(titles) >= 3
+	})
 	if strings.Join(titles, "|") != strings.Repeat("t", 1000)+"|warming up|halfway" {
 		t.Fatalf("progress events: %q", titles)
 	}
@@ -294,11 +315,14 @@ export const Shape = async () => ({
 		t.Fatalf("text.complete: stored %q", text)
 	}
 	ended := ""
-	for _, ev := range h.history(sid) {
-		if ev.Get("type").String() == "session.next.text.ended" {
-			ended = ev.Get("data.text").String()
+	h.waitHistory(sid, func(evs []gjson.Result) bool {
+		for _, ev := range evs {
+			if ev.Get("type").String() == "session.next.text.ended" {
+				ended = ev.Get("data.text").String()
+			}
 		}
-	}
+		return ended != ""
+	})
 	if ended != text {
 		t.Fatalf("text.ended carries %q", ended)
 	}
