@@ -47,6 +47,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //			node_modules <directory>
 //			call_timeout <duration>
 //			tool_timeout <duration>
+//			network none|host
 //		}
 //		sandbox off
 //		sandbox {
@@ -210,6 +211,11 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					in.PluginHost.Bun = v
 				case "node_modules":
 					in.PluginHost.NodeModules = v
+				case "network":
+					if v != "none" && v != "host" {
+						return d.Errf("plugin_host network: none or host, got %q", v)
+					}
+					in.PluginHost.Network = v
 				case "call_timeout", "tool_timeout":
 					dur, err := caddy.ParseDuration(v)
 					if err != nil || dur <= 0 {

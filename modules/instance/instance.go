@@ -272,11 +272,14 @@ type Instance struct {
 	server    *server.Server
 	accessLog *accesslog.Log
 	sandbox   *sandbox.Sandbox
-	runner    *loop.Runner
-	logger    *zap.Logger
-	key       string
-	host      *pluginhost.Host
-	stopTap   func()
+	// pluginSandbox is the plugin host's: the sandbox's, or one like it
+	// with the network plugin_host names.
+	pluginSandbox *sandbox.Sandbox
+	runner        *loop.Runner
+	logger        *zap.Logger
+	key           string
+	host          *pluginhost.Host
+	stopTap       func()
 	// undo puts back the runner's configuration from before this config
 	// when this config is cleaned up before another configured the runner
 	// (a reload that fails to start leaves the running config's in place).
@@ -380,6 +383,12 @@ type PluginHost struct {
 	// plugin tool's run (default 10m).
 	CallTimeout caddy.Duration `json:"call_timeout,omitempty"`
 	ToolTimeout caddy.Duration `json:"tool_timeout,omitempty"`
+	// Network is the plugins' network, when it differs from the
+	// commands' (the sandbox's network): "none" (the sandbox's own
+	// loopback) or "host" (the host's network; plugins that report to a
+	// service need it while commands may stay off the network). Default:
+	// the sandbox's.
+	Network string `json:"network,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -449,6 +458,19 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		return err
 	}
 	in.sandbox = sandbox.New(sbc)
+	in.pluginSandbox = in.sandbox
+	if ph := in.PluginHost; ph != nil && ph.Network != "" {
+		switch ph.Network {
+		case "none", "host":
+		default:
+			return fmt.Errorf("plugin_host network %q: none or host", ph.Network)
+		}
+		if want := ph.Network == "host"; want != sbc.Network {
+			pc := sbc
+			pc.Network = want
+			in.pluginSandbox = sandbox.New(pc)
+		}
+	}
 	in.logSandbox()
 	in.key = in.Name
 	val, _, err := shared.LoadOrNew(in.key, func() (caddy.Destructor, error) {
@@ -572,7 +594,7 @@ func (in *Instance) pluginRuntime(app *agentgate.App, repl *caddy.Replacer) (*pl
 	}
 	host, err := pluginhost.New(pluginhost.Options{Bun: bun, Modules: repl.ReplaceAll(cfg.NodeModules, ""),
 		Dir:     filepath.Join(app.DataDir(), "plugin-host", in.Name),
-		Sandbox: in.sandbox, Handler: in.server,
+		Sandbox: in.pluginSandbox, Handler: in.server,
 		CallTimeout: time.Duration(cfg.CallTimeout), ToolTimeout: time.Duration(cfg.ToolTimeout), Logger: in.logger.Named("plugins")})
 	if err != nil {
 		return nil, fmt.Errorf("plugin host: %v", err)

@@ -63,19 +63,23 @@ func needsCompaction(lim ModelLimits, msgs []session.Message) bool {
 // fit, and records the compaction message; later requests start from its
 // summary. It reports whether it compacted, and whether the run was
 // interrupted meanwhile.
-func (s svc) compactIfNeeded(ctx context.Context, prov ProviderConfig, sid string, info *session.Info, msgs []session.Message) (compacted, interrupted bool, err error) {
+func (s svc) compactIfNeeded(ctx context.Context, prov ProviderConfig, sid string, info *session.Info, msgs []session.Message, sp *sessionPlugins) (compacted, interrupted bool, err error) {
 	agent := s.resolveAgent(info)
 	model := modelOf(prov, info, agent)
 	if !needsCompaction(prov.Limits[model.ID], msgs) {
 		return false, false, nil
 	}
-	return s.compact(ctx, prov, sid, info, msgs, "auto", "")
+	return s.compact(ctx, prov, sid, info, msgs, "auto", "", sp)
 }
 
 // compact summarises the conversation and records the compaction message
 // (in the place of the inbox item inboxID of a requested compaction).
-// reason is "auto" or "manual".
-func (s svc) compact(ctx context.Context, prov ProviderConfig, sid string, info *session.Info, msgs []session.Message, reason, inboxID string) (compacted, interrupted bool, err error) {
+// reason is "auto" or "manual". The plugins' experimental.session.compacting
+// may change the prompt, their experimental.chat.messages.transform the
+// conversation summarised, and (after an automatic one)
+// experimental.compaction.autocontinue turn off the prompt to continue
+// that follows the summary.
+func (s svc) compact(ctx context.Context, prov ProviderConfig, sid string, info *session.Info, msgs []session.Message, reason, inboxID string, sp *sessionPlugins) (compacted, interrupted bool, err error) {
 	agent := s.resolveAgent(info)
 	model := modelOf(prov, info, agent)
 	id := inboxID
@@ -84,9 +88,10 @@ func (s svc) compact(ctx context.Context, prov ProviderConfig, sid string, info 
 	}
 	created := s.NowMS()
 	s.Publish("session.next.compaction.started", info, map[string]any{"messageID": id, "reason": reason})
-	conv := conversation(agent, model.ID, msgs)
+	conv, units := conversationUnits(agent, model.ID, msgs)
+	sp.transformMessages(ctx, info, units, model, conv)
 	conv.Headers = withSession(conv.Headers, sid)
-	conv.Messages = append(conv.Messages, formats.Text(formats.RoleUser, compactionPrompt))
+	conv.Messages = append(conv.Messages, formats.Text(formats.RoleUser, sp.compacting(ctx, sid, compactionPrompt)))
 	step, serr := providerStep(ctx, prov, conv, nil)
 	if ctx.Err() != nil {
 		return false, true, nil
@@ -99,6 +104,9 @@ func (s svc) compact(ctx context.Context, prov ProviderConfig, sid string, info 
 		msg["status"], msg["error"] = "failed", StructuredError{Type: "CompactionError", Message: "The model returned no summary"}
 	default:
 		msg["status"], msg["summary"], msg["recent"] = "completed", step.Text, []string{}
+		if reason == "auto" && !sp.autocontinue(ctx, sid, agent.ID, id) {
+			msg["continue"] = false
+		}
 	}
 	var usage *session.TokenUsage
 	var cost float64

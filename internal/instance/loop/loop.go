@@ -631,7 +631,12 @@ func (r *Runner) compactNow(ctx context.Context, d *drain, s svc, sid, id string
 	r.mu.Lock()
 	d.cancelTurn, d.interrupted = cancel, false
 	r.mu.Unlock()
-	_, interrupted, err = s.compact(turnCtx, s.resolveProvider(turnCtx, r.Provider(), st.info), sid, st.info, st.msgs, "manual", id)
+	prov := s.resolveProvider(turnCtx, r.Provider(), st.info)
+	sp := r.sessionPlugins(s, st.info)
+	if sp != nil {
+		sp.model = modelInfo(prov, modelOf(prov, st.info, s.resolveAgent(st.info)))
+	}
+	_, interrupted, err = s.compact(turnCtx, prov, sid, st.info, st.msgs, "manual", id, sp)
 	r.mu.Lock()
 	interrupted = interrupted || d.interrupted
 	d.cancelTurn = nil
@@ -663,7 +668,11 @@ func (r *Runner) step(ctx context.Context, s svc, sid, stepID string, done int) 
 		return stepResult{}, nil, false, err
 	}
 	prov := s.resolveProvider(ctx, r.Provider(), st.info)
-	compacted, interrupted, err := s.compactIfNeeded(ctx, prov, sid, st.info, st.msgs)
+	sp := r.sessionPlugins(s, st.info)
+	if sp != nil {
+		sp.model = modelInfo(prov, modelOf(prov, st.info, s.resolveAgent(st.info)))
+	}
+	compacted, interrupted, err := s.compactIfNeeded(ctx, prov, sid, st.info, st.msgs, sp)
 	if err != nil || interrupted {
 		return stepResult{outcome: "interrupted"}, nil, false, err
 	}
@@ -689,13 +698,18 @@ func (r *Runner) step(ctx context.Context, s svc, sid, stepID string, done int) 
 	for _, t := range tools.Definitions(env, hidden) {
 		offered = append(offered, formats.Tool{Name: t.Name, Description: t.Description, Schema: t.Schema})
 	}
-	sp := r.sessionPlugins(s, info)
 	offered = sp.offer(ctx, offered, hidden)
+	offered = sp.definitions(ctx, offered)
 	opts := stepOptions{last: done+1 >= limit, tools: offered}
 	if sp != nil {
+		opts.transform = func(units []convUnit, model agents.ModelRef, conv *formats.Conversation) {
+			sp.transformMessages(ctx, info, units, model, conv)
+		}
 		opts.prepare = func(conv *formats.Conversation, model agents.ModelRef) {
+			sp.systemTransform(ctx, sid, conv)
 			sp.chatParams(ctx, sid, agent.ID, model, conv)
 		}
+		opts.textComplete = func(msgID, text string) string { return sp.textComplete(ctx, sid, msgID, text) }
 	}
 	res, err = s.turn(ctx, prov, sid, stepID, opts, st)
 	if err != nil || res.toolsMarker == "" || ctx.Err() != nil {
@@ -788,6 +802,7 @@ func (s svc) settleInterrupted(ctx context.Context, sid string, w *work) error {
 // marker of the step that reads them; without, the marker stays for the
 // run's idle message.
 func (s svc) settleTools(ctx context.Context, b *toolBatch, marker string, next bool) error {
+	b.flush()
 	b.mu.Lock()
 	raw, err := b.msg.encode()
 	b.mu.Unlock()

@@ -48,6 +48,8 @@ type sessionPlugins struct {
 	m     *plugins.Manager
 	loc   plugins.Location
 	tools map[string]plugins.Tool // offered plugin tools by name
+	// model is the step's model as hooks get it (see modelInfo).
+	model map[string]any
 }
 
 func (r *Runner) sessionPlugins(s svc, info *session.Info) *sessionPlugins {
@@ -153,13 +155,27 @@ func (sp *sessionPlugins) run(ctx context.Context, b *toolBatch, env *tools.Env,
 			return tools.Result{}, &tools.ArgumentError{Tool: t.Name, Reason: req.String() + " is required"}
 		}
 	}
-	if env.Permit != nil {
-		if err := env.Permit(ctx, tools.Ask{Permission: t.Name, Patterns: []string{"*"}, Always: []string{"*"}}); err != nil {
-			return tools.Result{}, err
-		}
+	c := &pluginCall{b: b, s: b.s, part: p, permit: env.Permit}
+	if c.permit == nil {
+		c.permit = func(context.Context, tools.Ask) error { return nil }
 	}
-	res, err := sp.m.RunTool(ctx, sp.loc, t.Plugin, t.Name, args, pluginhost.ToolContext{SessionID: b.sid, MessageID: b.msgID, Agent: env.Agent, CallID: p.ID})
+	first := tools.Ask{Permission: t.Name, Patterns: []string{"*"}, Always: []string{"*"}}
+	if err := c.permit(ctx, first); err != nil {
+		return tools.Result{}, err
+	}
+	c.granted = append(c.granted, first)
+	res, err := sp.m.RunTool(ctx, sp.loc, t.Plugin, t.Name, args, pluginhost.ToolContext{SessionID: b.sid, MessageID: b.msgID, Agent: env.Agent, CallID: p.ID,
+		Ask: c.ask, Metadata: c.metadata})
 	if err != nil {
+		b.mu.Lock()
+		rj := c.refused
+		b.mu.Unlock()
+		if rj != nil {
+			// The tool failed after an ask of it was refused: the part
+			// shows the refusal's type with what the tool threw, and a
+			// rejection stops the run as a built-in tool's does.
+			return tools.Result{}, &rejection{typ: rj.typ, msg: err.Error(), stop: rj.stop}
+		}
 		return tools.Result{}, err
 	}
 	return tools.Result{Title: res.Title, Output: res.Output, Metadata: res.Metadata}, nil
@@ -172,13 +188,25 @@ func (sp *sessionPlugins) chatParams(ctx context.Context, sid, agent string, mod
 		return
 	}
 	in := map[string]any{"sessionID": sid, "agent": agent, "model": map[string]any{"providerID": model.ProviderID, "id": model.ID}}
+	if sp.model != nil {
+		in["model"] = sp.model
+	}
 	out := map[string]any{"options": map[string]any{}}
 	for _, k := range []string{"temperature", "topP", "topK"} {
 		if v, ok := conv.Settings[k]; ok {
 			out[k] = v
 		}
 	}
+	if v, ok := conv.Settings["maxTokens"]; ok {
+		out["maxOutputTokens"] = v
+	}
 	out = sp.trigger(ctx, "chat.params", in, out)
+	if v, ok := out["maxOutputTokens"].(float64); ok && v >= 1 && v == float64(int64(v)) {
+		if conv.Settings == nil {
+			conv.Settings = map[string]any{}
+		}
+		conv.Settings["maxTokens"] = int64(v)
+	}
 	for _, k := range []string{"temperature", "topP", "topK"} {
 		if v, ok := out[k]; ok && v != nil {
 			if conv.Settings == nil {

@@ -203,6 +203,61 @@ type toolBatch struct {
 	policy permission.Policy
 	// plugins are the session's plugins (nil: none).
 	plugins *sessionPlugins
+	// writing is set while persistSoon stores the running parts; dirty
+	// asks it for one more write; written is closed when it is done.
+	writing, dirty bool
+	written        chan struct{}
+}
+
+// persistSoon stores the step's message with its running parts as they
+// are now (a plugin tool's metadata), off the caller's path: updates that
+// come while a write is under way are stored by one more write.
+// settleTools waits for it (flush) before it stores the results.
+func (b *toolBatch) persistSoon(s svc) {
+	b.mu.Lock()
+	if b.writing {
+		b.dirty = true
+		b.mu.Unlock()
+		return
+	}
+	b.writing = true
+	b.written = make(chan struct{})
+	done := b.written
+	b.mu.Unlock()
+	go func() {
+		defer close(done)
+		for {
+			b.mu.Lock()
+			raw, err := b.msg.encode()
+			b.dirty = false
+			b.mu.Unlock()
+			if err == nil {
+				err = s.WriteTx(context.Background(), func(tx store.Tx) error {
+					return tx.MoveSessionItem(s.InstanceName(), b.sid, b.msgID, store.ItemMessage, raw)
+				})
+			}
+			if err != nil {
+				s.Logger.Warn("tool metadata: cannot store the running part")
+			}
+			b.mu.Lock()
+			if !b.dirty {
+				b.writing = false
+				b.mu.Unlock()
+				return
+			}
+			b.mu.Unlock()
+		}
+	}()
+}
+
+// flush waits for persistSoon's write, if one is under way.
+func (b *toolBatch) flush() {
+	b.mu.Lock()
+	ch := b.written
+	b.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
 }
 
 // update changes a part under the batch's lock and returns a copy of it.
@@ -350,6 +405,9 @@ func (r *Runner) runTool(ctx context.Context, b *toolBatch, env *tools.Env, p to
 		}
 		if res.Title != "" {
 			meta["title"] = res.Title
+		} else if t, ok := tp.State.Metadata["title"].(string); ok && t != "" {
+			// The title a plugin tool gave itself while it ran.
+			meta["title"] = t
 		}
 		tp.State.Metadata = meta
 		tp.Time.Completed = &now

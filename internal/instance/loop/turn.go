@@ -48,6 +48,22 @@ func (s svc) resolveAgent(info *session.Info) *agents.Agent {
 // assistant's text and tool calls with their results. A completed
 // compaction stands for everything before it.
 func conversation(agent *agents.Agent, model string, msgs []session.Message) *formats.Conversation {
+	c, _ := conversationUnits(agent, model, msgs)
+	return c
+}
+
+// convUnit is one stored message as the conversation sends it: the
+// provider messages it became (none for a record the model does not
+// read).
+type convUnit struct {
+	msg  session.Message
+	sent []formats.Message
+}
+
+// conversationUnits is conversation with the stored message each part of
+// it comes from (what experimental.chat.messages.transform sees and
+// changes, see transform.go).
+func conversationUnits(agent *agents.Agent, model string, msgs []session.Message) (*formats.Conversation, []convUnit) {
 	c := &formats.Conversation{Model: model, System: agent.System, Settings: agent.Request.Settings,
 		Body: agent.Request.Body, Headers: agent.Request.Headers}
 	start := 0
@@ -56,22 +72,33 @@ func conversation(agent *agents.Agent, model string, msgs []session.Message) *fo
 			start = i
 		}
 	}
+	var units []convUnit
 	for _, m := range msgs[start:] {
 		var v struct {
-			Text    string `json:"text"`
-			Summary string `json:"summary"`
-			Files   []session.FileAttachment
-			Content []json.RawMessage `json:"content"`
+			Text     string `json:"text"`
+			Summary  string `json:"summary"`
+			Continue *bool  `json:"continue"`
+			Files    []session.FileAttachment
+			Content  []json.RawMessage          `json:"content"`
+			Metadata map[string]json.RawMessage `json:"metadata"`
 		}
 		if json.Unmarshal(m.Raw, &v) != nil {
 			continue
 		}
+		var sent []formats.Message
 		switch m.Header.Type {
 		case "compaction":
 			if m.Header.Status == "completed" {
-				c.Messages = append(c.Messages, formats.Text(formats.RoleUser, "Summary of the conversation so far:\n\n"+v.Summary+"\n\n"+continuePrompt))
+				text := "Summary of the conversation so far:\n\n" + v.Summary
+				if v.Continue == nil || *v.Continue {
+					text += "\n\n" + continuePrompt
+				}
+				sent = append(sent, formats.Text(formats.RoleUser, text))
 			}
 		case "user", "synthetic":
+			if string(v.Metadata["ignored"]) == "true" {
+				break // shown to the user only (a plugin's notice)
+			}
 			text := v.Text
 			for _, f := range v.Files {
 				if strings.HasPrefix(f.Mime, "text/") || f.Mime == "application/json" {
@@ -82,14 +109,18 @@ func conversation(agent *agents.Agent, model string, msgs []session.Message) *fo
 					text += fmt.Sprintf("\n\n[attached file %q (%s) not sent: only text attachments are]", f.Name, f.Mime)
 				}
 			}
-			c.Messages = append(c.Messages, formats.Text(formats.RoleUser, text))
+			sent = append(sent, formats.Text(formats.RoleUser, text))
 		case "system":
-			c.Messages = append(c.Messages, formats.Text(formats.RoleSystem, v.Text))
+			sent = append(sent, formats.Text(formats.RoleSystem, v.Text))
 		case "assistant":
-			c.Messages = append(c.Messages, assistantTurn(v.Content)...)
+			sent = append(sent, assistantTurn(v.Content)...)
+		}
+		if len(sent) > 0 {
+			units = append(units, convUnit{msg: m, sent: sent})
+			c.Messages = append(c.Messages, sent...)
 		}
 	}
-	return c
+	return c, units
 }
 
 // continuePrompt follows a compaction's summary.
@@ -257,8 +288,14 @@ type stepOptions struct {
 	// tools are the tools offered (none when nil).
 	tools []formats.Tool
 	// prepare, when set, adjusts the request before it is sent (the
-	// plugins' chat.params and chat.headers).
+	// plugins' system transform, chat.params and chat.headers).
 	prepare func(conv *formats.Conversation, model agents.ModelRef)
+	// transform, when set, may change the messages sent (the plugins'
+	// experimental.chat.messages.transform).
+	transform func(units []convUnit, model agents.ModelRef, conv *formats.Conversation)
+	// textComplete, when set, may change the step's text once complete
+	// (experimental.text.complete).
+	textComplete func(msgID, text string) string
 }
 
 // stepResult is a settled step.
@@ -361,7 +398,10 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, o
 	model := modelOf(prov, info, agent)
 	created := s.NowMS()
 	s.Publish("session.next.step.started", info, map[string]any{"assistantMessageID": msgID, "agent": agent.ID, "model": model})
-	conv := conversation(agent, model.ID, msgs)
+	conv, units := conversationUnits(agent, model.ID, msgs)
+	if opts.transform != nil {
+		opts.transform(units, model, conv)
+	}
 	conv.Headers = withSession(conv.Headers, sid)
 	conv.Tools = opts.tools
 	if opts.last {
@@ -383,6 +423,9 @@ func (s svc) turn(ctx context.Context, prov ProviderConfig, sid, msgID string, o
 	step, serr := providerStep(ctx, prov, conv, func(d formats.Delta) { parts.delta(s, info, d) })
 	if step == nil {
 		step = &formats.Step{}
+	}
+	if opts.textComplete != nil && serr == nil && ctx.Err() == nil {
+		step.Text = opts.textComplete(msgID, step.Text)
 	}
 	ended := parts.ended(step)
 	for _, tc := range step.ToolCalls {

@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -106,6 +107,9 @@ type Spec struct {
 	// Root, when set, is the directory the plugin's files are in (an
 	// installed package's): the sandbox binds it read-only.
 	Root string `json:"-"`
+	// Options, when set, is the second argument of the plugin's
+	// functions (a configuration's [name, options] entry).
+	Options map[string]any `json:"options,omitempty"`
 }
 
 // LoadInput is what a location's plugins are loaded with: the plugin
@@ -133,6 +137,10 @@ type Status struct {
 	Error string    `json:"error,omitempty"`
 	Hooks []string  `json:"hooks,omitempty"`
 	Tools []ToolDef `json:"tools,omitempty"`
+	// Unused are the parts of the plugin contract the plugin uses that
+	// this server does not serve, with why, beyond its hooks (see
+	// UnusedHooks): a v2 plugin object, a tui export, workspace adapters.
+	Unused map[string]string `json:"unused,omitempty"`
 }
 
 // ToolDef is a tool a plugin defines, with its arguments' JSON Schema.
@@ -255,6 +263,16 @@ func (h *Host) Confinement() (mode, reason string) {
 	return st.Mode, st.Reason
 }
 
+// Network is the network the processes have: "loopback only" (their
+// sandbox's own) or "host"; "" when they run without a sandbox.
+func (h *Host) Network() string {
+	st := h.opts.Sandbox.Status()
+	if st.Mode != "enforced" {
+		return ""
+	}
+	return st.Network
+}
+
 // LogPath is the log of what a location's plugins print.
 func (h *Host) LogPath(dir string) string {
 	sum := sha256.Sum256([]byte(dir))
@@ -289,6 +307,8 @@ type proc struct {
 	ready   chan struct{}
 	killed  bool
 	rpcs    chan struct{} // bounds the client requests served at once
+	asks    chan struct{} // bounds the permission requests waiting at once
+	calls   map[string]*toolCall
 }
 
 type answer struct {
@@ -387,7 +407,7 @@ func (h *Host) start(s *slot) (*proc, error) {
 		return nil, fmt.Errorf("starting the plugin host: %w", err)
 	}
 	p := &proc{cmd: cmd, dir: s.dir, stdin: stdin, pending: map[int64]chan answer{}, done: make(chan struct{}), ready: make(chan struct{}),
-		rpcs: make(chan struct{}, maxRPCs)}
+		rpcs: make(chan struct{}, maxRPCs), asks: make(chan struct{}, maxAsks), calls: map[string]*toolCall{}}
 	s.gen++
 	go p.read(stdout, h)
 	go func() {
@@ -537,16 +557,25 @@ func (h *Host) running(s *slot) (*proc, error) {
 // answer, at most timeout. A call that times out is followed by a ping: a
 // process that does not answer that either is stuck and is killed.
 func (h *Host) call(ctx context.Context, dir, method string, params any, timeout time.Duration) (json.RawMessage, error) {
-	h.mu.Lock()
-	s := h.slots[dir]
-	var p *proc
-	if s != nil && s.loaded != nil && s.loaded.gen == s.gen {
-		p = s.proc
-	}
-	h.mu.Unlock()
+	p := h.loadedProc(dir)
 	if p == nil {
 		return nil, ErrNotLoaded
 	}
+	return h.callOn(ctx, p, dir, method, params, timeout)
+}
+
+// loadedProc is the process of a loaded location, or nil.
+func (h *Host) loadedProc(dir string) *proc {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.slots[dir]
+	if s != nil && s.loaded != nil && s.loaded.gen == s.gen {
+		return s.proc
+	}
+	return nil
+}
+
+func (h *Host) callOn(ctx context.Context, p *proc, dir, method string, params any, timeout time.Duration) (json.RawMessage, error) {
 	res, err := p.send(ctx, method, params, timeout)
 	if errors.Is(err, context.DeadlineExceeded) && method != "ping" {
 		if _, perr := p.send(context.Background(), "ping", nil, 2*time.Second); perr != nil {
@@ -722,12 +751,36 @@ func (h *Host) Pid(dir string) int {
 	return 0
 }
 
-// ToolContext is what a plugin tool's execute gets about its call.
+// ToolContext is what a plugin tool's execute gets about its call: the
+// ids, and the server's side of its context's ask and metadata.
 type ToolContext struct {
 	SessionID string `json:"sessionID"`
 	MessageID string `json:"messageID"`
 	Agent     string `json:"agent"`
 	CallID    string `json:"callID"`
+	// Ask decides a permission the tool asks for (ctx.ask): nil when
+	// allowed, else the refusal the tool is thrown (see AskError). Nil
+	// Ask refuses every ask.
+	Ask func(ctx context.Context, in AskInput) error `json:"-"`
+	// Metadata updates the running tool part (ctx.metadata): a title
+	// ("" when the call gave none) and metadata (nil when it gave none).
+	// It is called from the process's reader: it must not block.
+	Metadata func(title string, metadata map[string]any) `json:"-"`
+}
+
+// AskInput is what a plugin tool's ctx.ask asks for.
+type AskInput struct {
+	Permission string         `json:"permission"`
+	Patterns   []string       `json:"patterns"`
+	Always     []string       `json:"always"`
+	Metadata   map[string]any `json:"metadata"`
+}
+
+// AskError is how a refused ask reaches the plugin: a thrown Error with
+// this name and message.
+type AskError interface {
+	error
+	AskErrorName() string
 }
 
 // ToolResult is a plugin tool's answer.
@@ -737,10 +790,45 @@ type ToolResult struct {
 	Metadata map[string]any `json:"metadata"`
 }
 
-// Tool runs a plugin's tool.
+// toolCall is a running plugin tool call: its context and the deadline
+// of the asks it makes.
+type toolCall struct {
+	ctx context.Context
+	tc  ToolContext
+	// warned is set once a malformed metadata update has been logged.
+	warned bool
+}
+
+// callSeq numbers the tool calls of the host: a call's token is known
+// only to the server and the process running it.
+var callSeq atomic.Int64
+
+// Tool runs a plugin's tool. While it runs, its context's ask and
+// metadata reach tc.Ask and tc.Metadata; when ctx ends (the session is
+// interrupted) the tool's abort signal fires and Tool returns at once.
 func (h *Host) Tool(ctx context.Context, dir, worktree, plugin, name string, args json.RawMessage, tc ToolContext) (ToolResult, error) {
-	raw, err := h.call(ctx, dir, "tool", map[string]any{"directory": dir, "worktree": worktree, "plugin": plugin, "name": name,
-		"args": args, "context": tc}, h.opts.ToolTimeout)
+	p := h.loadedProc(dir)
+	if p == nil {
+		return ToolResult{}, ErrNotLoaded
+	}
+	token := fmt.Sprintf("call-%d", callSeq.Add(1))
+	p.mu.Lock()
+	p.calls[token] = &toolCall{ctx: ctx, tc: tc}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.calls, token)
+		p.mu.Unlock()
+	}()
+	stop := context.AfterFunc(ctx, func() {
+		// The abort signal: sent without waiting for its answer.
+		if b, err := json.Marshal(map[string]any{"id": -1, "method": "abort", "params": map[string]any{"call": token}}); err == nil {
+			p.write(b)
+		}
+	})
+	defer stop()
+	raw, err := h.callOn(ctx, p, dir, "tool", map[string]any{"directory": dir, "worktree": worktree, "plugin": plugin, "name": name,
+		"args": args, "context": tc, "call": token}, h.opts.ToolTimeout)
 	var r ToolResult
 	if err == nil {
 		err = json.Unmarshal(raw, &r)
@@ -748,24 +836,69 @@ func (h *Host) Tool(ctx context.Context, dir, worktree, plugin, name string, arg
 	return r, err
 }
 
+// HookError is a plugin whose hook threw or left garbage: its output was
+// left as it found it.
+type HookError struct {
+	Plugin string `json:"plugin"`
+	Tool   string `json:"tool,omitempty"`
+	Error  string `json:"error"`
+}
+
 // Trigger runs a hook of every plugin of a loaded location in load order
-// and returns the output they left. A location without plugins answers
-// output unchanged without a call.
-func (h *Host) Trigger(ctx context.Context, dir, hook string, input, output map[string]any) (map[string]any, error) {
+// and returns the output they left, and the plugins whose hook failed
+// (each left the output as it found it). A location without plugins
+// answers output unchanged without a call.
+func (h *Host) Trigger(ctx context.Context, dir, hook string, input, output map[string]any) (map[string]any, []HookError, error) {
 	if st, ok := h.Loaded(dir); !ok || !hasHook(st, hook) {
-		return output, nil
+		return output, nil, nil
 	}
 	raw, err := h.call(ctx, dir, "trigger", map[string]any{"directory": dir, "name": hook, "input": input, "output": output}, h.opts.CallTimeout)
 	if err != nil {
-		return output, err
+		return output, nil, err
 	}
 	var out struct {
 		Output map[string]any `json:"output"`
+		Errors []HookError    `json:"errors"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil || out.Output == nil {
-		return output, err
+		return output, out.Errors, err
 	}
-	return out.Output, nil
+	return out.Output, out.Errors, nil
+}
+
+// HasHook reports whether a loaded plugin of a location has a hook.
+func (h *Host) HasHook(dir, hook string) bool {
+	st, ok := h.Loaded(dir)
+	return ok && hasHook(st, hook)
+}
+
+// Definition is a tool's definition as tool.definition sees and changes
+// it: its description and its parameters' JSON Schema.
+type Definition struct {
+	ID          string          `json:"id,omitempty"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// Definitions runs tool.definition for each tool of a step in one call and
+// returns the definitions the plugins left (in order), and the plugins
+// whose hook failed.
+func (h *Host) Definitions(ctx context.Context, dir string, defs []Definition) ([]Definition, []HookError, error) {
+	if !h.HasHook(dir, "tool.definition") {
+		return defs, nil, nil
+	}
+	raw, err := h.call(ctx, dir, "definitions", map[string]any{"directory": dir, "tools": defs}, h.opts.CallTimeout)
+	if err != nil {
+		return defs, nil, err
+	}
+	var out struct {
+		Tools  []Definition `json:"tools"`
+		Errors []HookError  `json:"errors"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || len(out.Tools) != len(defs) {
+		return defs, out.Errors, errors.New("tool.definition: the plugin host answered garbage")
+	}
+	return out.Tools, out.Errors, nil
 }
 
 func hasHook(st []Status, hook string) bool {
@@ -785,13 +918,13 @@ const eventQueue = 1024
 
 type hostEvent struct {
 	dir string
-	ev  json.RawMessage
+	evs []json.RawMessage
 }
 
-// Event hands an event to the event hooks of a loaded location without
-// waiting: events go to the host in order, one at a time, from a bounded
-// queue (dropped when it is full).
-func (h *Host) Event(dir string, ev json.RawMessage) {
+// Event hands events to the event hooks of a loaded location without
+// waiting: they go to the host in order, one call at a time, from a
+// bounded queue (dropped when it is full).
+func (h *Host) Event(dir string, evs ...json.RawMessage) {
 	if st, ok := h.Loaded(dir); !ok || !hasHook(st, "event") {
 		return
 	}
@@ -801,7 +934,7 @@ func (h *Host) Event(dir string, ev json.RawMessage) {
 			for {
 				select {
 				case e := <-h.events:
-					h.call(context.Background(), e.dir, "event", map[string]any{"directory": e.dir, "event": e.ev}, h.opts.CallTimeout)
+					h.call(context.Background(), e.dir, "event", map[string]any{"directory": e.dir, "events": e.evs}, h.opts.CallTimeout)
 				case <-h.quit:
 					return
 				}
@@ -809,7 +942,7 @@ func (h *Host) Event(dir string, ev json.RawMessage) {
 		}()
 	})
 	select {
-	case h.events <- hostEvent{dir, ev}:
+	case h.events <- hostEvent{dir, evs}:
 	default:
 	}
 }
@@ -817,21 +950,37 @@ func (h *Host) Event(dir string, ev json.RawMessage) {
 // Reload stops every location's process (and what its plugins started):
 // every location loads its plugins afresh on its next use (a new module
 // cache included).
+//
+// Before a loaded location's process is stopped, its plugins' dispose
+// hooks run (at most disposeTimeout for all of them).
 func (h *Host) Reload() {
 	h.mu.Lock()
 	slots := h.slots
 	h.slots = map[string]*slot{}
 	h.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, s := range slots {
 		h.mu.Lock()
 		p := s.proc
 		s.proc = nil
+		loaded := s.loaded != nil && s.loaded.gen == s.gen && s.loaded.loading == nil && s.loaded.err == nil &&
+			hasHook(s.loaded.statuses, "dispose")
 		h.mu.Unlock()
-		if p != nil {
-			p.kill()
+		if p == nil {
+			continue
 		}
+		wg.Go(func() {
+			if loaded {
+				p.send(context.Background(), "unload", map[string]any{"directory": s.dir}, disposeTimeout)
+			}
+			p.kill()
+		})
 	}
+	wg.Wait()
 }
+
+// disposeTimeout bounds the dispose hooks of a location's plugins.
+const disposeTimeout = 2 * time.Second
 
 // Close stops the host for good.
 func (h *Host) Close() {

@@ -96,8 +96,17 @@ const locations = new Map();
 // and the server answers on stdin. The base URL is never resolved.
 const CLIENT_URL = "http://agentgate.plugin";
 const MAX_BODY = 4 << 20;
-const httpPending = new Map();
-let httpNext = 0;
+// Requests of the host to the server ({rpc: "http" | "ask"}) wait here
+// for their answers; metadata updates ({rpc: "meta"}) are not answered.
+const rpcPending = new Map();
+let rpcNext = 0;
+function rpcCall(kind, req) {
+  const id = ++rpcNext;
+  return new Promise((resolve, reject) => {
+    rpcPending.set(id, resolve);
+    try { send({ rpc: kind, id, req }); } catch (e) { rpcPending.delete(id); reject(e); }
+  });
+}
 async function rpcFetch(input, init) {
   const req = input instanceof Request ? input : new Request(input, init);
   const u = new URL(req.url);
@@ -109,11 +118,7 @@ async function rpcFetch(input, init) {
     if (buf.length > MAX_BODY) throw new Error("request body too large for the plugin host");
     body = buf.toString("base64");
   }
-  const id = ++httpNext;
-  const res = await new Promise((resolve) => {
-    httpPending.set(id, resolve);
-    send({ rpc: "http", id, req: { method: req.method, url: u.pathname + u.search, headers, body } });
-  });
+  const res = await rpcCall("http", { method: req.method, url: u.pathname + u.search, headers, body });
   const status = Number(res?.status) || 502;
   const bytes = Buffer.from(String(res?.body ?? ""), "base64");
   const nobody = status === 204 || status === 304 || req.method === "HEAD";
@@ -128,27 +133,46 @@ async function makeClient(p) {
   return mod.createOpencodeClient({ baseUrl: CLIENT_URL, headers, directory: p.directory, fetch: rpcFetch });
 }
 
+// A plugin module exports plugin functions (`async (input, options) =>
+// hooks`) or a module object {id?, server, tui?} whose server is one. The
+// parts of the released contract this server does not serve are collected
+// per plugin and reported as not used: a v2 plugin object ({id, effect} or
+// {id, setup}), a tui export, experimental_workspace registrations.
 async function load(p) {
   const client = await makeClient(p).catch(() => null);
   const $ = Bun.$.cwd(p.directory);
   let serverUrl;
   try { serverUrl = new URL(p.serverUrl || CLIENT_URL); } catch {}
-  const input = { client, project: p.project ?? {}, directory: p.directory, worktree: p.worktree, serverUrl, $ };
   const loaded = [];
   const report = [];
   for (const spec of p.plugins) {
+    const unused = {};
+    const input = { client, project: p.project ?? {}, directory: p.directory, worktree: p.worktree, serverUrl, $,
+      experimental_workspace: {
+        register(type) { unused[`experimental_workspace.register(${String(type).slice(0, 64)})`] = "this server has no workspace adapters"; },
+      } };
     try {
       if (spec.error) throw new Error(spec.error);
       const mod = await import(pathToFileURL(spec.entry).href);
       const seen = new Set();
       const hooksList = [];
-      for (const [name, fn] of Object.entries(mod)) {
-        if (typeof fn !== "function" || seen.has(fn)) continue;
-        seen.add(fn);
-        const hooks = await fn(input);
+      for (const value of Object.values(mod)) {
+        if (seen.has(value)) continue;
+        seen.add(value);
+        let fn = null;
+        if (typeof value === "function") fn = value;
+        else if (value && typeof value === "object") {
+          if (typeof value.server === "function") fn = value.server;
+          else if (typeof value.effect === "function" || typeof value.setup === "function") {
+            unused[`v2 plugin ${String(value.id ?? "").slice(0, 64)}`.trim()] = "the v2 plugin API (effect or promise) is not served by this server";
+          }
+          if (value.tui !== undefined && value.tui !== null) unused.tui = "this server has no TUI of its own to extend";
+        }
+        if (!fn) continue;
+        const hooks = await fn(input, spec.options ?? undefined);
         if (hooks && typeof hooks === "object") hooksList.push(hooks);
       }
-      if (hooksList.length === 0) throw new Error("the module exports no plugin function");
+      if (hooksList.length === 0 && Object.keys(unused).length === 0) throw new Error("the module exports no plugin function");
       const tools = [];
       const names = new Set();
       for (const hooks of hooksList) {
@@ -163,7 +187,7 @@ async function load(p) {
       }
       const hookNames = [...new Set(hooksList.flatMap((h) => Object.keys(h)))].sort();
       loaded.push({ id: spec.id, hooks: hooksList });
-      report.push({ id: spec.id, ok: true, hooks: hookNames, tools });
+      report.push({ id: spec.id, ok: true, hooks: hookNames, tools, unused });
     } catch (e) {
       report.push({ id: spec.id, ok: false, error: String(e?.message ?? e).slice(0, 2000) });
     }
@@ -180,55 +204,175 @@ function find(dir, pluginId) {
   return pluginId ? list.filter((p) => p.id === pluginId) : list;
 }
 
+// The tool calls running, by the server's call token: their abort
+// controllers.
+const calls = new Map();
+const META_MAX = 64 << 10;
+
+// sendMeta hands the server a tool's metadata({title, metadata}): it
+// updates the running tool part. It never throws at the plugin: input that
+// is not an object is ignored, metadata that is not JSON or is too large
+// is dropped (the server is told why), a title is cut at 1,000 characters.
+function sendMeta(call, input) {
+  try {
+    if (!call || !input || typeof input !== "object") return;
+    const req = { call };
+    if (input.title !== undefined && input.title !== null) req.title = String(input.title).slice(0, 1000);
+    if (input.metadata !== undefined) req.metadata = input.metadata;
+    let size = 0;
+    try { size = JSON.stringify(req).length; } catch { delete req.metadata; req.dropped = "the metadata is not JSON"; }
+    if (size > META_MAX) { delete req.metadata; req.dropped = `the metadata is over ${META_MAX} bytes`; }
+    send({ rpc: "meta", id: ++rpcNext, req });
+  } catch {}
+}
+
+function permissionError(err) {
+  const e = new Error(String(err?.message ?? "the permission was refused"));
+  e.name = String(err?.name ?? "PermissionRejectedError");
+  return e;
+}
+
 async function runTool(p) {
   for (const pl of find(p.directory, p.plugin)) {
     for (const h of pl.hooks) {
       const def = h.tool?.[p.name];
       if (!def) continue;
       const ctrl = new AbortController();
-      const ctx = { sessionID: p.context.sessionID, messageID: p.context.messageID, agent: p.context.agent, callID: p.context.callID,
-        directory: p.directory, worktree: p.worktree, abort: ctrl.signal, metadata() {} };
-      const out = await def.execute(p.args ?? {}, ctx);
-      if (typeof out === "string") return { output: out };
-      if (out && typeof out === "object") return { output: String(out.output ?? ""), title: out.title, metadata: out.metadata };
-      return { output: String(out ?? "") };
+      const call = String(p.call ?? "");
+      if (call) calls.set(call, ctrl);
+      const c = p.context ?? {};
+      const ctx = {
+        sessionID: c.sessionID, messageID: c.messageID, agent: c.agent, callID: c.callID,
+        directory: p.directory, worktree: p.worktree, abort: ctrl.signal,
+        metadata(input) { sendMeta(call, input); },
+        // ask goes through the server's permission rules and, when they
+        // ask, to the user; a refusal is thrown as the released server
+        // throws it (PermissionRejectedError, PermissionCorrectedError
+        // with the user's feedback, PermissionDeniedError by a rule).
+        async ask(input) {
+          if (ctrl.signal.aborted) throw permissionError({ name: "AbortError", message: "the tool call was aborted" });
+          const req = { call, permission: input?.permission, patterns: input?.patterns, always: input?.always, metadata: input?.metadata ?? {} };
+          try { JSON.stringify(req); } catch { throw permissionError({ name: "InvalidAskError", message: "ask: the input is not JSON" }); }
+          const res = await rpcCall("ask", req);
+          if (!res || res.error) throw permissionError(res?.error ?? { message: "no answer to the permission request" });
+        },
+      };
+      try {
+        const out = await def.execute(p.args ?? {}, ctx);
+        if (typeof out === "string") return { output: out };
+        if (out && typeof out === "object") return { output: String(out.output ?? ""), title: typeof out.title === "string" ? out.title : undefined, metadata: out.metadata };
+        return { output: String(out ?? "") };
+      } finally {
+        calls.delete(call);
+      }
     }
   }
   throw new Error(`no plugin defines the tool ${p.name}`);
 }
 
+function abortTool(p) {
+  const ctrl = calls.get(String(p.call ?? ""));
+  if (ctrl) ctrl.abort(new DOMException("The session was interrupted", "AbortError"));
+  return {};
+}
+
+// What a hook must leave in its output; a hook that leaves anything else
+// returned garbage.
+const isStrings = (a) => Array.isArray(a) && a.every((x) => typeof x === "string");
+const checks = {
+  "experimental.chat.messages.transform": (o) => {
+    if (!Array.isArray(o.messages)) return "output.messages must be an array of {info, parts}";
+    for (const [i, m] of o.messages.entries()) {
+      if (!m || typeof m !== "object" || !m.info || typeof m.info !== "object" || !Array.isArray(m.parts)) return `message ${i} is not {info, parts}`;
+      if (m.info.role !== "user" && m.info.role !== "assistant") return `message ${i}: role ${JSON.stringify(m.info.role)} is neither user nor assistant`;
+      for (const [k, x] of m.parts.entries()) {
+        if (!x || typeof x !== "object" || typeof x.type !== "string") return `message ${i} part ${k} has no type`;
+        if (x.type === "text" && typeof x.text !== "string") return `message ${i} part ${k}: text is not a string`;
+        if (x.type === "tool" && (typeof x.callID !== "string" || !x.callID || typeof x.tool !== "string" || !x.tool || !x.state || typeof x.state !== "object"))
+          return `message ${i} part ${k}: a tool part needs callID, tool and state`;
+      }
+    }
+    return true;
+  },
+  "experimental.chat.system.transform": (o) => isStrings(o.system) || "output.system must be an array of strings",
+  "experimental.text.complete": (o) => typeof o.text === "string" || "output.text must be a string",
+  "experimental.session.compacting": (o) => (isStrings(o.context) && (o.prompt == null || typeof o.prompt === "string")) ||
+    "output.context must be an array of strings and output.prompt a string",
+  "experimental.compaction.autocontinue": (o) => typeof o.enabled === "boolean" || "output.enabled must be a boolean",
+  "tool.definition": (o) => (typeof o.description === "string" && o.parameters && typeof o.parameters === "object" && !Array.isArray(o.parameters)) ||
+    "output.description must be a string and output.parameters a JSON Schema object",
+};
+
 // trigger runs a hook of every plugin of the location in load order, each
-// seeing the output the one before it left.
+// seeing the output the one before it left. A plugin whose hook throws,
+// or leaves an output that is not what the hook returns (or not JSON),
+// leaves the output as it found it and is reported in errors; the next
+// plugin goes on.
 async function trigger(p) {
-  const output = p.output ?? {};
+  let output = p.output ?? {};
+  const errors = [];
+  const check = checks[p.name];
   for (const pl of find(p.directory)) {
     for (const h of pl.hooks) {
       const fn = h[p.name];
-      if (typeof fn === "function") await fn(p.input ?? {}, output);
+      if (typeof fn !== "function") continue;
+      const before = structuredClone(output);
+      try {
+        await fn(p.input ?? {}, output);
+        const ok = check ? check(output) : true;
+        if (ok !== true) throw new Error(`returned garbage: ${ok}`);
+        JSON.stringify(output);
+      } catch (e) {
+        output = before;
+        errors.push({ plugin: pl.id, error: String(e?.message ?? e).slice(0, 500) });
+      }
     }
   }
-  return { output };
+  return { output, errors };
+}
+
+// definitions runs tool.definition for each tool of a step in one call.
+async function definitions(p) {
+  const tools = [];
+  const errors = [];
+  for (const t of p.tools ?? []) {
+    const r = await trigger({ directory: p.directory, name: "tool.definition", input: { toolID: t.id },
+      output: { description: t.description, parameters: t.parameters } });
+    tools.push(r.output);
+    for (const e of r.errors) errors.push({ ...e, tool: t.id });
+  }
+  return { tools, errors };
 }
 
 async function onEvent(p) {
   for (const pl of locations.get(p.directory) ?? []) {
     for (const h of pl.hooks) {
-      if (typeof h.event === "function") Promise.resolve().then(() => h.event({ event: p.event })).catch(() => {});
+      if (typeof h.event !== "function") continue;
+      for (const event of p.events ?? [p.event]) Promise.resolve().then(() => h.event({ event })).catch(() => {});
     }
   }
   return {};
 }
 
-const methods = { load, tool: runTool, trigger, event: onEvent, unload: async (p) => { locations.delete(p.directory); return {}; }, ping: async () => ({ pong: true }) };
+// unload calls each plugin's dispose hook, then forgets the location.
+async function unload(p) {
+  for (const pl of locations.get(p.directory) ?? []) {
+    for (const h of pl.hooks) if (typeof h.dispose === "function") await Promise.resolve().then(() => h.dispose()).catch(() => {});
+  }
+  locations.delete(p.directory);
+  return {};
+}
+
+const methods = { load, tool: runTool, abort: abortTool, trigger, definitions, event: onEvent, unload, ping: async () => ({ pong: true }) };
 
 const rl = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
 rl.on("line", (line) => {
   let req;
   try { req = JSON.parse(line); } catch { return; }
   if (!req || typeof req !== "object") return;
-  if (req.rpc === "http") {
-    const resolve = httpPending.get(req.id);
-    httpPending.delete(req.id);
+  if (req.rpc) {
+    const resolve = rpcPending.get(req.id);
+    rpcPending.delete(req.id);
     if (resolve) resolve(req.res);
     return;
   }

@@ -125,7 +125,7 @@ export const Greet = async ({ directory, $ }) => ({
 			t.Fatalf("hooks %v lack %s", g.Hooks, hook)
 		}
 	}
-	out, err := h.Trigger(t.Context(), dir, "tool.execute.before", map[string]any{"tool": "greet"}, map[string]any{"args": map[string]any{"name": "ada"}})
+	out, _, err := h.Trigger(t.Context(), dir, "tool.execute.before", map[string]any{"tool": "greet"}, map[string]any{"args": map[string]any{"name": "ada"}})
 	if err != nil || gjson.Get(mustJSON(out), "args.name").String() != "ADA" {
 		t.Fatalf("before: %v %v", out, err)
 	}
@@ -133,12 +133,12 @@ export const Greet = async ({ directory, $ }) => ({
 	if err != nil || res.Output != "hello ADA x1 from ses_1 in "+dir {
 		t.Fatalf("tool: %+v %v", res, err)
 	}
-	out, err = h.Trigger(t.Context(), dir, "tool.execute.after", map[string]any{"tool": "greet"}, map[string]any{"output": res.Output})
+	out, _, err = h.Trigger(t.Context(), dir, "tool.execute.after", map[string]any{"tool": "greet"}, map[string]any{"output": res.Output})
 	if err != nil || !strings.HasSuffix(out["output"].(string), "(checked)") {
 		t.Fatalf("after: %v %v", out, err)
 	}
 	// A hook no plugin has passes the output through without a call.
-	if out, err := h.Trigger(t.Context(), dir, "chat.params", nil, map[string]any{"temperature": 0.5}); err != nil || out["temperature"] != 0.5 {
+	if out, _, err := h.Trigger(t.Context(), dir, "chat.params", nil, map[string]any{"temperature": 0.5}); err != nil || out["temperature"] != 0.5 {
 		t.Fatalf("chat.params: %v %v", out, err)
 	}
 }
@@ -202,17 +202,22 @@ export const P = async () => {
   };
 };`})
 	ctx := t.Context()
+	var hookErrs []HookError
 	trigger := func(mode string) (map[string]any, error) {
 		if _, err := h.Load(ctx, dir, func() LoadInput { return LoadInput{Directory: dir, Worktree: dir, Plugins: specs} }); err != nil {
 			return nil, err
 		}
-		return h.Trigger(ctx, dir, "chat.params", map[string]any{"mode": mode}, map[string]any{"temperature": 1})
+		out, errs, err := h.Trigger(ctx, dir, "chat.params", map[string]any{"mode": mode}, map[string]any{"temperature": 1})
+		hookErrs = errs
+		return out, err
 	}
 	if out, err := trigger("ok"); err != nil || out["temperature"] != 0.1 {
 		t.Fatalf("ok: %v %v", out, err)
 	}
-	if _, err := trigger("throw"); err == nil || !strings.Contains(err.Error(), "hook failed") {
-		t.Fatalf("throw: %v", err)
+	// A hook that throws leaves the output as it found it and is reported.
+	if out, err := trigger("throw"); err != nil || out["temperature"] != float64(1) || len(hookErrs) != 1 ||
+		hookErrs[0].Plugin != "p" || !strings.Contains(hookErrs[0].Error, "hook failed") {
+		t.Fatalf("throw: %v %v %+v", out, err, hookErrs)
 	}
 	start := time.Now()
 	if _, err := trigger("hang"); err == nil || time.Since(start) > 5*time.Second {

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // The plugins' client reaches the server over its process's stdio: the
@@ -60,10 +62,21 @@ type rpcResponse struct {
 	Body    string            `json:"body"`
 }
 
-// serveRPC answers one client request of the process, in its own
-// goroutine; the reader never waits for it.
+// serveRPC answers one request of the process, in its own goroutine; the
+// reader never waits for it: a client request ("http"), a tool's
+// permission request ("ask", see ask.go) or a tool's metadata update
+// ("meta", not answered).
 func (p *proc) serveRPC(h *Host, id int64, kind string, raw json.RawMessage) {
-	if kind != "http" || id <= 0 {
+	switch {
+	case id <= 0:
+		return
+	case kind == "meta":
+		p.serveMeta(h, raw)
+		return
+	case kind == "ask":
+		p.serveAsk(h, id, raw)
+		return
+	case kind != "http":
 		return
 	}
 	select {
@@ -79,7 +92,11 @@ func (p *proc) serveRPC(h *Host, id int64, kind string, raw json.RawMessage) {
 }
 
 func (p *proc) answerRPC(id int64, res rpcResponse) {
-	b, err := json.Marshal(map[string]any{"rpc": "http", "id": id, "res": res})
+	p.answer("http", id, res)
+}
+
+func (p *proc) answer(kind string, id int64, res any) {
+	b, err := json.Marshal(map[string]any{"rpc": kind, "id": id, "res": res})
 	if err == nil {
 		p.write(b)
 	}
@@ -144,6 +161,9 @@ func (h *Host) doRPC(dir string, raw json.RawMessage, done <-chan struct{}) rpcR
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
+	// Which routes the plugins' client calls, and how they answered.
+	h.log.Debug("plugin client request", zap.String("method", in.Method), zap.String("path", u.Path), zap.Int("status", w.status),
+		zap.String("location", dir))
 	res := rpcResponse{Status: w.status, Headers: map[string]string{}, Body: base64.StdEncoding.EncodeToString(w.body.Bytes())}
 	for k, v := range w.header {
 		if len(v) > 0 {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -249,5 +251,36 @@ export const C = async ({ client, serverUrl }) => ({
 	case s := <-got:
 		t.Fatalf("a malformed request reached the handler: %+v", s)
 	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// TestHostPluginNetwork: the plugins' network is the one their sandbox
+// is given: with the default (the sandbox's own loopback) a plugin cannot
+// reach a server on the host's loopback; with the host's network
+// (plugin_host { network host }) it can, and the status says which.
+func TestHostPluginNetwork(t *testing.T) {
+	enforced(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "pong") }))
+	t.Cleanup(srv.Close)
+	plugin := map[string]string{"net.js": `
+import { writeFileSync } from "node:fs";
+export const Net = async ({ directory }) => {
+  let got;
+  try { got = await (await fetch(` + strconv.Quote(srv.URL) + `, { signal: AbortSignal.timeout(3000) })).text(); } catch (e) { got = "unreachable"; }
+  writeFileSync(directory + "/net.txt", got);
+  return {};
+};`}
+	for _, tc := range []struct {
+		network bool
+		want    string
+		status  string
+	}{{false, "unreachable", "loopback only"}, {true, "pong", "host"}} {
+		h := newTestHost(t, "", func(o *Options) { o.Sandbox = sandbox.New(sandbox.Config{Network: tc.network}) })
+		dir := t.TempDir()
+		load(t, h, dir, writePlugins(t, dir, plugin))
+		b, _ := os.ReadFile(filepath.Join(dir, "net.txt"))
+		if string(b) != tc.want || h.Network() != tc.status {
+			t.Fatalf("network %v: the plugin got %q, the host says %q", tc.network, b, h.Network())
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agentgate/agentgate/internal/instance/errs"
+	v1 "github.com/agentgate/agentgate/internal/instance/v1"
 )
 
 // Info is Plugin.Info's wire record.
@@ -94,6 +95,10 @@ type Manager struct {
 	pkgs   []*pluginPackage
 	byName map[string]*pluginPackage
 	rt     *Runtime // what runs the plugins (see Running)
+
+	failures hookFailures // the hooks that failed since the plugins loaded
+	trMu     sync.Mutex
+	tr       *v1.Translator // the v1 form of the events the event hooks get
 }
 
 // Options configure a Manager.

@@ -202,7 +202,7 @@ func (m *Manager) Running(ctx context.Context, loc Location) []Info {
 		case !s.OK:
 			m.fail(info, s.Error)
 		default:
-			info.Features = map[string]any{"server": true, "hooks": nonNil(s.Hooks), "tools": toolNames(s.Tools), "sandbox": sandboxMode(rt)}
+			info.Features = m.features(s, rt)
 		}
 	}
 	shadowed(list)
@@ -324,7 +324,8 @@ func (m *Manager) Trigger(ctx context.Context, loc Location, hook string, input,
 	if _, err := m.load(ctx, loc); err != nil {
 		return output
 	}
-	out, err := rt.Host.Trigger(ctx, loc.Dir, hook, input, output)
+	out, errs, err := rt.Host.Trigger(ctx, loc.Dir, hook, input, output)
+	m.reportHookErrors(hook, errs)
 	if err != nil {
 		m.log.Warn("plugin hook failed", zap.String("hook", hook), zap.String("error", clip(err.Error())))
 		return output
@@ -347,11 +348,14 @@ func (m *Manager) Event(record []byte) {
 	if json.Unmarshal(record, &ev) != nil || ev.Location == nil {
 		return
 	}
-	rt.Host.Event(ev.Location.Directory, record)
+	if evs := m.eventsFor(record); len(evs) > 0 {
+		rt.Host.Event(ev.Location.Directory, evs...)
+	}
 }
 
 // Reload makes every location load its plugins afresh on next use.
 func (m *Manager) Reload() {
+	m.self().failures.reset()
 	if rt := m.self().runtime(); rt != nil && rt.Host != nil {
 		rt.Host.Reload()
 	}

@@ -57,7 +57,7 @@ func withPlugins(t *testing.T, h *drainHarness, files map[string]string, mod fun
 	// Without the sandbox, Bun runs with PATH and a temporary home, XDG
 	// directories, TMPDIR and install cache (testenv.ToolVars).
 	o := pluginhost.Options{Bun: bun, Modules: modules, Dir: t.TempDir(), Env: append(testenv.ToolVars(t), "PATH="+os.Getenv("PATH")),
-		CallTimeout: 5 * time.Second, LoadTimeout: 30 * time.Second, Backoff: 50 * time.Millisecond, Handler: h.srv}
+		CallTimeout: 5 * time.Second, LoadTimeout: 30 * time.Second, Backoff: 50 * time.Millisecond, Handler: h.srv, Logger: zap.New(core)}
 	if mod != nil {
 		mod(&o)
 	}

@@ -202,7 +202,7 @@ func Handles(path string) bool {
 // v1Paths are the first routes outside /session, /config, /experimental,
 // /project and /provider that the instance serves.
 var v1Paths = map[string]bool{"/path": true, "/vcs": true, "/agent": true, "/command": true, "/formatter": true, "/lsp": true,
-	"/mcp": true, "/global/event": true, "/log": true}
+	"/mcp": true, "/global/event": true, "/log": true, "/tui/show-toast": true}
 
 // Failed authentications allowed per client address within
 // AuthFailureWindow; then the address gets 429 TooManyRequestsError until

@@ -196,6 +196,7 @@ func (s *Server) v1Prompt(w http.ResponseWriter, r *http.Request, p router.Param
 			ID       string `json:"id"`
 			Type     string `json:"type"`
 			Text     string `json:"text"`
+			Ignored  bool   `json:"ignored"`
 			URL      string `json:"url"`
 			Mime     string `json:"mime"`
 			Filename string `json:"filename"`
@@ -210,7 +211,9 @@ func (s *Server) v1Prompt(w http.ResponseWriter, r *http.Request, p router.Param
 	}
 	var text []string
 	var files []session.FileIn
+	ignored := len(in.Parts) > 0
 	for _, part := range in.Parts {
+		ignored = ignored && part.Type == "text" && part.Ignored
 		switch part.Type {
 		case "text":
 			text = append(text, part.Text)
@@ -236,8 +239,14 @@ func (s *Server) v1Prompt(w http.ResponseWriter, r *http.Request, p router.Param
 	}
 	joined := strings.Join(text, "\n")
 	resume := in.NoReply == nil || !*in.NoReply
+	var meta map[string]json.RawMessage
+	if ignored && !resume {
+		// A notice (a plugin's, sent with noReply and every part
+		// ignored): stored and shown, never sent to the model.
+		meta = map[string]json.RawMessage{"ignored": json.RawMessage("true")}
+	}
 	admitted, err := s.sessions.Prompt(r.Context(), sid, session.PromptInput{ID: in.MessageID,
-		PromptFields: session.PromptFields{Text: &joined, Files: files}, Resume: &resume})
+		PromptFields: session.PromptFields{Text: &joined, Files: files}, Resume: &resume, Metadata: meta})
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/agentgate/agentgate/internal/instance/agents"
+	"github.com/agentgate/agentgate/internal/instance/errs"
 	"github.com/agentgate/agentgate/internal/instance/events"
 	"github.com/agentgate/agentgate/internal/instance/loop"
 	v1 "github.com/agentgate/agentgate/internal/instance/v1"
@@ -41,6 +42,47 @@ func (s *Server) v1TUIRoutes(rt *router.Router) {
 	rt.Handle("GET", "/api/reference", s.emptyInLocation)
 	rt.Handle("GET", "/api/integration", s.emptyInLocation)
 	rt.Handle("GET", "/global/event", s.v1GlobalEvents)
+	rt.Handle("POST", "/tui/show-toast", s.v1ShowToast)
+}
+
+// v1ShowToast asks the TUIs attached to a location to show a toast
+// (client.tui.showToast, which plugins call): a tui.toast.show event on
+// the location's stream, {title?, message, variant, duration?}.
+func (s *Server) v1ShowToast(w http.ResponseWriter, r *http.Request, _ router.Params) error {
+	loc, err := s.v1Location(r)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Title    *string  `json:"title"`
+		Message  string   `json:"message"`
+		Variant  string   `json:"variant"`
+		Duration *float64 `json:"duration"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	switch in.Variant {
+	case "info", "success", "warning", "error":
+	default:
+		return errs.Field("variant", "variant must be info, success, warning or error")
+	}
+	if in.Message == "" || len(in.Message) > 4096 || (in.Title != nil && len(*in.Title) > 256) {
+		return errs.Field("message", "a toast needs a message of at most 4 KB and a title of at most 256 bytes")
+	}
+	if in.Duration != nil && (*in.Duration < 0 || *in.Duration > 600000) {
+		return errs.Field("duration", "duration is 0 to 600000 ms")
+	}
+	data := map[string]any{"message": in.Message, "variant": in.Variant}
+	if in.Title != nil {
+		data["title"] = *in.Title
+	}
+	if in.Duration != nil {
+		data["duration"] = *in.Duration
+	}
+	s.opts.Bus.Publish("tui.toast.show", &events.LocationRef{Directory: loc.Directory}, data)
+	writeJSON(w, http.StatusOK, true)
+	return nil
 }
 
 func staticJSON(v any) router.Handler {

@@ -158,6 +158,9 @@ func (t *Translator) Translate(raw []byte) (out []Event, dir string) {
 		case "session.next.tool.progress":
 			state["status"], state["time"] = "running", map[string]any{"start": c.start}
 			state["metadata"] = json.RawMessage(orEmpty(data.Get("structured").Raw))
+			if t := data.Get("structured.title"); t.Type == gjson.String {
+				state["title"] = t.String()
+			}
 		case "session.next.tool.success":
 			var out string
 			for _, x := range data.Get("content").Array() {
@@ -188,7 +191,7 @@ func (t *Translator) Translate(raw []byte) (out []Event, dir string) {
 		}
 		emit("message.updated", map[string]any{"sessionID": sid, "info": t.assistant(msgID, st, &data)})
 	case "session.status", "session.idle", "permission.asked", "permission.replied", "question.asked", "question.replied",
-		"question.rejected", "todo.updated":
+		"question.rejected", "todo.updated", "tui.toast.show":
 		emit(typ, json.RawMessage(orEmpty(data.Raw)))
 	}
 	return out, dir

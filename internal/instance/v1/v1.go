@@ -104,12 +104,22 @@ func Messages(info *session.Info, msgs []session.Message, root, defaultModel str
 		case "agent-switched":
 			agent = raw.Get("agent").String()
 		case "user":
-			lastUser = m.Header.ID
+			// A notice a plugin posted with noReply and ignored parts is
+			// shown, not answered: the steps after it answer the user
+			// message before it.
+			ignored := raw.Get("metadata.ignored").Bool()
+			if !ignored {
+				lastUser = m.Header.ID
+			}
 			u := map[string]any{"id": m.Header.ID, "sessionID": info.ID, "role": "user",
 				"time": map[string]any{"created": raw.Get("time.created").Int()}, "agent": agent}
 			u["model"] = userModel(model)
-			out = append(out, WithParts{Info: u, Parts: []map[string]any{{"id": PartID(m.Header.ID, "u0"), "sessionID": info.ID,
-				"messageID": m.Header.ID, "type": "text", "text": raw.Get("text").String()}}})
+			part := map[string]any{"id": PartID(m.Header.ID, "u0"), "sessionID": info.ID,
+				"messageID": m.Header.ID, "type": "text", "text": raw.Get("text").String()}
+			if ignored {
+				part["ignored"] = true
+			}
+			out = append(out, WithParts{Info: u, Parts: []map[string]any{part}})
 		case "assistant":
 			a := assistant(info.ID, m.Header.ID, lastUser, info.Location.Directory, root, raw)
 			if mr := raw.Get("model"); mr.Exists() {
@@ -214,6 +224,11 @@ func ToolPart(sid, msgID string, c gjson.Result) map[string]any {
 		state["time"] = map[string]any{"start": start, "end": end}
 	default:
 		state["status"], state["time"] = "running", map[string]any{"start": start}
+		// What the tool said of itself so far (a plugin tool's metadata()).
+		state["metadata"] = meta
+		if t := c.Get("state.metadata.title"); t.Type == gjson.String {
+			state["title"] = t.String()
+		}
 	}
 	return map[string]any{"id": PartID(msgID, "c"+callID), "sessionID": sid, "messageID": msgID, "type": "tool",
 		"callID": callID, "tool": c.Get("name").String(), "state": state}
