@@ -246,6 +246,13 @@ func TestV1ShareUnshare(t *testing.T) {
 	if p := h.get("/ui/session/" + sid); p.status != 200 || !strings.Contains(string(p.body), sid) {
 		t.Fatalf("the shared page: %d", p.status)
 	}
+	// An export carries the link; an import (here or elsewhere) drops it.
+	tr, _ := h.export(sid, "")
+	doc := map[string]any{"info": tr.Data.Info, "messages": tr.Data.Messages}
+	doc["info"].(map[string]any)["id"] = "ses_0123456789abcdefghijklmnoq"
+	if r := h.send("POST", "/api/experimental/session/import", doc); r.status != 200 || gjson.GetBytes(r.body, "data.share").Exists() {
+		t.Fatalf("import of a shared session: %d %s", r.status, r.body)
+	}
 	r = h.do("DELETE", "/session/"+sid+"/share", nil)
 	if r.status != 200 || gjson.GetBytes(r.body, "share").Exists() || gjson.GetBytes(h.get("/session/"+sid).body, "share").Exists() {
 		t.Fatalf("unshare: %d %s", r.status, r.body)
