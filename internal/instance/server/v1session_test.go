@@ -136,6 +136,10 @@ func TestV1Summarize(t *testing.T) {
 		msgs.Get("3.parts.0.text").String() != fakeprovider.Text {
 		t.Fatalf("v1 messages: %s", msgs.Raw)
 	}
+	// The web app's page shows the same compaction.
+	if p := h.get("/ui/session/" + sid); p.status != 200 || !strings.Contains(string(p.body), "Conversation compacted (manual)") {
+		t.Fatalf("the web app's page: %d %s", p.status, p.body)
+	}
 
 	wantError(t, h.send("POST", "/session/"+sid+"/summarize", map[string]any{"providerID": "agentgate"}), 400, "InvalidRequestError", nil)
 	wantError(t, h.send("POST", "/session/"+sid+"/summarize", map[string]any{"providerID": "openai", "modelID": "fake-model"}), 400,
