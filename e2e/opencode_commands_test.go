@@ -237,7 +237,7 @@ func TestOpenCodeTUICommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.slash(ctx, "/undo", "Undo previous message")
-		m.waitFor(ctx, "/undo", "message reverted", "/redo to restore")
+		m.waitFor(ctx, "/undo", "1 message reverted", "/redo to restore", "add.go +1 -1") // the files put back
 		if b, _ := os.ReadFile(filepath.Join(project, "add.go")); !strings.Contains(string(b), "return a - b") {
 			t.Fatalf("/undo did not restore add.go: %s", b)
 		}
