@@ -60,6 +60,10 @@ type Behavior struct {
 type Step struct {
 	Text  string
 	Calls []Call
+	// Reasoning, when set, is streamed before the text as the model's
+	// reasoning (Chat Completions' reasoning_content; the other formats
+	// leave it out).
+	Reasoning string
 }
 
 // Call is a scripted tool call; Args is its JSON arguments text.
@@ -512,6 +516,9 @@ func scriptEvents(f format, model string, st Step) []string {
 	var ev []string
 	switch f {
 	case chat:
+		if st.Reasoning != "" {
+			ev = append(ev, data(fmt.Sprintf(`{"id":"chatcmpl-fake","object":"chat.completion.chunk","model":%s,"choices":[{"index":0,"delta":{"role":"assistant","reasoning_content":%s}}]}`, m, js(st.Reasoning))))
+		}
 		ev = append(ev, data(fmt.Sprintf(`{"id":"chatcmpl-fake","object":"chat.completion.chunk","model":%s,"choices":[{"index":0,"delta":{"role":"assistant","content":%s}}]}`, m, js(st.Text))))
 		for i, c := range st.Calls {
 			h := halves(c.Args)

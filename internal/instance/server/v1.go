@@ -35,6 +35,7 @@ func (s *Server) v1Routes(rt *router.Router) {
 	rt.Handle("GET", "/config", s.v1Config)
 	rt.Handle("GET", "/event", s.v1Events)
 	rt.Handle("POST", "/log", s.v1Log)
+	s.v1SessionRoutes(rt)
 }
 
 // v1Directory is the directory a v1 request names: ?directory= or the
@@ -115,7 +116,8 @@ func (s *Server) v1GetSession(w http.ResponseWriter, r *http.Request, p router.P
 }
 
 // v1ListSessions lists the root sessions of the request's directory,
-// newest first (at most limit, default 100).
+// newest first (at most limit, default 100), those whose title holds
+// search when it is given.
 func (s *Server) v1ListSessions(w http.ResponseWriter, r *http.Request, _ router.Params) error {
 	limit := 100
 	if l := r.URL.Query().Get("limit"); l != "" {
@@ -129,7 +131,7 @@ func (s *Server) v1ListSessions(w http.ResponseWriter, r *http.Request, _ router
 	if err != nil {
 		return err
 	}
-	q := &session.ListQuery{Directory: &loc.Directory, ParentID: "null"}
+	q := &session.ListQuery{Directory: &loc.Directory, ParentID: "null", Search: r.URL.Query().Get("search")}
 	page, err := s.sessions.List(r.Context(), q, nil, limit)
 	if err != nil {
 		return err
@@ -173,6 +175,17 @@ func (s *Server) v1Messages(w http.ResponseWriter, r *http.Request, p router.Par
 	return jsonOf(w, out, err)
 }
 
+// v1PartIn is a part of a v1 prompt or command body.
+type v1PartIn struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	Ignored  bool   `json:"ignored"`
+	URL      string `json:"url"`
+	Mime     string `json:"mime"`
+	Filename string `json:"filename"`
+}
+
 // v1Prompt admits the message's text as a prompt, waits until the
 // session's agent loop is idle and answers the last assistant step that
 // replied to it, with its parts.
@@ -192,15 +205,7 @@ func (s *Server) v1Prompt(w http.ResponseWriter, r *http.Request, p router.Param
 		System  *string         `json:"system"`
 		Tools   map[string]bool `json:"tools"`
 		Variant *string         `json:"variant"`
-		Parts   []struct {
-			ID       string `json:"id"`
-			Type     string `json:"type"`
-			Text     string `json:"text"`
-			Ignored  bool   `json:"ignored"`
-			URL      string `json:"url"`
-			Mime     string `json:"mime"`
-			Filename string `json:"filename"`
-		} `json:"parts"`
+		Parts   []v1PartIn      `json:"parts"`
 	}
 	if err := decodeBody(w, r, &in); err != nil {
 		return err
@@ -210,15 +215,15 @@ func (s *Server) v1Prompt(w http.ResponseWriter, r *http.Request, p router.Param
 		return err
 	}
 	var text []string
-	var files []session.FileIn
 	ignored := len(in.Parts) > 0
+	run := v1Run{messageID: in.MessageID, noReply: in.NoReply != nil && *in.NoReply}
 	for _, part := range in.Parts {
 		ignored = ignored && part.Type == "text" && part.Ignored
 		switch part.Type {
 		case "text":
 			text = append(text, part.Text)
 		case "file":
-			files = append(files, session.FileIn{URI: part.URL, Name: part.Filename, Mime: part.Mime})
+			run.files = append(run.files, session.FileIn{URI: part.URL, Name: part.Filename, Mime: part.Mime})
 		default:
 			return errs.Field("parts", "part type "+part.Type+" is not supported here")
 		}
@@ -226,48 +231,69 @@ func (s *Server) v1Prompt(w http.ResponseWriter, r *http.Request, p router.Param
 	if len(text) == 0 {
 		return errs.Field("parts", "a text part is required")
 	}
-	if in.Agent != nil && *in.Agent != "" && *in.Agent != info.Agent {
-		if _, err := s.sessions.SwitchAgent(r.Context(), sid, *in.Agent); err != nil {
-			return err
+	run.text, run.ignored = strings.Join(text, "\n"), ignored
+	if in.Agent != nil {
+		run.agent = *in.Agent
+	}
+	if in.Model != nil && in.Model.ProviderID == loop.ProviderID && in.Model.ModelID != "" {
+		run.model = &agents.ModelRef{ID: in.Model.ModelID, ProviderID: loop.ProviderID}
+	}
+	answer, err := s.v1Run(r, info, run)
+	return jsonOf(w, answer, err)
+}
+
+// v1Run is a prompt of the v1 routes (a message, a command, init).
+type v1Run struct {
+	messageID *string
+	agent     string           // the agent to switch to ("": the session's)
+	model     *agents.ModelRef // the model to switch to (nil: the session's)
+	text      string
+	files     []session.FileIn
+	noReply   bool // admit the prompt without running a turn
+	ignored   bool // every part is marked ignored: a notice, never sent to the model
+}
+
+// v1Run switches the session's agent and model as the run asks, admits
+// its prompt and, unless noReply, waits until the agent loop is idle and
+// answers the last assistant step that replied to it, with its parts.
+func (s *Server) v1Run(r *http.Request, info *session.Info, run v1Run) (any, error) {
+	sid := info.ID
+	if run.agent != "" && run.agent != info.Agent {
+		if _, err := s.sessions.SwitchAgent(r.Context(), sid, run.agent); err != nil {
+			return nil, err
 		}
 	}
-	if in.Model != nil && in.Model.ProviderID == loop.ProviderID && in.Model.ModelID != "" &&
-		(info.Model == nil || info.Model.ID != in.Model.ModelID) {
-		if _, err := s.sessions.SwitchModel(r.Context(), sid, &agents.ModelRef{ID: in.Model.ModelID, ProviderID: loop.ProviderID}); err != nil {
-			return err
-		}
+	if err := s.useModel(r, info, run.model); err != nil {
+		return nil, err
 	}
-	joined := strings.Join(text, "\n")
-	resume := in.NoReply == nil || !*in.NoReply
+	resume := !run.noReply
 	var meta map[string]json.RawMessage
-	if ignored && !resume {
+	if run.ignored && !resume {
 		// A notice (a plugin's, sent with noReply and every part
 		// ignored): stored and shown, never sent to the model.
 		meta = map[string]json.RawMessage{"ignored": json.RawMessage("true")}
 	}
-	admitted, err := s.sessions.Prompt(r.Context(), sid, session.PromptInput{ID: in.MessageID,
-		PromptFields: session.PromptFields{Text: &joined, Files: files}, Resume: &resume, Metadata: meta})
+	admitted, err := s.sessions.Prompt(r.Context(), sid, session.PromptInput{ID: run.messageID,
+		PromptFields: session.PromptFields{Text: &run.text, Files: run.files}, Resume: &resume, Metadata: meta})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !resume {
-		writeJSON(w, http.StatusOK, map[string]any{"info": map[string]any{"id": admitted.ID, "sessionID": sid, "role": "user"}, "parts": []any{}})
-		return nil
+		return map[string]any{"info": map[string]any{"id": admitted.ID, "sessionID": sid, "role": "user"}, "parts": []any{}}, nil
 	}
 	if err := s.sessions.Wait(r.Context(), sid); err != nil {
-		return err
+		return nil, err
 	}
 	list, err := s.v1MessageList(r, sid, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for i := len(list) - 1; i >= 0; i-- {
 		if list[i].Info["role"] == "assistant" && list[i].Info["parentID"] == admitted.ID {
-			writeJSON(w, http.StatusOK, list[i])
-			return nil
+			return list[i], nil
 		}
 	}
-	return errs.Unavailable("agent", "the prompt was admitted but no answer was recorded")
+	return nil, errs.Unavailable("agent", "the prompt was admitted but no answer was recorded")
 }
 
 func (s *Server) v1Abort(w http.ResponseWriter, r *http.Request, p router.Params) error {

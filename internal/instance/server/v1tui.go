@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"strings"
 
 	"github.com/agentgate/agentgate/internal/instance/agents"
@@ -241,13 +243,13 @@ func (s *Server) v1Commands(w http.ResponseWriter, r *http.Request, _ router.Par
 	if err != nil {
 		return err
 	}
-	cmds, err := agents.Commands(loc.Project.Directory, loc.Canonical)
+	cmds, err := s.v1CommandList(loc.Project.Directory, loc.Canonical)
 	if err != nil {
 		return err
 	}
 	out := make([]map[string]any, 0, len(cmds))
 	for _, c := range cmds {
-		rec := map[string]any{"name": c.Name, "source": "command", "template": c.Template}
+		rec := map[string]any{"name": c.Name, "source": "command", "template": c.Template, "hints": commandHints(c.Template)}
 		if c.Description != "" {
 			rec["description"] = c.Description
 		}
@@ -264,6 +266,26 @@ func (s *Server) v1Commands(w http.ResponseWriter, r *http.Request, _ router.Par
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+var hintPattern = regexp.MustCompile(`\$\d+`)
+
+// commandHints are the placeholders a command's template takes ($1, $2,
+// …, then $ARGUMENTS), which the TUI shows beside the command.
+func commandHints(template string) []string {
+	out := []string{}
+	seen := map[string]bool{}
+	for _, m := range hintPattern.FindAllString(template, -1) {
+		if !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+		}
+	}
+	sort.Strings(out)
+	if strings.Contains(template, "$ARGUMENTS") {
+		out = append(out, "$ARGUMENTS")
+	}
+	return out
 }
 
 // v1GlobalEvents is the v1 stream of every location: each event as

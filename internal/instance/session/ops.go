@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/agentgate/agentgate/internal/instance/agents"
@@ -267,6 +270,29 @@ func (s *Service) Interrupt(ctx context.Context, sid string) error {
 // Fork copies a session's messages before a message (all of them when
 // before is nil) into a new child session.
 func (s *Service) Fork(ctx context.Context, sid string, before *string) (*Info, error) {
+	return s.ForkWith(ctx, sid, ForkOptions{Before: before})
+}
+
+// ForkOptions shapes a fork.
+type ForkOptions struct {
+	// Before is the message the copy stops at (it and the messages after
+	// it are left out); nil copies every message.
+	Before *string
+	// Root makes the copy a root session of the source's location, titled
+	// "<title> (fork #n)", as the released OpenCode server's fork does
+	// (its TUI lists it with the other sessions and opens it); a copy with
+	// no messages is then allowed (a fork at the first message). Without
+	// Root the copy is a child of the source, titled "<title> (fork)", and
+	// an empty copy is refused.
+	Root bool
+}
+
+// ForkWith copies a session's messages into a new session (see
+// ForkOptions) and announces it (session.created). The copy keeps the
+// source's agent, model, location, metadata and permission rules; not its
+// cost, tokens, steps, outcome, revert or share link.
+func (s *Service) ForkWith(ctx context.Context, sid string, o ForkOptions) (*Info, error) {
+	before := o.Before
 	if before != nil {
 		if err := CheckMessageID("before", *before); err != nil {
 			return nil, err
@@ -296,8 +322,10 @@ func (s *Service) Fork(ctx context.Context, sid string, before *string) (*Info, 
 			fork.Boundary.Type, fork.Boundary.MessageID = "before", *before
 		} else if len(msgs) > 0 {
 			fork.Boundary.Type, fork.Boundary.MessageID = "through", msgs[len(msgs)-1].Header.ID
+		} else if o.Root {
+			fork = nil // nothing copied and no boundary to name
 		}
-		if len(msgs) == 0 {
+		if len(msgs) == 0 && !o.Root {
 			return errs.InvalidRequest("empty_session", "Session has no messages to fork: "+sid)
 		}
 		c := *src
@@ -305,7 +333,10 @@ func (s *Service) Fork(ctx context.Context, sid string, before *string) (*Info, 
 		c.ParentID, c.Fork = sid, fork
 		c.Time = Time{Created: now, Updated: now}
 		c.Title = src.Title + " (fork)"
-		c.Cost, c.Tokens, c.Steps, c.Outcome, c.Revert = 0, TokenUsage{}, nil, "", nil
+		if o.Root {
+			c.ParentID, c.Title = "", ForkedTitle(src.Title)
+		}
+		c.Cost, c.Tokens, c.Steps, c.Outcome, c.Revert, c.Share = 0, TokenUsage{}, nil, "", nil, nil
 		child = &c
 		if err := s.PutInfo(tx, child, true); err != nil {
 			return err
@@ -335,6 +366,39 @@ func (s *Service) Fork(ctx context.Context, sid string, before *string) (*Info, 
 	}
 	s.Publish("session.created", child, map[string]any{"info": child})
 	return child, nil
+}
+
+// forkNumber matches a title that ForkedTitle made.
+var forkNumber = regexp.MustCompile(`^(.+) \(fork #(\d+)\)$`)
+
+// ForkedTitle is the title of a root fork: "<title> (fork #1)", or the
+// next number when the title is a fork's already.
+func ForkedTitle(title string) string {
+	if m := forkNumber.FindStringSubmatch(title); m != nil {
+		if n, err := strconv.Atoi(m[2]); err == nil && n < math.MaxInt32 {
+			return fmt.Sprintf("%s (fork #%d)", m[1], n+1)
+		}
+	}
+	return title + " (fork #1)"
+}
+
+// SetShare sets (or, with nil, removes) the session's share link and
+// announces the change (session.updated).
+func (s *Service) SetShare(ctx context.Context, sid string, share *Share) (*Info, error) {
+	var info *Info
+	err := s.WriteTx(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, sid); err != nil {
+			return err
+		}
+		info.Share = share
+		info.Time.Updated = max(s.NowMS(), info.Time.Updated)
+		return s.PutInfo(tx, info, false)
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.Publish("session.updated", info, map[string]any{"info": info})
+	return info, nil
 }
 
 // SwitchAgent sets the session's agent, recorded as an agent-switched

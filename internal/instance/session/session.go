@@ -118,6 +118,13 @@ type Info struct {
 	Metadata    map[string]json.RawMessage `json:"metadata,omitempty"`
 	Permissions []agents.PermissionRule    `json:"permissions,omitempty"`
 	Revert      json.RawMessage            `json:"revert,omitempty"`
+	Share       *Share                     `json:"share,omitempty"`
+}
+
+// Share is the session's share link (the released OpenCode session's
+// share.url): set by the v1 share route, removed by unshare.
+type Share struct {
+	URL string `json:"url"`
 }
 
 func validateModel(m *agents.ModelRef, field string) error {

@@ -65,6 +65,7 @@ func (s *Service) Import(ctx context.Context, info *Info, messages []json.RawMes
 	}
 	info.Location, info.ProjectID, info.Subpath = events.LocationRef{Directory: clean}, pid, sub
 	info.Time.Updated = s.NowMS()
+	info.Share = nil // a share link names the instance the session came from
 	err = s.WriteTx(ctx, func(tx store.Tx) error {
 		if info.ParentID != "" {
 			if _, err := s.Info(tx, info.ParentID); err != nil {

@@ -23,6 +23,13 @@ type Translator struct {
 	calls        map[string]*callState       // by call id
 	users        map[string]string           // the last user message id by session
 	models       map[string]*agents.ModelRef // the model of each session's last step, or its own
+	compactions  map[string]*compactionState // by compaction message id
+}
+
+type compactionState struct {
+	model     *agents.ModelRef
+	created   int64
+	cwd, root string
 }
 
 type stepState struct {
@@ -50,7 +57,7 @@ type Event struct {
 func (t *Translator) Translate(raw []byte) (out []Event, dir string) {
 	if t.steps == nil {
 		t.steps, t.calls, t.users = map[string]*stepState{}, map[string]*callState{}, map[string]string{}
-		t.models = map[string]*agents.ModelRef{}
+		t.models, t.compactions = map[string]*agents.ModelRef{}, map[string]*compactionState{}
 	}
 	ev := gjson.ParseBytes(raw)
 	id, typ, data := ev.Get("id").String(), ev.Get("type").String(), ev.Get("data")
@@ -190,6 +197,38 @@ func (t *Translator) Translate(raw []byte) (out []Event, dir string) {
 			part(p)
 		}
 		emit("message.updated", map[string]any{"sessionID": sid, "info": t.assistant(msgID, st, &data)})
+	case "session.next.compaction.started":
+		// The released server's compaction: a user message with a
+		// compaction part, then the assistant message of the summary.
+		mid := data.Get("messageID").String()
+		model := t.sessionModel(sid)
+		emit("message.updated", map[string]any{"sessionID": sid, "info": map[string]any{"id": mid, "sessionID": sid, "role": "user",
+			"time": map[string]any{"created": ts}, "agent": "build", "model": userModel(model)}})
+		part(CompactionPart(sid, mid, data.Get("reason").String() == "auto"))
+		root := dir
+		if t.Root != nil {
+			root = t.Root(dir)
+		}
+		t.compactions[mid] = &compactionState{model: model, created: ts, cwd: dir, root: root}
+		emit("message.updated", map[string]any{"sessionID": sid, "info": summaryInfo(sid, mid, model, dir, root, ts)})
+	case "session.next.compaction.ended", "session.next.compaction.failed":
+		mid := data.Get("messageID").String()
+		c := t.compactions[mid]
+		if c == nil {
+			c = &compactionState{model: t.sessionModel(sid), created: ts, cwd: dir, root: dir}
+		}
+		delete(t.compactions, mid)
+		sum := SummaryID(mid)
+		a := summaryInfo(sid, mid, c.model, c.cwd, c.root, c.created)
+		a["time"] = map[string]any{"created": c.created, "completed": ts}
+		if typ == "session.next.compaction.ended" {
+			part(map[string]any{"id": PartID(sum, "t0"), "sessionID": sid, "messageID": sum, "type": "text",
+				"text": data.Get("text").String(), "time": map[string]any{"start": c.created, "end": ts}})
+			a["finish"] = "stop"
+		} else {
+			a["error"] = errorOf(data.Get("error"))
+		}
+		emit("message.updated", map[string]any{"sessionID": sid, "info": a})
 	case "session.status", "session.idle", "permission.asked", "permission.replied", "question.asked", "question.replied",
 		"question.rejected", "todo.updated", "tui.toast.show":
 		emit(typ, json.RawMessage(orEmpty(data.Raw)))

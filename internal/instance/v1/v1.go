@@ -49,6 +49,9 @@ func Session(info *session.Info) map[string]any {
 	if info.Model != nil {
 		out["model"] = map[string]any{"id": info.Model.ID, "providerID": info.Model.ProviderID}
 	}
+	if info.Share != nil {
+		out["share"] = map[string]any{"url": info.Share.URL}
+	}
 	if len(info.Permissions) > 0 {
 		rules := make([]Rule, 0, len(info.Permissions))
 		for _, r := range info.Permissions {
@@ -73,9 +76,28 @@ func tokens(t session.TokenUsage) map[string]any {
 
 // PartID is the v1 part id of a message's part: step-start "s", text
 // "t0", reasoning "r0", a tool call "c" + its call id, step-finish "f",
-// a user message's text "u0".
+// a user message's text "u0", a compaction's marker "k". An assistant
+// step's parts sort by id in the order they come — step start,
+// reasoning, text, tool calls, step finish — as the released TUI keeps a
+// message's parts sorted by id (it inserts each update where its id
+// sorts).
 func PartID(msgID, part string) string {
-	return "prt_" + strings.TrimPrefix(msgID, "msg_") + "_" + part
+	rank := ""
+	if part != "" {
+		switch part[0] {
+		case 's':
+			rank = "0"
+		case 'r':
+			rank = "1"
+		case 't':
+			rank = "2"
+		case 'c':
+			rank = "3"
+		case 'f':
+			rank = "9"
+		}
+	}
+	return "prt_" + strings.TrimPrefix(msgID, "msg_") + "_" + rank + part
 }
 
 // WithParts is a v1 message and its parts.
@@ -84,9 +106,17 @@ type WithParts struct {
 	Parts []map[string]any `json:"parts"`
 }
 
+// SummaryID is the v1 id of the assistant message that carries a
+// compaction's summary: the compaction's id and a suffix, so that it sorts
+// right after the compaction's own (user) message and before the next.
+func SummaryID(compactionID string) string { return compactionID + "_summary" }
+
 // Messages projects a session's stored messages onto v1 messages: user
-// messages and assistant steps (other records have no v1 form). cwd and
-// root are the session's directory and its project's. A user message
+// messages, assistant steps, and each compaction as the released server
+// records one — a user message with a compaction part, then an assistant
+// message with summary: true whose text is the summary (other records
+// have no v1 form). cwd and root are the session's directory and its
+// project's. A user message
 // carries the model its turn uses: the last step's, else the session's,
 // else defaultModel (the instance's default), so that a client never sees
 // a user message without a model id.
@@ -126,9 +156,60 @@ func Messages(info *session.Info, msgs []session.Message, root, defaultModel str
 				model = &agents.ModelRef{ID: mr.Get("id").String(), ProviderID: mr.Get("providerID").String()}
 			}
 			out = append(out, WithParts{Info: a, Parts: assistantParts(info.ID, m.Header.ID, raw)})
+		case "compaction":
+			out = append(out, compaction(info.ID, m.Header.ID, agent, model, info.Location.Directory, root, raw)...)
 		}
 	}
 	return out
+}
+
+// compaction is the v1 pair of messages of a stored compaction: the user
+// message that asked for it and the assistant message with the summary
+// (finished when the compaction completed, with its error when it
+// failed, neither while it runs).
+func compaction(sid, id, agent string, model *agents.ModelRef, cwd, root string, raw gjson.Result) []WithParts {
+	if mr := raw.Get("model"); mr.Exists() {
+		model = &agents.ModelRef{ID: mr.Get("id").String(), ProviderID: mr.Get("providerID").String()}
+	}
+	created, completed := raw.Get("time.created").Int(), raw.Get("time.completed").Int()
+	user := WithParts{Info: map[string]any{"id": id, "sessionID": sid, "role": "user", "time": map[string]any{"created": created},
+		"agent": agent, "model": userModel(model)}, Parts: []map[string]any{CompactionPart(sid, id, raw.Get("reason").String() == "auto")}}
+	sum := SummaryID(id)
+	a := summaryInfo(sid, id, model, cwd, root, created)
+	var parts []map[string]any
+	if text := raw.Get("summary").String(); text != "" {
+		parts = append(parts, map[string]any{"id": PartID(sum, "t0"), "sessionID": sid, "messageID": sum, "type": "text", "text": text,
+			"time": map[string]any{"start": created, "end": completed}})
+	}
+	switch raw.Get("status").String() {
+	case "completed":
+		a["finish"] = "stop"
+	case "failed":
+		a["error"] = errorOf(raw.Get("error"))
+	}
+	if completed != 0 {
+		a["time"] = map[string]any{"created": created, "completed": completed}
+		a["cost"], a["tokens"] = raw.Get("cost").Float(), tokensOf(raw.Get("tokens"))
+	}
+	if parts == nil {
+		parts = []map[string]any{}
+	}
+	return []WithParts{user, {Info: a, Parts: parts}}
+}
+
+// CompactionPart is the compaction part of the user message that stands
+// for a compaction.
+func CompactionPart(sid, id string, auto bool) map[string]any {
+	return map[string]any{"id": PartID(id, "k"), "sessionID": sid, "messageID": id, "type": "compaction", "auto": auto}
+}
+
+// summaryInfo is the AssistantMessage, still running, that carries the
+// summary of the compaction id.
+func summaryInfo(sid, id string, model *agents.ModelRef, cwd, root string, created int64) map[string]any {
+	m := userModel(model)
+	return map[string]any{"id": SummaryID(id), "sessionID": sid, "role": "assistant", "parentID": id, "mode": "compaction",
+		"agent": "compaction", "summary": true, "path": map[string]any{"cwd": cwd, "root": root}, "modelID": m["modelID"],
+		"providerID": m["providerID"], "cost": 0, "tokens": tokensOf(gjson.Result{}), "time": map[string]any{"created": created}}
 }
 
 // assistant is the v1 AssistantMessage of a stored step.

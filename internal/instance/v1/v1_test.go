@@ -66,7 +66,7 @@ func TestTranslateStep(t *testing.T) {
 	}
 	translate(t, tr, ev(t, "evt_3", "session.next.text.started", base(map[string]any{"textID": "text-0"})))
 	d := translate(t, tr, ev(t, "evt_4", "session.next.text.delta", base(map[string]any{"textID": "text-0", "delta": "Hel"})))
-	if d[0].Get("type").String() != "message.part.delta" || d[0].Get("properties.partID").String() != "prt_a_t0" ||
+	if d[0].Get("type").String() != "message.part.delta" || d[0].Get("properties.partID").String() != "prt_a_2t0" ||
 		d[0].Get("properties.delta").String() != "Hel" || d[0].Get("properties.field").String() != "text" {
 		t.Fatalf("delta: %v", d)
 	}
@@ -85,7 +85,7 @@ func TestTranslateStep(t *testing.T) {
 		"structured": map[string]any{"title": "a.go"}, "content": []any{map[string]any{"type": "text", "text": "package a"}}})))
 	if p := c[0].Get("properties.part"); p.Get("state.status").String() != "completed" || p.Get("state.output").String() != "package a" ||
 		p.Get("state.title").String() != "a.go" || p.Get("tool").String() != "read" || p.Get("state.input.filePath").String() != "a.go" ||
-		p.Get("id").String() != "prt_a_cc1" {
+		p.Get("id").String() != "prt_a_3cc1" {
 		t.Fatalf("success: %v", c)
 	}
 	f := translate(t, tr, ev(t, "evt_9", "session.next.step.ended", base(map[string]any{"finish": "tool-calls", "cost": 0.5,
@@ -157,6 +157,90 @@ func TestMessages(t *testing.T) {
 	}
 	if st := a.Parts[2]["state"].(map[string]any); st["status"] != "completed" || st["output"] != "a" {
 		t.Fatalf("tool part %+v", a.Parts[2])
+	}
+	// The released TUI keeps a message's parts sorted by id: they sort in
+	// the order they come.
+	for i := 1; i < len(a.Parts); i++ {
+		if a.Parts[i-1]["id"].(string) >= a.Parts[i]["id"].(string) {
+			t.Fatalf("part ids out of order: %v then %v", a.Parts[i-1]["id"], a.Parts[i]["id"])
+		}
+	}
+}
+
+// A compaction projects as the released server records one: a user
+// message with a compaction part, then an assistant message with summary:
+// true, the summary as its text, parented to it and sorting between it and
+// the next message; a failed one carries its error; the share link of a
+// session is its share.url.
+func TestMessagesCompaction(t *testing.T) {
+	info := &session.Info{ID: "ses_1", Location: events.LocationRef{Directory: "/p/sub"}, Share: &session.Share{URL: "http://h/ui/session/ses_1"}}
+	var msgs []session.Message
+	for _, r := range []string{
+		`{"id":"msg_1u","type":"user","text":"hi","time":{"created":1}}`,
+		`{"id":"msg_2c","type":"compaction","reason":"manual","status":"completed","summary":"we said hi","model":{"id":"m1","providerID":"agentgate"},` +
+			`"cost":0.5,"tokens":{"input":7,"output":3},"time":{"created":2,"completed":3}}`,
+		`{"id":"msg_3c","type":"compaction","reason":"auto","status":"failed","error":{"type":"CompactionError","message":"no summary"},"time":{"created":4,"completed":5}}`,
+		`{"id":"msg_4u","type":"user","text":"next","time":{"created":6}}`,
+	} {
+		var h session.MessageHeader
+		json.Unmarshal([]byte(r), &h)
+		msgs = append(msgs, session.Message{Header: h, Raw: json.RawMessage(r)})
+	}
+	out := Messages(info, msgs, "/p", "")
+	if len(out) != 6 {
+		t.Fatalf("%d messages: %+v", len(out), out)
+	}
+	u, a := out[1], out[2]
+	if u.Info["id"] != "msg_2c" || u.Info["role"] != "user" || len(u.Parts) != 1 || u.Parts[0]["type"] != "compaction" || u.Parts[0]["auto"] != false {
+		t.Fatalf("compaction's user message: %+v", u)
+	}
+	if a.Info["role"] != "assistant" || a.Info["summary"] != true || a.Info["parentID"] != "msg_2c" || a.Info["finish"] != "stop" ||
+		a.Info["modelID"] != "m1" || a.Info["cost"] != 0.5 || a.Info["agent"] != "compaction" || len(a.Parts) != 1 || a.Parts[0]["text"] != "we said hi" {
+		t.Fatalf("summary: %+v", a)
+	}
+	for i := 1; i < len(out); i++ {
+		if out[i-1].Info["id"].(string) >= out[i].Info["id"].(string) {
+			t.Fatalf("message ids out of order: %v then %v", out[i-1].Info["id"], out[i].Info["id"])
+		}
+	}
+	if f := out[4]; f.Info["summary"] != true || f.Info["finish"] != nil || out[3].Parts[0]["auto"] != true ||
+		f.Info["error"].(map[string]any)["data"].(map[string]any)["message"] != "no summary" {
+		t.Fatalf("failed compaction: %+v %+v", out[3], f)
+	}
+	if s := Session(info); s["share"].(map[string]any)["url"] != "http://h/ui/session/ses_1" {
+		t.Fatalf("share: %+v", s)
+	}
+	if s := Session(&session.Info{ID: "ses_2"}); s["share"] != nil {
+		t.Fatalf("an unshared session has a share: %+v", s)
+	}
+}
+
+// A compaction's events make the same messages live: started gives the
+// user message with its compaction part and the running summary; ended
+// gives the summary's text and the finished message; failed its error.
+func TestTranslateCompaction(t *testing.T) {
+	tr := &Translator{Root: func(string) string { return "/p" }, DefaultModel: func() string { return "m1" }}
+	st := translate(t, tr, ev(t, "evt_1", "session.next.compaction.started", map[string]any{"sessionID": "ses_1", "timestamp": 10,
+		"messageID": "msg_c", "reason": "manual"}))
+	if len(st) != 3 || st[0].Get("properties.info.role").String() != "user" || st[1].Get("properties.part.type").String() != "compaction" ||
+		st[2].Get("properties.info.summary").Bool() != true || st[2].Get("properties.info.parentID").String() != "msg_c" ||
+		st[2].Get("properties.info.time.completed").Exists() || st[2].Get("properties.info.modelID").String() != "m1" {
+		t.Fatalf("started: %v", st)
+	}
+	end := translate(t, tr, ev(t, "evt_2", "session.next.compaction.ended", map[string]any{"sessionID": "ses_1", "timestamp": 20,
+		"messageID": "msg_c", "reason": "manual", "text": "the summary"}))
+	if len(end) != 2 || end[0].Get("properties.part.text").String() != "the summary" ||
+		end[0].Get("properties.part.messageID").String() != SummaryID("msg_c") || end[1].Get("properties.info.finish").String() != "stop" ||
+		end[1].Get("properties.info.time.created").Int() != 10 || end[1].Get("properties.info.time.completed").Int() != 20 {
+		t.Fatalf("ended: %v", end)
+	}
+	if len(tr.compactions) != 0 {
+		t.Fatalf("state kept after the compaction: %d", len(tr.compactions))
+	}
+	fail := translate(t, tr, ev(t, "evt_3", "session.next.compaction.failed", map[string]any{"sessionID": "ses_1", "timestamp": 30,
+		"messageID": "msg_d", "reason": "auto", "error": map[string]any{"type": "CompactionError", "message": "no summary"}}))
+	if len(fail) != 1 || fail[0].Get("properties.info.error.data.message").String() != "no summary" || fail[0].Get("properties.info.finish").Exists() {
+		t.Fatalf("failed: %v", fail)
 	}
 }
 
