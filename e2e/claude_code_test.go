@@ -67,43 +67,43 @@ func claudeHome(t *testing.T, base string) (env []string, home string) {
 	return env, home
 }
 
-// TestClaudeCodeSignsIn: the released Claude Code CLI, given only the two
-// settings lines, signs a member in to the workspace with `claude auth
-// login` (scripted with --gateway-json: it discovers the Console's device
-// endpoints, the member approves the code in headless Chromium on the
-// Console's device page, which names Claude Code and the address it asks
-// from), then `claude -p` answers through the Inference API from a fake
-// provider, metered to the member with Claude Code's session id. `claude
-// auth logout` revokes the sign-in: its token is refused at once.
-func TestClaudeCodeSignsIn(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts the real binary and runs the Claude Code CLI")
-	}
-	ctx := testContext(t, 5*time.Minute)
-	cc := claudeBinary(t, ctx)
-	browserDir := browserReady(t, ctx)
-	s := startServer(t, ctx, caddyBinary(t), config{AccessLog: true})
-	tn := s.bootstrap(t, ctx, "ClaudeCode")
-	ws := "/agentgate/workspaces/" + tn.Workspace
-	base := "http://" + s.httpAddr
+// claudeSite is a running binary with a workspace (its owner tn), a member
+// who uses Claude Code, and the workspace model claude-sonnet-4-5 served by
+// a fake Anthropic provider.
+type claudeSite struct {
+	s        *server
+	tn       tenant
+	devID    string
+	devEmail string
+	devPass  string
+	provider *fakeprovider.Provider
+}
 
-	// A member who uses Claude Code, and the workspace's Claude model.
-	dev := struct{ ID, Email, Password string }{Email: "dev@example.com", Password: "pw-" + randomHex(12)}
+const claudeProviderSecret = "sk-provider-claude-code-SECRET"
+
+func newClaudeSite(t *testing.T, ctx context.Context, s *server) *claudeSite {
+	t.Helper()
+	c := &claudeSite{s: s, tn: s.bootstrap(t, ctx, "ClaudeCode"), devEmail: "dev@example.com", devPass: "pw-" + randomHex(12)}
+	ws := "/agentgate/workspaces/" + c.tn.Workspace
 	var p idName
 	must(t, "create the member", 201, &p)(s.admin(ctx, "POST", "/agentgate/people",
-		map[string]any{"email": dev.Email, "name": "Dev", "password": dev.Password, "workspace": tn.Workspace, "role": "member"}))
-	dev.ID = p.ID
-	const secret = "sk-provider-claude-code-SECRET"
-	provider, connID := fakeConnection(t, ctx, s, ws, "anthropic", "/v1", secret,
+		map[string]any{"email": c.devEmail, "name": "Dev", "password": c.devPass, "workspace": c.tn.Workspace, "role": "member"}))
+	c.devID = p.ID
+	var connID string
+	c.provider, connID = fakeConnection(t, ctx, s, ws, "anthropic", "/v1", claudeProviderSecret,
 		map[string]any{"claude-sonnet-4-5-20250929": map[string]any{"pricing": map[string]any{"input": 3, "output": 15}}})
 	must(t, "create the workspace model", 201, nil)(s.admin(ctx, "POST", ws+"/models", map[string]any{
 		"id": "claude-sonnet-4-5", "targets": []map[string]any{{"connection": connID, "model": "claude-sonnet-4-5-20250929", "order": 1}}}))
+	return c
+}
 
-	env, home := claudeHome(t, base)
-	project := t.TempDir()
-
-	// claude auth login --gateway-json: one JSON object a line, each
-	// question answered on stdin with what it showed.
+// login runs `claude auth login --gateway-json` with the gateway URL
+// gatewayURL (its settings' forceLoginGatewayUrl): one JSON object a line,
+// each question answered on stdin with what it showed. The member
+// approves the code in headless Chromium on the page the CLI names, which
+// must be consoleURL's device page. It returns what the browser saw.
+func (c *claudeSite) login(t *testing.T, ctx context.Context, cc, browserDir string, env []string, project, gatewayURL, consoleURL string) map[string]any {
+	t.Helper()
 	login := exec.CommandContext(ctx, cc, "auth", "login", "--gateway-json")
 	login.Dir, login.Env = project, env
 	stdin, err := login.StdinPipe()
@@ -136,7 +136,7 @@ func TestClaudeCodeSignsIn(t *testing.T) {
 	}()
 	failLogin := func(format string, args ...any) {
 		t.Helper()
-		t.Fatalf("claude auth login: "+format+"\nprinted:\n%s\nstderr:\n%s\nserver:\n%s", append(args, printed.String(), tail(stderr.String(), 4000), tail(s.stderr.String(), 6000))...)
+		t.Fatalf("claude auth login: "+format+"\nprinted:\n%s\nstderr:\n%s\nserver:\n%s", append(args, printed.String(), tail(stderr.String(), 4000), tail(c.s.stderr.String(), 6000))...)
 	}
 	answer := func(m map[string]any) {
 		t.Helper()
@@ -144,7 +144,6 @@ func TestClaudeCodeSignsIn(t *testing.T) {
 			failLogin("answering %v: %v", m["state"], err)
 		}
 	}
-	var userCode, browserURL string
 	var browser map[string]any
 	states := []string{}
 	timeout := time.After(3 * time.Minute)
@@ -164,8 +163,8 @@ read:
 		states = append(states, state)
 		switch state {
 		case "url_input":
-			if m["shown"] != base {
-				failLogin("it offers the gateway URL %v, want %s", m["shown"], base)
+			if m["shown"] != gatewayURL {
+				failLogin("it offers the gateway URL %v, want %s", m["shown"], gatewayURL)
 			}
 			answer(m)
 		case "trust_prompt":
@@ -175,21 +174,21 @@ read:
 			}
 			answer(m)
 		case "polling":
-			userCode, _ = m["userCode"].(string)
-			browserURL, _ = m["browserUrl"].(string)
-			if !userCodeShape.MatchString(userCode) || browserURL != base+"/device?user_code="+userCode {
+			userCode, _ := m["userCode"].(string)
+			browserURL, _ := m["browserUrl"].(string)
+			if !userCodeShape.MatchString(userCode) || browserURL != consoleURL+"/device?user_code="+userCode {
 				failLogin("polling with code %q and browser URL %q", userCode, browserURL)
 			}
 			// The member approves in their browser, on the page the CLI
 			// names (with --gateway-json it leaves opening it to its
 			// driver).
 			browser = runBrowser(t, ctx, browserDir, "device", map[string]string{
-				"AGENTGATE_CONSOLE_URL": base, "AGENTGATE_EMAIL": dev.Email, "AGENTGATE_PASSWORD": dev.Password,
-				"VERIFICATION_URI": browserURL, "USER_CODE": userCode, "WORKSPACE": tn.Workspace, "SCREENSHOT_DIR": screenshotDir(t),
+				"AGENTGATE_CONSOLE_URL": consoleURL, "AGENTGATE_EMAIL": c.devEmail, "AGENTGATE_PASSWORD": c.devPass,
+				"VERIFICATION_URI": browserURL, "USER_CODE": userCode, "WORKSPACE": c.tn.Workspace, "SCREENSHOT_DIR": screenshotDir(t),
 			})
 		case "confirm_account":
-			if m["shown"] != dev.Email {
-				failLogin("it asks to confirm the account %v, want %s", m["shown"], dev.Email)
+			if m["shown"] != c.devEmail {
+				failLogin("it asks to confirm the account %v, want %s", m["shown"], c.devEmail)
 			}
 			answer(m)
 		case "error":
@@ -207,13 +206,68 @@ read:
 		!regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d UTC$`).MatchString(fmt.Sprint(browser["requested_at"])) {
 		t.Fatalf("the device page showed %v", browser)
 	}
+	return browser
+}
+
+// ask runs `claude -p` with the workspace's Claude model and checks that
+// the answer came from the provider through the gateway, as the member:
+// the provider got its own credential and the upstream model, the usage
+// record names the member and Claude Code's session. It returns the
+// session id.
+func (c *claudeSite) ask(t *testing.T, ctx context.Context, cc string, env []string, project string) string {
+	t.Helper()
+	run := exec.CommandContext(ctx, cc, "-p", "--model", "claude-sonnet-4-5", "say hello")
+	run.Dir, run.Env = project, env
+	run.WaitDelay = 5 * time.Second
+	out, err := run.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), fakeprovider.Text) {
+		t.Fatalf("claude -p: %v\n%s\nserver:\n%s", err, out, tail(c.s.stderr.String(), 6000))
+	}
+	last := c.provider.Last()
+	session := last.Header.Get("X-Claude-Code-Session-Id")
+	if last.Header.Get("X-Api-Key") != claudeProviderSecret || strings.Contains(last.Header.Get("Authorization"), "ag_at_") || session == "" ||
+		gjson.GetBytes(last.Body, "model").String() != "claude-sonnet-4-5-20250929" {
+		t.Fatalf("the provider got %v %.300s", last.Header, last.Body)
+	}
+	st, body, err := c.s.console(ctx, "GET", "/api/v1/usage?limit=100", c.tn.Token, nil)
+	rec := gjson.GetBytes(body, `data.#(session=="`+session+`")`)
+	if err != nil || st != 200 || rec.Get("member_id").String() != c.devID || rec.Get("model").String() != "claude-sonnet-4-5" ||
+		rec.Get("status").Int() != 200 {
+		t.Fatalf("usage of session %s: %d %v %s", session, st, err, body)
+	}
+	return session
+}
+
+// TestClaudeCodeSignsIn: the released Claude Code CLI, given only the two
+// settings lines, signs a member in to the workspace with `claude auth
+// login` (scripted with --gateway-json: it discovers the Console's device
+// endpoints, the member approves the code in headless Chromium on the
+// Console's device page, which names Claude Code and the address it asks
+// from), then `claude -p` answers through the Inference API from a fake
+// provider, metered to the member with Claude Code's session id. `claude
+// auth logout` revokes the sign-in: its token is refused at once.
+func TestClaudeCodeSignsIn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the real binary and runs the Claude Code CLI")
+	}
+	ctx := testContext(t, 5*time.Minute)
+	cc := claudeBinary(t, ctx)
+	browserDir := browserReady(t, ctx)
+	s := startServer(t, ctx, caddyBinary(t), config{AccessLog: true})
+	c := newClaudeSite(t, ctx, s)
+	tn := c.tn
+	base := "http://" + s.httpAddr
+	env, home := claudeHome(t, base)
+	project := t.TempDir()
+
+	c.login(t, ctx, cc, browserDir, env, project, base, base)
 	// The device endpoints came from the metadata, with no client id.
 	for _, uri := range []string{"/.well-known/oauth-authorization-server", "/auth/device/code", "/auth/device/token"} {
 		if !strings.Contains(s.stderr.String(), `"uri":"`+uri+`"`) {
 			t.Fatalf("the CLI did not call %s:\n%s", uri, tail(s.stderr.String(), 4000))
 		}
 	}
-	devToken := s.token(t, ctx, dev.ID, tn.Workspace)
+	devToken := s.token(t, ctx, c.devID, tn.Workspace)
 	st, body, err := s.console(ctx, "GET", "/api/v1/sign-ins", devToken, nil)
 	if err != nil || st != 200 || !gjson.GetBytes(body, `data.#(client_id=="claude-code")`).Exists() ||
 		gjson.GetBytes(body, `data.#(client_id=="claude-code").workspace`).String() != tn.Workspace {
@@ -221,25 +275,7 @@ read:
 	}
 
 	// claude -p answers through the Inference API as the member.
-	run := exec.CommandContext(ctx, cc, "-p", "--model", "claude-sonnet-4-5", "say hello")
-	run.Dir, run.Env = project, env
-	run.WaitDelay = 5 * time.Second
-	out, err := run.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), fakeprovider.Text) {
-		t.Fatalf("claude -p: %v\n%s\nserver:\n%s", err, out, tail(s.stderr.String(), 6000))
-	}
-	last := provider.Last()
-	session := last.Header.Get("X-Claude-Code-Session-Id")
-	if last.Header.Get("X-Api-Key") != secret || strings.Contains(last.Header.Get("Authorization"), "ag_at_") || session == "" ||
-		gjson.GetBytes(last.Body, "model").String() != "claude-sonnet-4-5-20250929" {
-		t.Fatalf("the provider got %v %.300s", last.Header, last.Body)
-	}
-	st, body, err = s.console(ctx, "GET", "/api/v1/usage?limit=100", tn.Token, nil)
-	rec := gjson.GetBytes(body, `data.#(session=="`+session+`")`)
-	if err != nil || st != 200 || rec.Get("member_id").String() != dev.ID || rec.Get("model").String() != "claude-sonnet-4-5" ||
-		rec.Get("status").Int() != 200 {
-		t.Fatalf("usage of session %s: %d %v %s", session, st, err, body)
-	}
+	c.ask(t, ctx, cc, env, project)
 	// The CLI asked for its managed settings with the member's token.
 	if !regexp.MustCompile(`"method":"GET"[^\n]*"uri":"/managed/settings"`).MatchString(s.stderr.String()) {
 		t.Errorf("the CLI did not call GET /managed/settings:\n%s", tail(s.stderr.String(), 4000))
@@ -385,4 +421,74 @@ func claudeManagedSettings(t *testing.T, ctx context.Context, s *server, tn tena
 	if next.ifNoneMatch != oldTag || next.status != 200 || next.etag == "" || next.etag == oldTag {
 		t.Fatalf("the fetch after the change: %+v (the previous ETag %s)", next, oldTag)
 	}
+}
+
+// TestClaudeCodeSeparateSites: with the Console and the gateway on sites of
+// their own, Claude Code is pointed at the gateway's site, which hands the
+// Console's Claude Code paths to a workspace_console whose console_url is
+// the Console's site (as docs/claude-code.md shows). The metadata then
+// names endpoints of the Console's origin, so the CLI signs in through the
+// fallback names /oauth/device_authorization and /oauth/token of the
+// gateway's site; the member approves on the Console's own device page,
+// and `claude -p` answers through the gateway's site.
+func TestClaudeCodeSeparateSites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the real binary and runs the Claude Code CLI")
+	}
+	ctx := testContext(t, 5*time.Minute)
+	cc := claudeBinary(t, ctx)
+	browserDir := browserReady(t, ctx)
+	s := newServer(t, caddyBinary(t), config{AccessLog: true})
+	gwAddr := freeAddr(t)
+	consoleURL, gatewayURL := "http://"+s.httpAddr, "http://"+gwAddr
+	caddyfile := fmt.Sprintf(`{
+	admin %s
+	agentgate {
+		storage badger
+	}
+}
+
+%s {
+	bind 127.0.0.1
+	log {
+		output stderr
+		format json
+	}
+	workspace_console {
+		inference_url %s
+	}
+}
+
+%s {
+	bind 127.0.0.1
+	log {
+		output stderr
+		format json
+	}
+	@console path /.well-known/oauth-authorization-server /auth/device/* /oauth/* /managed/settings /api/oauth/usage
+	handle @console {
+		workspace_console {
+			console_url %s
+		}
+	}
+	llm_gateway
+}
+`, s.adminAddr, consoleURL, gatewayURL, gatewayURL, consoleURL)
+	if err := os.WriteFile(s.cfgPath, []byte(caddyfile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.start()
+	s.waitReady(ctx)
+	c := newClaudeSite(t, ctx, s)
+	env, _ := claudeHome(t, gatewayURL)
+	project := t.TempDir()
+
+	c.login(t, ctx, cc, browserDir, env, project, gatewayURL, consoleURL)
+	for _, uri := range []string{"/oauth/device_authorization", "/oauth/token"} {
+		if !regexp.MustCompile(`"host":"` + regexp.QuoteMeta(gwAddr) + `","uri":"` + uri + `"[^\n]*"status":200`).MatchString(s.stderr.String()) {
+			t.Fatalf("no %s answered on the gateway's site:\n%s", uri, tail(s.stderr.String(), 4000))
+		}
+	}
+	c.ask(t, ctx, cc, env, project)
+	t.Logf("Claude Code's requests: %s", strings.Join(claudeRequests(s), ", "))
 }
