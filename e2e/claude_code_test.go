@@ -260,7 +260,7 @@ func TestClaudeCodeSignsIn(t *testing.T) {
 	env, home := claudeHome(t, base)
 	project := t.TempDir()
 
-	c.login(t, ctx, cc, browserDir, env, project, base, base)
+	browser := c.login(t, ctx, cc, browserDir, env, project, base, base)
 	// The device endpoints came from the metadata, with no client id.
 	for _, uri := range []string{"/.well-known/oauth-authorization-server", "/auth/device/code", "/auth/device/token"} {
 		if !strings.Contains(s.stderr.String(), `"uri":"`+uri+`"`) {
@@ -292,8 +292,9 @@ func TestClaudeCodeSignsIn(t *testing.T) {
 	// does it): its access token is refused at once, and not retried.
 	cred, err := os.ReadFile(filepath.Join(home, ".claude", ".credentials.json"))
 	accessToken := gjson.GetBytes(cred, "enterpriseGateway.jwt").String()
-	if err != nil || !strings.HasPrefix(accessToken, "ag_at_") {
-		t.Fatalf("the CLI's stored sign-in: %v (no ag_at_ token under enterpriseGateway.jwt)", err)
+	refreshToken := gjson.GetBytes(cred, "enterpriseGateway.idpRefreshToken").String()
+	if err != nil || !strings.HasPrefix(accessToken, "ag_at_") || !strings.HasPrefix(refreshToken, "ag_rt_") {
+		t.Fatalf("the CLI's stored sign-in: %v (no ag_at_ and ag_rt_ tokens under enterpriseGateway)", err)
 	}
 	logout := exec.CommandContext(ctx, cc, "auth", "logout")
 	logout.Dir, logout.Env = project, env
@@ -312,6 +313,14 @@ func TestClaudeCodeSignsIn(t *testing.T) {
 	resp, rbody := postRaw(t, ctx, base+"/v1/messages?beta=true", h, `{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`)
 	if resp.StatusCode != 401 || resp.Header.Get("X-Should-Retry") != "false" || gjson.Get(rbody, "error.type").String() != "authentication_error" {
 		t.Fatalf("the revoked sign-in's token: %d x-should-retry %q %s", resp.StatusCode, resp.Header.Get("X-Should-Retry"), rbody)
+	}
+	// The server's log (the access log included) holds none of the
+	// sign-in's secrets: not its tokens, not the code the member typed.
+	for name, secret := range map[string]string{"access token": accessToken, "refresh token": refreshToken,
+		"user code": fmt.Sprint(browser["code_shown"])} {
+		if strings.Contains(s.stderr.String(), secret) || strings.Contains(s.stdout.String(), secret) {
+			t.Errorf("the server's log holds the %s", name)
+		}
 	}
 }
 
