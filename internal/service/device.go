@@ -455,6 +455,7 @@ func (s *Service) DecideDevice(ctx context.Context, personID, userCode string, a
 			return err
 		}
 		g.PersonID = personID
+		g.RequestIP = "" // shown only while the sign-in waits for this decision
 		if !approve {
 			g.State = store.DeviceDenied
 			return tx.PutDeviceGrant(g, false)

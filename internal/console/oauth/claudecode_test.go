@@ -1,6 +1,7 @@
 package oauth_test
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/agentgate/agentgate/internal/console/oauth"
 	"github.com/agentgate/agentgate/internal/service"
+	"github.com/agentgate/agentgate/internal/store"
 )
 
 // withClaudeCode configures the built-in Claude Code client next to the
@@ -109,6 +111,17 @@ func TestClaudeCodeSignIn(t *testing.T) {
 		t.Fatal("approved without a workspace")
 	}
 	if err := e.svc.DecideDevice(ctx, who, uc, true, ws); err != nil {
+		t.Fatal(err)
+	}
+	// The address is kept only while the sign-in waits for a decision.
+	err = e.st.View(ctx, func(tx store.Tx) error {
+		g, err := tx.DeviceGrant(hex.EncodeToString(e.svc.Secrets.MAC(dc)))
+		if err == nil && (g.State != store.DeviceApproved || g.RequestIP != "") {
+			t.Errorf("the approved grant: state %s, address %q", g.State, g.RequestIP)
+		}
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	e.clk.Advance(10 * time.Second)
