@@ -47,7 +47,7 @@ func nodeReady(t *testing.T, ctx context.Context) string {
 		}
 		t.Skip(msg)
 	}
-	if !installed(dir, "openai", "@anthropic-ai/sdk", "@google/genai", "openid-client", "opencode-ai", "@opencode-ai/sdk") {
+	if !installed(dir, "openai", "@anthropic-ai/sdk", "@google/genai", "openid-client", "opencode-ai", "@opencode-ai/sdk", "@anthropic-ai/claude-code") {
 		npmInstall(t, ctx, dir)
 	}
 	return dir

@@ -7,9 +7,10 @@
 //
 // Scenarios:
 //   device  Open VERIFICATION_URI (a verification_uri_complete, relative to
-//           the Console), sign in when sent to the sign-in page, check that
-//           the page shows USER_CODE and the client, pick WORKSPACE and
-//           click Approve.
+//           the Console or whole), sign in when sent to the sign-in page,
+//           check that the page shows USER_CODE and the client (and read
+//           the client's name, when and from where the sign-in started),
+//           pick WORKSPACE and click Approve.
 //   keys    Sign in, create the service account SA_NAME and a key KEY_NAME
 //           ("Inference only") on WORKSPACE's page, and read the key value
 //           shown once.
@@ -414,6 +415,12 @@ const scenarios = {
     const deviceURL = page.url();
     const codeShown = (await page.locator("#user-code").textContent()).trim();
     const clientShown = (await page.locator("#client-id").textContent()).trim();
+    // What the page says of the sign-in: the client's name (for a client
+    // the Console knows), and when and from which address it started.
+    const textOf = async (sel) => ((await page.locator(sel).count()) > 0 ? (await page.locator(sel).first().textContent()).trim() : "");
+    const clientName = await textOf("#client-name");
+    const requestedAt = await textOf("#requested-at");
+    const requestedFrom = await textOf("#requested-from");
     if (codeShown !== userCode) throw new Error(`the page shows the code ${codeShown}, not ${userCode}`);
     await screenshot(page, "device");
     // A client that asked for org scope gets a workspace picker; another
@@ -428,7 +435,8 @@ const scenarios = {
     await page.getByText("You can return to your terminal").waitFor();
     const result = (await page.locator("main").innerText()).trim();
     await screenshot(page, "device-approved");
-    return { signin_url: signinURL, device_url: deviceURL, code_shown: codeShown, client_shown: clientShown, result };
+    return { signin_url: signinURL, device_url: deviceURL, code_shown: codeShown, client_shown: clientShown, client_name: clientName,
+      requested_at: requestedAt, requested_from: requestedFrom, result };
   },
 
   async keys(page, context) {

@@ -94,6 +94,7 @@ func Write(w http.ResponseWriter, err error) {
 	h.Del("Content-Length")
 	if e.Status == http.StatusUnauthorized {
 		h.Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		h.Set("X-Should-Retry", "false") // clients that read it do not retry a refused credential
 	}
 	w.WriteHeader(e.Status)
 	w.Write(append(e.Body(), '\n'))

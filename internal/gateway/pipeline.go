@@ -481,6 +481,10 @@ func writeError(w http.ResponseWriter, f formats.Format, e *apierr.Error) {
 	h.Set("Cache-Control", "no-store")
 	if e.Status == http.StatusUnauthorized {
 		h.Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		// A refused credential stays refused: the provider SDKs and Claude
+		// Code read this header and do not send the request again (Claude
+		// Code asks its user to sign in again instead).
+		h.Set("X-Should-Retry", "false")
 	}
 	w.WriteHeader(e.Status)
 	w.Write(formats.ErrorBody(f, e.Status, e.Tag, e.Message, e.Fields))

@@ -27,6 +27,38 @@ const (
 	FamilyTTL       = 90 * 24 * time.Hour
 )
 
+// ClaudeCodeClient is the client id of Claude Code's gateway sign-in. The
+// released CLI sends no client_id: it starts its device authorization with
+// the form parameter surface=claude_code, and polls, refreshes and revokes
+// with no client id at all (see SurfaceClient). Its sign-ins are always
+// bound to the workspace the person picks when approving.
+const ClaudeCodeClient = "claude-code"
+
+// SurfaceClaudeCode is the surface parameter Claude Code's device
+// authorization carries.
+const SurfaceClaudeCode = "claude_code"
+
+// SurfaceClient is the client id of a device authorization's surface
+// parameter, or "" for a surface no client of this Console has.
+func SurfaceClient(surface string) string {
+	if surface == SurfaceClaudeCode {
+		return ClaudeCodeClient
+	}
+	return ""
+}
+
+// clientNames are the names the Console shows for the clients it knows.
+var clientNames = map[string]string{
+	ClaudeCodeClient: "Claude Code",
+	"opencode-cli":   "OpenCode",
+	"agentgate-cli":  "agentgate CLI",
+	WebClientID:      "Console web",
+}
+
+// ClientName is what the Console calls a client id ("" for one it does not
+// know: the page then shows the id alone).
+func ClientName(clientID string) string { return clientNames[clientID] }
+
 // UserCodeAlphabet is RFC 8628's base-20 set: no vowels, no digits.
 const UserCodeAlphabet = "BCDFGHJKLMNPQRSTVWXZ"
 
@@ -65,6 +97,9 @@ type DeviceStart struct {
 	VerificationURIComplete string `json:"verification_uri_complete"`
 	ExpiresIn               int    `json:"expires_in"`
 	Interval                int    `json:"interval"`
+	// LoginNotice is shown by Claude Code while it waits (at most 500
+	// characters); other clients get none.
+	LoginNotice string `json:"login_notice,omitempty"`
 }
 
 // TokenPair is a token endpoint answer.
@@ -74,6 +109,9 @@ type TokenPair struct {
 	ExpiresIn    int     `json:"expires_in"`
 	RefreshToken string  `json:"refresh_token"`
 	OrgID        *string `json:"org_id"`
+	// Email is the signed-in person's, so that the CLI can ask its user to
+	// confirm the account before it keeps the tokens.
+	Email string `json:"email,omitempty"`
 }
 
 func newUserCode() string {
@@ -116,6 +154,25 @@ func (s *Service) macHex(v string) string { return hex.EncodeToString(s.Secrets.
 // StartDevice begins a device authorization for a configured client.
 // verificationPath is the Console path of the verification page.
 func (s *Service) StartDevice(ctx context.Context, clientID string, orgScope bool, verificationPath string) (*DeviceStart, error) {
+	return s.StartDeviceFor(ctx, DeviceRequest{ClientID: clientID, OrgScope: orgScope, VerificationURI: verificationPath})
+}
+
+// DeviceRequest is a device authorization request.
+type DeviceRequest struct {
+	ClientID string
+	// OrgScope makes the person pick a workspace at approval and binds the
+	// tokens to it; always so for Claude Code.
+	OrgScope bool
+	// VerificationURI is the verification page's address.
+	VerificationURI string
+	// RequestIP is the client address the request came from, shown on the
+	// verification page.
+	RequestIP string
+}
+
+// StartDeviceFor begins a device authorization for a configured client.
+func (s *Service) StartDeviceFor(ctx context.Context, in DeviceRequest) (*DeviceStart, error) {
+	clientID, orgScope, verificationPath := in.ClientID, in.OrgScope || in.ClientID == ClaudeCodeClient, in.VerificationURI
 	now := s.now()
 	for attempt := 0; attempt < 3; attempt++ {
 		raw := make([]byte, 32)
@@ -124,7 +181,8 @@ func (s *Service) StartDevice(ctx context.Context, clientID string, orgScope boo
 		userCode := newUserCode()
 		norm, _ := NormalizeUserCode(userCode)
 		g := &store.DeviceGrant{ID: s.macHex(deviceCode), UserCodeMAC: s.macHex("user-code:" + norm), ClientID: clientID,
-			OrgScope: orgScope, State: store.DevicePending, Created: now, ExpiresAt: now.Add(DeviceCodeLifetime), Interval: DeviceInterval}
+			OrgScope: orgScope, State: store.DevicePending, Created: now, ExpiresAt: now.Add(DeviceCodeLifetime), Interval: DeviceInterval,
+			RequestIP: limitString(in.RequestIP, 64)}
 		err := s.Store.Update(ctx, func(tx store.Tx) error { return tx.PutDeviceGrant(g, true) })
 		if errors.Is(err, store.ErrExists) {
 			continue
@@ -213,6 +271,7 @@ func (s *Service) PollDevice(ctx context.Context, clientID, deviceCode string) (
 		if out, err = s.issuePair(tx, fam, now); err != nil {
 			return err
 		}
+		out.Email = emailFor(fam, person)
 		return tx.PutDeviceGrant(g, false)
 	})
 	if err != nil {
@@ -248,6 +307,16 @@ func (s *Service) issuePair(tx store.Tx, fam *store.TokenFamily, now time.Time) 
 		p.OrgID = &ws
 	}
 	return p, nil
+}
+
+// emailFor is the email a token answer of fam carries: the person's, for
+// Claude Code (which asks its user to confirm the account before keeping
+// the tokens); none for other clients, whose answers stay as they were.
+func emailFor(fam *store.TokenFamily, person *store.Person) string {
+	if fam.ClientID == ClaudeCodeClient {
+		return person.Email
+	}
+	return ""
 }
 
 // Refresh rotates a refresh token: a valid, unused one returns a new pair in
@@ -315,8 +384,11 @@ func (s *Service) Refresh(ctx context.Context, clientID, refreshToken string) (*
 		if err := tx.PutToken(t, false); err != nil {
 			return err
 		}
-		out, err = s.issuePair(tx, fam, now)
-		return err
+		if out, err = s.issuePair(tx, fam, now); err != nil {
+			return err
+		}
+		out.Email = emailFor(fam, person)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -327,12 +399,17 @@ func (s *Service) Refresh(ctx context.Context, clientID, refreshToken string) (*
 	return out, nil
 }
 
-// DeviceView is what the verification page shows of a pending grant.
+// DeviceView is what the verification page shows of a pending grant: the
+// code, the client that asks (its id and, for a client the Console knows,
+// its name), from which address and when the sign-in started.
 type DeviceView struct {
-	UserCode string
-	ClientID string
-	OrgScope bool
-	Expires  time.Time
+	UserCode      string
+	ClientID      string
+	ClientName    string
+	OrgScope      bool
+	Expires       time.Time
+	Requested     time.Time
+	RequestedFrom string // "" when not known (a sign-in started before it was recorded)
 }
 
 // errNoSuchCode is the one answer for unknown, expired and finished codes.
@@ -353,7 +430,8 @@ func (s *Service) LookupUserCode(ctx context.Context, userCode string) (*DeviceV
 		if err != nil {
 			return err
 		}
-		v = &DeviceView{UserCode: FormatUserCode(norm), ClientID: g.ClientID, OrgScope: g.OrgScope, Expires: g.ExpiresAt}
+		v = &DeviceView{UserCode: FormatUserCode(norm), ClientID: g.ClientID, ClientName: ClientName(g.ClientID), OrgScope: g.OrgScope,
+			Expires: g.ExpiresAt, Requested: g.Created, RequestedFrom: g.RequestIP}
 		return nil
 	})
 	return v, err
@@ -377,6 +455,7 @@ func (s *Service) DecideDevice(ctx context.Context, personID, userCode string, a
 			return err
 		}
 		g.PersonID = personID
+		g.RequestIP = "" // shown only while the sign-in waits for this decision
 		if !approve {
 			g.State = store.DeviceDenied
 			return tx.PutDeviceGrant(g, false)
@@ -421,4 +500,56 @@ func (s *Service) WorkspacesOf(ctx context.Context, personID string) ([]Workspac
 // WorkspaceRole is a workspace with the person's role in it.
 type WorkspaceRole struct {
 	ID, Name, Role string
+}
+
+// RevokeToken revokes the sign-in of an access or refresh token issued to
+// clientID (RFC 7009): every access and refresh token of that sign-in
+// stops working on the very next request, as when the person revokes it on
+// the Console. A token that names no live sign-in — malformed, unknown, of
+// another kind, or already revoked — is no error: nothing is left to
+// revoke. The token of another client's sign-in is refused with
+// unauthorized_client, and nothing is revoked.
+func (s *Service) RevokeToken(ctx context.Context, clientID, token string) error {
+	tok, ok := secrets.ParseToken(token)
+	if !ok || (tok.Prefix != secrets.PrefixAccessToken && tok.Prefix != secrets.PrefixRefreshToken) {
+		return nil
+	}
+	kind := store.TokenAccess
+	if tok.Prefix == secrets.PrefixRefreshToken {
+		kind = store.TokenRefresh
+	}
+	mac := s.Secrets.MAC(tok.Secret)
+	now := s.now()
+	return s.Store.Update(ctx, func(tx store.Tx) error {
+		t, err := tx.Token(tok.ID)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && (t.Kind != kind || !secrets.Equal(t.MAC, mac))) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fam, err := tx.TokenFamily(t.FamilyID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if fam.ClientID != clientID {
+			return &OAuthError{Status: 400, Code: "unauthorized_client", Description: "this token was issued to another client"}
+		}
+		if fam.RevokedAt != nil {
+			return nil
+		}
+		fam.RevokedAt = &now
+		return tx.PutTokenFamily(fam)
+	})
+}
+
+// limitString cuts s to at most n bytes.
+func limitString(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }

@@ -453,4 +453,8 @@ type DeviceGrant struct {
 	PersonID    string    `json:"person_id,omitempty"` // who approved or denied
 	Workspace   string    `json:"workspace,omitempty"` // bound at approval
 	FamilyID    string    `json:"family_id,omitempty"` // issued on redemption
+	// RequestIP is the client address that started the sign-in, shown on
+	// the verification page next to the time it started, so that a person
+	// can tell a sign-in they did not start.
+	RequestIP string `json:"request_ip,omitempty"`
 }

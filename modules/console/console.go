@@ -17,6 +17,7 @@ import (
 	"github.com/agentgate/agentgate/internal/console/mcp"
 	"github.com/agentgate/agentgate/internal/console/oauth"
 	"github.com/agentgate/agentgate/internal/console/web"
+	"github.com/agentgate/agentgate/internal/service"
 	"github.com/agentgate/agentgate/modules/agentgate"
 	"github.com/agentgate/agentgate/modules/internal/accesslog"
 )
@@ -51,8 +52,11 @@ type Console struct {
 	ConsoleURL string `json:"console_url,omitempty"`
 
 	// DeviceClients are the client_ids allowed to start a device sign-in
-	// (RFC 8628); any other gets 401 invalid_client. Default: agentgate-cli
-	// and opencode-cli (the released OpenCode CLI's console login).
+	// (RFC 8628); any other gets 401 invalid_client. Default: agentgate-cli,
+	// opencode-cli (the released OpenCode CLI's console login) and
+	// claude-code (Claude Code's gateway sign-in, which sends
+	// surface=claude_code and no client_id). A list that leaves claude-code
+	// out turns Claude Code's sign-in off.
 	DeviceClients []string `json:"device_clients,omitempty"`
 
 	api       *api.API
@@ -82,7 +86,7 @@ func (c *Console) Provision(ctx caddy.Context) error {
 	c.wellKnown = api.WellKnown(c.ConsoleURL)
 	clients := c.DeviceClients
 	if len(clients) == 0 {
-		clients = []string{"agentgate-cli", "opencode-cli"}
+		clients = []string{"agentgate-cli", "opencode-cli", service.ClaudeCodeClient}
 	}
 	c.oauth = &oauth.Handler{Service: app.Service, BaseURL: c.ConsoleURL, Clients: map[string]bool{}, ClientIP: agentgate.ClientIP}
 	for _, id := range clients {

@@ -90,6 +90,7 @@ func New(opts Options) *API {
 		endpoint.Custom("GET", "/api/v1/budgets/members", endpoint.Budgets, page("budgets", "", same, func(v service.BudgetView) string { return v.MemberID })),
 		endpoint.Data("PUT", "/api/v1/budgets/members/{member}", endpoint.SetBudget, http.StatusOK),
 		endpoint.Custom("GET", "/api/v1/usage", readUsage, writeUsage),
+		endpoint.Custom("GET", CLIUsagePath, readCLIUsage, writeRaw[*service.CLIUsage]),
 	}}
 	a.router = endpoint.Surface{Service: opts.Service, Principal: authenticate, MaxBody: opts.MaxBody}.Router(a.routes)
 	return a
@@ -144,6 +145,18 @@ var (
 			return c.Svc.OrgsOf(c.Ctx(), c.P)
 		}}
 )
+
+// CLIUsagePath is where Claude Code reads the signed-in person's spend
+// and budget, for its usage display.
+const CLIUsagePath = "/api/oauth/usage"
+
+// readCLIUsage answers the caller's own budget, with no {"data": …}
+// envelope (the shape Claude Code reads). Claude Code sends no x-org-id:
+// its sign-in is bound to a workspace.
+var readCLIUsage = endpoint.Operation[endpoint.NoBody, *service.CLIUsage]{Op: service.OpReadSpend,
+	Call: func(c *endpoint.Call, _ endpoint.NoBody) (*service.CLIUsage, error) {
+		return c.Svc.CLIUsageOf(c.Ctx(), c.P)
+	}}
 
 // ConsoleTokenEnv is the environment variable the released OpenCode CLI
 // puts its Console access token in once signed in; the V1 config's

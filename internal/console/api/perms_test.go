@@ -242,7 +242,8 @@ func TestHTTPPermissionsEveryRoute(t *testing.T) {
 		"GET /api/v1/budgets/members": {fixed("/api/v1/budgets/members"), nil, 200, spend},
 		"PUT /api/v1/budgets/members/{member}": {fixed("/api/v1/budgets/members/" + f.member),
 			fixed(`{"limit_usd": 10, "period": "monthly"}`), 200, allKey},
-		"GET /api/v1/usage": {fixed("/api/v1/usage"), nil, 200, spend},
+		"GET /api/v1/usage":    {fixed("/api/v1/usage"), nil, 200, spend},
+		"GET /api/oauth/usage": {fixed("/api/oauth/usage"), nil, 200, spend},
 	}
 
 	var principals []*service.Principal

@@ -1,7 +1,13 @@
 // Package oauth serves the Console's RFC 8628 device authorization and
-// token endpoints (POST /auth/device/code, POST /auth/device/token) and
-// their RFC 8414 metadata. Answers are JSON with Cache-Control: no-store;
-// errors follow RFC 6749 §5.2.
+// token endpoints (POST /auth/device/code, POST /auth/device/token), the
+// RFC 7009 revocation endpoint (POST /auth/device/revoke) and their RFC
+// 8414 metadata. Answers are JSON with Cache-Control: no-store; errors
+// follow RFC 6749 §5.2.
+//
+// Configured clients name themselves with client_id. Claude Code's gateway
+// sign-in names none: it starts with surface=claude_code and then polls,
+// refreshes and revokes with no client id, so such a request is the
+// built-in client service.ClaudeCodeClient's (when it is configured).
 package oauth
 
 import (
@@ -30,9 +36,23 @@ import (
 const (
 	CodePath         = "/auth/device/code"
 	TokenPath        = "/auth/device/token"
+	RevokePath       = "/auth/device/revoke"
 	VerificationPath = "/device"
 	MetadataPath     = "/.well-known/oauth-authorization-server"
 )
+
+// Other names of the device authorization and token endpoints: where
+// Claude Code looks when the metadata names endpoints on another origin
+// than the address it was given (a gateway site whose Console is on
+// another site, see console_url). They answer as CodePath and TokenPath.
+const (
+	AltCodePath  = "/oauth/device_authorization"
+	AltTokenPath = "/oauth/token"
+)
+
+// GatewayProtocolVersion is the version of Claude Code's gateway protocol
+// the metadata announces.
+const GatewayProtocolVersion = 1
 
 // GrantDeviceCode is the device-code grant type.
 const GrantDeviceCode = "urn:ietf:params:oauth:grant-type:device_code"
@@ -108,7 +128,22 @@ func (h *Handler) pollDevice(r *http.Request, svc *service.Service, clientID, de
 
 // Handles reports whether the handler serves the request's path.
 func Handles(path string) bool {
-	return path == CodePath || path == TokenPath || path == MetadataPath
+	switch path {
+	case CodePath, TokenPath, RevokePath, MetadataPath, AltCodePath, AltTokenPath:
+		return true
+	}
+	return false
+}
+
+// endpoint is the endpoint a path names (CodePath for AltCodePath, …).
+func endpoint(path string) string {
+	switch path {
+	case AltCodePath:
+		return CodePath
+	case AltTokenPath:
+		return TokenPath
+	}
+	return path
 }
 
 func (h *Handler) base(r *http.Request) string {
@@ -132,12 +167,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		b := h.base(r)
 		writeJSON(w, http.StatusOK, map[string]any{
-			"issuer":                                b,
-			"device_authorization_endpoint":         b + CodePath,
-			"token_endpoint":                        b + TokenPath,
-			"grant_types_supported":                 []string{GrantDeviceCode, "refresh_token"},
-			"token_endpoint_auth_methods_supported": []string{"none"},
-			"response_types_supported":              []string{},
+			"issuer":                                     b,
+			"device_authorization_endpoint":              b + CodePath,
+			"token_endpoint":                             b + TokenPath,
+			"revocation_endpoint":                        b + RevokePath,
+			"grant_types_supported":                      []string{GrantDeviceCode, "refresh_token"},
+			"token_endpoint_auth_methods_supported":      []string{"none"},
+			"revocation_endpoint_auth_methods_supported": []string{"none"},
+			"response_types_supported":                   []string{},
+			"gateway_protocol_version":                   GatewayProtocolVersion,
 		})
 		return
 	}
@@ -151,7 +189,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, oerr)
 		return
 	}
-	clientID, basicTried, oerr := clientOf(r, form)
+	path := endpoint(r.URL.Path)
+	clientID, basicTried, oerr := h.clientOf(r, form, path)
 	if oerr != nil {
 		writeError(w, oerr)
 		return
@@ -169,21 +208,42 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &service.OAuthError{Status: http.StatusServiceUnavailable, Code: "temporarily_unavailable", Description: apierr.As(err).Message})
 		return
 	}
-	switch r.URL.Path {
+	switch path {
 	case CodePath:
 		scope := form.Get("supports_org_scope")
 		if scope != "" && scope != "true" && scope != "false" {
 			writeError(w, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "supports_org_scope must be true or false"})
 			return
 		}
-		start, err := svc.StartDevice(r.Context(), clientID, scope == "true", h.base(r)+VerificationPath)
+		h.init()
+		start, err := svc.StartDeviceFor(r.Context(), service.DeviceRequest{ClientID: clientID, OrgScope: scope == "true",
+			VerificationURI: h.base(r) + VerificationPath, RequestIP: h.ClientIP(r)})
 		if err != nil {
 			writeError(w, toOAuth(err))
 			return
 		}
-		// verification_uri_complete is a path relative to the Console host.
-		start.VerificationURIComplete = VerificationPath + "?user_code=" + url.QueryEscape(start.UserCode)
+		if clientID == service.ClaudeCodeClient {
+			// Claude Code opens verification_uri_complete in a browser:
+			// it must be a whole address.
+			start.VerificationURIComplete = start.VerificationURI + "?user_code=" + url.QueryEscape(start.UserCode)
+			start.LoginNotice = loginNotice
+		} else {
+			// verification_uri_complete is a path relative to the Console host.
+			start.VerificationURIComplete = VerificationPath + "?user_code=" + url.QueryEscape(start.UserCode)
+		}
 		writeJSON(w, http.StatusOK, start)
+	case RevokePath:
+		// RFC 7009: token, and an optional token_type_hint, which is only
+		// a hint (either kind of token is looked for whatever it says).
+		if form.Get("token") == "" {
+			writeError(w, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "token is required"})
+			return
+		}
+		if err := svc.RevokeToken(r.Context(), clientID, form.Get("token")); err != nil {
+			writeError(w, toOAuth(err))
+			return
+		}
+		writeJSON(w, http.StatusOK, struct{}{})
 	case TokenPath:
 		var pair *service.TokenPair
 		switch form.Get("grant_type") {
@@ -302,9 +362,57 @@ func jsonParams(b []byte) (url.Values, error) {
 	return out, nil
 }
 
-// clientOf finds the client id in the form or in HTTP Basic credentials
-// (clients that try Basic first, such as golang.org/x/oauth2's auto-detect).
-func clientOf(r *http.Request, form url.Values) (string, bool, *service.OAuthError) {
+// loginNotice is what Claude Code shows its user while it waits for the
+// approval.
+const loginNotice = "Approve this sign-in on the agentgate Console with the code shown here, and pick the workspace " +
+	"whose models and settings Claude Code should use. If you did not start it, choose Deny."
+
+// clientOf finds the client id of a request to endpoint: in the form or in
+// HTTP Basic credentials (clients that try Basic first, such as
+// golang.org/x/oauth2's auto-detect). On the device authorization endpoint
+// a surface parameter names a built-in client instead (400 for a surface
+// no client has); on the token and revocation endpoints, a request that
+// names no client at all is Claude Code's, which sends none. Otherwise the
+// client id is required.
+func (h *Handler) clientOf(r *http.Request, form url.Values, endpoint string) (string, bool, *service.OAuthError) {
+	id, basic, oerr := clientID(r, form)
+	if oerr != nil {
+		return "", basic, oerr
+	}
+	if endpoint == CodePath && form.Has("surface") {
+		sc := service.SurfaceClient(form.Get("surface"))
+		switch {
+		case sc == "":
+			return "", basic, &service.OAuthError{Status: 400, Code: "invalid_request",
+				Description: fmt.Sprintf("unknown surface %q: the surface this Console knows is %s", limit(form.Get("surface"), 64), service.SurfaceClaudeCode)}
+		case id != "" && id != sc:
+			return "", basic, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "client_id and surface name different clients"}
+		}
+		id = sc
+	}
+	if id == "" && !basic && endpoint != CodePath && h.Clients[service.ClaudeCodeClient] {
+		id = service.ClaudeCodeClient
+	}
+	if id == "" {
+		desc := "client_id is required"
+		if endpoint == CodePath && h.Clients[service.ClaudeCodeClient] {
+			desc = "client_id (or surface=" + service.SurfaceClaudeCode + ") is required"
+		}
+		return "", basic, &service.OAuthError{Status: 400, Code: "invalid_request", Description: desc}
+	}
+	return id, basic, nil
+}
+
+func limit(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// clientID reads client_id from the form and HTTP Basic credentials ("" for
+// none); the two must agree.
+func clientID(r *http.Request, form url.Values) (string, bool, *service.OAuthError) {
 	id := form.Get("client_id")
 	user, _, basic := r.BasicAuth()
 	if basic {
@@ -315,9 +423,6 @@ func clientOf(r *http.Request, form url.Values) (string, bool, *service.OAuthErr
 			return "", true, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "client_id differs between the form and Basic credentials"}
 		}
 		id = user
-	}
-	if id == "" {
-		return "", basic, &service.OAuthError{Status: 400, Code: "invalid_request", Description: "client_id is required"}
 	}
 	return id, basic, nil
 }

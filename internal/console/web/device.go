@@ -2,6 +2,7 @@ package web
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,14 +18,32 @@ type deviceData struct {
 	Workspaces []service.WorkspaceRole
 	Chosen     string
 	Minutes    int // until the code expires
+	// Ago says how long ago the sign-in started ("2 minutes ago").
+	Ago string
+	// BrowserIP is the address this page's request came from, to set
+	// against the address the sign-in started from.
+	BrowserIP string
 }
 
 // deviceResult is the page after a decision.
 type deviceResult struct {
-	Approved  bool
-	ClientID  string
-	UserCode  string
-	Workspace string
+	Approved   bool
+	ClientID   string
+	ClientName string
+	UserCode   string
+	Workspace  string
+}
+
+// ago says how long before now t was, in whole minutes.
+func ago(now, t time.Time) string {
+	switch m := int(now.Sub(t) / time.Minute); {
+	case m < 1:
+		return "less than a minute ago"
+	case m == 1:
+		return "1 minute ago"
+	default:
+		return strconv.Itoa(m) + " minutes ago"
+	}
 }
 
 // codeBlocked answers 429 when the person or their IP has used up their
@@ -79,8 +98,9 @@ func (h *Web) renderDevice(w http.ResponseWriter, r *http.Request, q *req, code,
 		h.render(w, http.StatusNotFound, "device", d)
 		return
 	}
-	dd := deviceData{View: view, Chosen: chosen}
-	dd.Minutes = int(view.Expires.Sub(q.svc.Clock.Now()).Round(time.Minute) / time.Minute)
+	now := q.svc.Clock.Now()
+	dd := deviceData{View: view, Chosen: chosen, Ago: ago(now, view.Requested), BrowserIP: h.opts.ClientIP(r)}
+	dd.Minutes = int(view.Expires.Sub(now).Round(time.Minute) / time.Minute)
 	if view.OrgScope {
 		if dd.Workspaces, err = q.svc.WorkspacesOf(r.Context(), q.sess.Person.ID); err != nil {
 			h.fail(w, q, err)
@@ -133,7 +153,7 @@ func (h *Web) deviceDecide(w http.ResponseWriter, r *http.Request, q *req) {
 		}
 		return
 	}
-	res := deviceResult{Approved: action == "approve", ClientID: view.ClientID, UserCode: view.UserCode}
+	res := deviceResult{Approved: action == "approve", ClientID: view.ClientID, ClientName: view.ClientName, UserCode: view.UserCode}
 	if res.Approved && view.OrgScope {
 		wss, _ := q.svc.WorkspacesOf(r.Context(), q.sess.Person.ID)
 		for _, ws := range wss {

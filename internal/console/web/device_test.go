@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentgate/agentgate/internal/console/web"
 	"github.com/agentgate/agentgate/internal/service"
@@ -82,7 +83,7 @@ func TestDevicePageShowsCodeAndClientBeforeApprove(t *testing.T) {
 		if code < 0 || client < 0 || approve < 0 || code > approve || client > approve {
 			t.Fatalf("%q: code at %d, client at %d, Approve at %d: the code and client must come first:\n%s", typed, code, client, approve, p.body)
 		}
-		wantContains(t, "device page", p, "Check that this code matches", "signs in <code>agentgate-cli</code> as you",
+		wantContains(t, "device page", p, "Check that this code matches", "signs in agentgate CLI (<code>agentgate-cli</code>) as you",
 			`type="radio" name="workspace" value="`+ws1+`"`, `name="workspace" value="`+ws2+`"`, "Alpha", "Beta",
 			`value="deny"`, `name="user_code" value="`+d.UserCode+`"`)
 	}
@@ -222,4 +223,43 @@ func TestDeviceWrongCodesLimitedPerIP(t *testing.T) {
 	wantStatus(t, "a fresh person on the blocked IP", fresh.get("/device?user_code="+d.UserCode), http.StatusTooManyRequests)
 	fresh.ip = "198.51.100.21"
 	wantStatus(t, "the same person elsewhere", fresh.get("/device?user_code="+d.UserCode), 200)
+}
+
+// Claude Code's sign-in on the verification page: the page names Claude
+// Code, the address the sign-in started from and when, says so when that
+// address is not this browser's, and binds a workspace the person picks.
+func TestDevicePageForClaudeCode(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("Alpha")
+	_, email := e.person(ws, store.RoleMember)
+	d, err := e.svc.StartDeviceFor(ctx, service.DeviceRequest{ClientID: service.ClaudeCodeClient,
+		VerificationURI: "https://console.example.com/device", RequestIP: "203.0.113.50"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(2*time.Minute + 10*time.Second)
+	b, tok := e.signedIn(email)
+	path := "/device?user_code=" + url.QueryEscape(d.UserCode)
+	p := b.get(path)
+	wantStatus(t, "device page", p, 200)
+	wantContains(t, "device page", p, "Claude Code is asking to sign in", `id="client-name">Claude Code<`, `id="client-id">claude-code<`,
+		`id="requested-at">`+t0.Format("2006-01-02 15:04")+` UTC<`, "(2 minutes ago)", `id="requested-from">203.0.113.50<`,
+		"signs in Claude Code (<code>claude-code</code>) as you", `id="address-differs"`, "this browser connects from <span class=\"mono\">192.0.2.1<",
+		`name="workspace" value="`+ws+`"`)
+	// From the same address as the sign-in, no such note.
+	b.ip = "203.0.113.50"
+	p = b.get(path)
+	wantContains(t, "same address", p, `id="requested-from">203.0.113.50<`)
+	wantNotContains(t, "same address", p, `id="address-differs"`)
+
+	p = b.post("/device", form(tok, "user_code", d.UserCode, "action", "approve"))
+	wantStatus(t, "approve without a workspace", p, http.StatusBadRequest)
+	p = b.post("/device", form(tok, "user_code", d.UserCode, "action", "approve", "workspace", ws))
+	wantStatus(t, "approve", p, 200)
+	wantContains(t, "approved", p, "the sign-in of Claude Code (<code>claude-code</code>)", "Alpha")
+	e.clk.Advance(6 * time.Second)
+	pair, err := e.svc.PollDevice(ctx, service.ClaudeCodeClient, d.DeviceCode)
+	if err != nil || pair.OrgID == nil || *pair.OrgID != ws || pair.Email != email {
+		t.Fatalf("poll after approval: %+v %v", pair, err)
+	}
 }

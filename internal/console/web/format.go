@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/money"
+	"github.com/agentgate/agentgate/internal/service"
 	"github.com/agentgate/agentgate/internal/store"
 	"github.com/agentgate/agentgate/internal/webpage"
 )
@@ -43,6 +44,9 @@ var funcs = template.FuncMap{
 		return p.String()
 	},
 	"eq2": func(a string, b *string) bool { return b != nil && *b == a },
+	// clientName is what the Console calls a sign-in's client ("" for one
+	// it does not know).
+	"clientName": service.ClientName,
 	// count writes a whole number with thousands separators.
 	"count": func(n int64) string { return webpage.Commas(strconv.FormatInt(n, 10)) },
 }

@@ -941,9 +941,13 @@ func TestSignInsOnHome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := e.svc.IssuePersonToken(ctx, person, ws, service.ClaudeCodeClient); err != nil {
+		t.Fatal(err)
+	}
 	b, tok := e.signedIn(email)
 	p := b.get("/")
-	wantContains(t, "home", p, "Your sign-ins", "opencode-cli", "this browser", "/sign-ins/"+cli.FamilyID+"/revoke")
+	wantContains(t, "home", p, "Your sign-ins", "OpenCode <code>opencode-cli</code>", "Claude Code <code>claude-code</code>", "this browser",
+		"/sign-ins/"+cli.FamilyID+"/revoke")
 	p = b.post("/sign-ins/"+cli.FamilyID+"/revoke", form(tok))
 	wantStatus(t, "revoke", p, http.StatusSeeOther)
 	if _, err := e.svc.Authenticate(ctx, cli.AccessToken, ""); err == nil {
