@@ -12,12 +12,19 @@ import (
 //
 //   - Claude Code: deny wins over ask, which wins over allow, whatever
 //     the order; a rule names a tool and, in parentheses, what it covers.
-//   - OpenCode: per permission (bash, edit, webfetch, …), patterns in
-//     order, the last one that matches wins.
+//   - OpenCode: per permission (bash, edit, webfetch, …), patterns
+//     ordered from the least specific to the most (fewer characters
+//     other than * and ?; ties in the order written), and the last one
+//     that matches wins: a specific pattern beats a broad one whatever
+//     their effects.
 //
-// So the rules are written allow first, then ask, then deny; a pattern
-// met again moves to the end with its later (stronger or equal) effect.
-// See toolActions for the tools that map, and Unmapped for what does not.
+// So the rules are written allow first, then ask, then deny (a pattern
+// met again moves to the end with its later, stronger or equal, effect),
+// and a pattern that a stronger rule's pattern covers is left out: with a
+// bare deny of WebFetch there is nothing but webfetch "deny", and under
+// deny "rm *" an allow "rm -rf *" is dropped, as Claude Code would deny
+// it. See toolActions for the tools that map, and Unmapped for what does
+// not.
 
 // Effects of a rule.
 const (
@@ -102,6 +109,69 @@ func (p *Permission) add(action, pattern, effect string) {
 	p.Actions = append(p.Actions, ActionRules{Action: action, Patterns: []Pattern{{pattern, effect}}})
 }
 
+// strength orders the effects: a stronger one wins in Claude Code.
+var strength = map[string]int{Allow: 0, Ask: 1, Deny: 2}
+
+// prune drops each pattern that a pattern of a stronger effect covers
+// (matches as text), which OpenCode would otherwise let win by being more
+// specific.
+func (p *Permission) prune() {
+	for i := range p.Actions {
+		a := &p.Actions[i]
+		kept := a.Patterns[:0:0]
+		for _, pt := range a.Patterns {
+			covered := false
+			for _, q := range a.Patterns {
+				if strength[q.Effect] > strength[pt.Effect] && globMatch(q.Pattern, pt.Pattern) {
+					covered = true
+					break
+				}
+			}
+			if !covered {
+				kept = append(kept, pt)
+			}
+		}
+		a.Patterns = kept
+	}
+}
+
+// globMatch reports whether pattern matches s as OpenCode's rules match:
+// '*' any run of characters, '?' one, and a pattern ending in " *" also
+// matches what precedes it ("git push *" matches "git push").
+func globMatch(pattern, s string) bool {
+	if glob(pattern, s) {
+		return true
+	}
+	if base, ok := strings.CutSuffix(pattern, " *"); ok {
+		return glob(base, s)
+	}
+	return false
+}
+
+func glob(pattern, s string) bool {
+	px, sx := 0, 0
+	star, mark := -1, 0
+	for sx < len(s) {
+		switch {
+		case px < len(pattern) && pattern[px] == '*':
+			star, mark = px, sx
+			px++
+		case px < len(pattern) && (pattern[px] == '?' || pattern[px] == s[sx]):
+			px++
+			sx++
+		case star >= 0:
+			px, mark = star+1, mark+1
+			sx = mark
+		default:
+			return false
+		}
+	}
+	for px < len(pattern) && pattern[px] == '*' {
+		px++
+	}
+	return px == len(pattern)
+}
+
 // Unmapped is a rule or setting of the document that OpenCode has no
 // counterpart for, and why.
 type Unmapped struct {
@@ -146,6 +216,7 @@ func OpenCodePermission(doc map[string]any) (Permission, []Unmapped) {
 			}
 		}
 	}
+	out.prune()
 	if mode, ok := perms["defaultMode"].(string); ok {
 		unmapped = append(unmapped, Unmapped{Rule: "defaultMode " + mode, Reason: "OpenCode has no permission mode; its rules alone decide"})
 	}
