@@ -525,3 +525,33 @@ func modelsAllowed[V any](pols []*store.Policy, p *Principal, models map[string]
 		}
 	}
 }
+
+// TelemetryIdentity is who a telemetry export comes from, as the telemetry
+// relay stamps it on every resource.
+type TelemetryIdentity struct {
+	Workspace, WorkspaceName string
+	Member, Email, Role      string
+	SignIn                   string // the sign-in (token family) the export came with
+}
+
+// TelemetryIdentity reads the identity of a person's telemetry: their
+// workspace, email and role, from the store (never from the export).
+func (s *Service) TelemetryIdentity(ctx context.Context, p *Principal) (*TelemetryIdentity, error) {
+	if p.Kind != KindPerson {
+		return nil, apierr.Forbidden("telemetry is accepted from people signed in to the workspace, not from keys")
+	}
+	id := &TelemetryIdentity{Workspace: p.Workspace, Member: p.PersonID, Role: p.Role, SignIn: p.FamilyID}
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		w, err := workspace(tx, p.Workspace)
+		if err != nil {
+			return err
+		}
+		person, err := tx.Person(p.PersonID)
+		if err != nil {
+			return storeErr(err, "PersonNotFound", "person")
+		}
+		id.WorkspaceName, id.Email = w.Name, person.Email
+		return nil
+	})
+	return id, err
+}
