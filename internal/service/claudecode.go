@@ -39,8 +39,10 @@ type ClaudeCodeSettingsView struct {
 	Declared bool       `json:"declared"`
 	Updated  *time.Time `json:"updated"`
 	// UpdatedBy is who made the last change: a person's id, "operator" or
-	// "caddyfile"; empty when never set.
-	UpdatedBy string `json:"updated_by,omitempty"`
+	// "caddyfile"; empty when never set. UpdatedByEmail is the person's
+	// email.
+	UpdatedBy      string `json:"updated_by,omitempty"`
+	UpdatedByEmail string `json:"updated_by_email,omitempty"`
 	// OpenCode is what the document's permission rules are in the
 	// OpenCode config, and the rules and settings that do not carry over.
 	OpenCode OpenCodePolicy `json:"opencode"`
@@ -54,13 +56,26 @@ type OpenCodePolicy struct {
 
 // ClaudeCodeChangeView is one entry of the history.
 type ClaudeCodeChangeView struct {
-	Version   int             `json:"version"`
-	Time      time.Time       `json:"time"`
-	ActorKind string          `json:"actor_kind"`
-	ActorID   string          `json:"actor_id,omitempty"`
-	Checksum  string          `json:"checksum"`
-	Declared  bool            `json:"declared"`
-	Settings  json.RawMessage `json:"settings"`
+	Version    int             `json:"version"`
+	Time       time.Time       `json:"time"`
+	ActorKind  string          `json:"actor_kind"`
+	ActorID    string          `json:"actor_id,omitempty"`
+	ActorEmail string          `json:"actor_email,omitempty"` // a person's, while they exist
+	Checksum   string          `json:"checksum"`
+	Declared   bool            `json:"declared"`
+	Settings   json.RawMessage `json:"settings"`
+}
+
+// personEmail is a person's email, or "" when they are gone.
+func personEmail(tx store.Tx, id string) string {
+	if id == "" {
+		return ""
+	}
+	p, err := tx.Person(id)
+	if err != nil {
+		return ""
+	}
+	return p.Email
 }
 
 // emptyDocument is the document of a workspace that never had one.
@@ -103,6 +118,7 @@ func claudeCodeView(tx store.Tx, ws string) (*ClaudeCodeSettingsView, error) {
 		}
 		if n := len(hist); n > 0 {
 			v.UpdatedBy = actorName(hist[n-1].ActorKind, hist[n-1].ActorID)
+			v.UpdatedByEmail = personEmail(tx, hist[n-1].ActorID)
 		}
 	}
 	doc, err := storedDocument(cur)
@@ -210,7 +226,7 @@ func (s *Service) ClaudeCodeSettingsHistory(ctx context.Context, p *Principal) (
 		list, err := tx.ClaudeCodeSettingsChanges(p.Workspace)
 		for _, c := range list {
 			out = append(out, &ClaudeCodeChangeView{Version: c.Version, Time: c.Time, ActorKind: c.ActorKind, ActorID: c.ActorID,
-				Checksum: c.Checksum, Declared: c.Declared, Settings: json.RawMessage(c.Settings)})
+				ActorEmail: personEmail(tx, c.ActorID), Checksum: c.Checksum, Declared: c.Declared, Settings: json.RawMessage(c.Settings)})
 		}
 		return err
 	})

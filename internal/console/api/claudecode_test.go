@@ -82,7 +82,7 @@ func TestClaudeCodeSettingsAPI(t *testing.T) {
 	h := e.do(req{method: "GET", path: ccPath + "/history", cred: f.ownTok})
 	wantStatus(t, "history", h, 200, "")
 	if l := h.list(); len(l) != 1 || l[0]["actor_kind"] != "member" || l[0]["actor_id"] != f.owner || l[0]["checksum"] != d["checksum"] ||
-		l[0]["time"] == nil || l[0]["version"] != 1.0 {
+		l[0]["time"] == nil || l[0]["version"] != 1.0 || !strings.HasSuffix(l[0]["actor_email"].(string), "@example.com") {
 		t.Fatalf("history %s", h.raw)
 	}
 

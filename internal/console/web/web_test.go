@@ -1012,7 +1012,7 @@ func TestClaudeCodePage(t *testing.T) {
 	wantStatus(t, "save", p, http.StatusSeeOther)
 	p = b.get(p.location())
 	wantContains(t, "saved", p, "Claude Code settings saved.", "Bash(npm run *)", `&#34;npm run *&#34;: &#34;allow&#34;`,
-		"mcp__github__push", "MCP tools have no OpenCode permission rule", "History", owner)
+		"mcp__github__push", "MCP tools have no OpenCode permission rule", "History", "by "+email)
 	v, _ := e.svc.ClaudeCodeSettings(ctx, service.Operator(ws))
 	if v.Version != 1 || v.UpdatedBy != owner {
 		t.Fatalf("after the form: %+v", v)
