@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -340,8 +341,8 @@ const gatewayModelDiscovery = "CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY"
 //   - availableModels: the workspace models with an enabled target that
 //     speaks Anthropic's Messages format, that the policies let this
 //     member use (set, possibly empty, once the workspace has any such
-//     model), with enforceAvailableModels so that the CLI's default is
-//     one of them, their prices (modelPricing, from the first such
+//     model), by id with the document's default model first, with
+//     enforceAvailableModels so that the CLI's default is one of them, their prices (modelPricing, from the first such
 //     target, so the CLI's cost figures are the workspace's), and the
 //     model discovery variable so that its model picker lists them;
 //   - deniedModels: the workspace models the policies refuse this member,
@@ -416,6 +417,13 @@ func (s *Service) ManagedSettings(ctx context.Context, p *Principal, opts Manage
 				}
 			}
 		}
+		if model, _ := doc["model"].(string); model != "" {
+			// The document's default model first: the CLI's default
+			// falls back to the first available model.
+			if i := slices.Index(available, model); i > 0 {
+				available = append(append([]string{model}, available[:i]...), available[i+1:]...)
+			}
+		}
 		if anthropic > 0 {
 			settings["availableModels"] = available
 			if len(available) > 0 {
@@ -436,7 +444,8 @@ func (s *Service) ManagedSettings(ctx context.Context, p *Principal, opts Manage
 		}
 		for k, v := range doc {
 			if k == "env" {
-				for ek, ev := range v.(map[string]any) {
+				m, _ := v.(map[string]any)
+				for ek, ev := range m {
 					env[ek] = ev
 				}
 				continue

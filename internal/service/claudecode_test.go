@@ -131,6 +131,15 @@ func TestManagedSettings(t *testing.T) {
 	if _, ok := settingsOf(t, o)["deniedModels"]; ok || o.UUID != m.UUID || o.Checksum == m.Checksum {
 		t.Errorf("owner: %s (uuid %s, member's %s)", o.Settings, o.UUID, m.UUID)
 	}
+	// The document's default model comes first (the CLI falls back to the
+	// first available model).
+	if _, err := e.svc.SetClaudeCodeSettings(ctx, w.ownerP, []byte(`{"model": "claude-sonnet-4-5"}`)); err != nil {
+		t.Fatal(err)
+	}
+	o, _ = e.svc.ManagedSettings(ctx, w.ownerP, tel)
+	if got := settingsOf(t, o)["availableModels"]; !equalJSON(got, []any{"claude-sonnet-4-5", "claude-opus-4-1"}) {
+		t.Errorf("owner availableModels with a default model %v", got)
+	}
 
 	// An allow policy for members narrows them to nothing: the list is
 	// there, empty, and the model discovery is not asked for.
