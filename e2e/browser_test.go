@@ -348,7 +348,8 @@ func TestBrowserKeyOnGateway(t *testing.T) {
 
 	out = runBrowser(t, ctx, dir, "pages", env)
 	pages, _ := out["pages"].(map[string]any)
-	for name, nav := range map[string]string{"service-accounts": "Service accounts", "connections": "Connections", "policies": "Policies", "members": "Members", "budgets": "Budgets & usage"} {
+	for name, nav := range map[string]string{"service-accounts": "Service accounts", "connections": "Connections", "policies": "Policies",
+		"claude-code": "Claude Code", "members": "Members", "budgets": "Budgets & usage"} {
 		pg, _ := pages[name].(map[string]any)
 		if pg == nil || pg["nav"] != nav {
 			t.Errorf("page %s: %v", name, pg)
@@ -363,6 +364,9 @@ func TestBrowserKeyOnGateway(t *testing.T) {
 	if c, _ := pages["policies"].(map[string]any); c == nil || !strings.HasPrefix(toString(c["flash"]), "Policy added.") {
 		t.Errorf("policies page: %v", pages["policies"])
 	}
+	if c, _ := pages["claude-code"].(map[string]any); c == nil || !strings.HasPrefix(toString(c["flash"]), "Claude Code settings saved.") {
+		t.Errorf("claude-code page: %v", pages["claude-code"])
+	}
 	// What the forms saved, as the API reads it.
 	st, b, err := s.console(ctx, "GET", "/api/v1/connections/"+conn.ID, tn.Token, nil)
 	if err != nil || st != 200 || gjson.GetBytes(b, "data.models.browser-model.max_output_tokens").Int() != 4096 ||
@@ -373,14 +377,18 @@ func TestBrowserKeyOnGateway(t *testing.T) {
 	if err != nil || st != 200 || gjson.GetBytes(b, "data.0.name").String() != "No browser models" || gjson.GetBytes(b, "data.0.effect").String() != "deny" {
 		t.Errorf("the policy added in the browser: %d %v %s", st, err, b)
 	}
+	st, b, err = s.console(ctx, "GET", "/api/v1/claude-code/settings", tn.Token, nil)
+	if err != nil || st != 200 || gjson.GetBytes(b, "data.settings.permissions.deny.0").String() != "WebFetch" || gjson.GetBytes(b, "data.version").Int() != 1 {
+		t.Errorf("the Claude Code settings saved in the browser: %d %v %s", st, err, b)
+	}
 	if h, _ := pages["home"].(map[string]any); h == nil || h["h1"] != "Your workspaces" || h["revoke"] == float64(0) {
 		t.Errorf("workspaces page: %v (want the keys run's sign-in listed with its Revoke button)", pages["home"])
 	}
 	if e, _ := pages["error"].(map[string]any); e == nil || e["status"] != float64(404) {
 		t.Errorf("error page: %v", pages["error"])
 	}
-	wantScreenshots(t, shots, "key-created", "service-accounts", "connections", "policies", "members", "budgets", "home", "device-entry", "error")
-	wantLayout(t, out, []string{"budgets"}, "service-accounts", "connections", "policies", "members", "budgets", "home", "device-entry", "error")
+	wantScreenshots(t, shots, "key-created", "service-accounts", "connections", "policies", "claude-code", "members", "budgets", "home", "device-entry", "error")
+	wantLayout(t, out, []string{"budgets"}, "service-accounts", "connections", "policies", "claude-code", "members", "budgets", "home", "device-entry", "error")
 	// The connections page's models table (five rows of eight cells: the
 	// header and four models) was measured whole at desktop width.
 	if n := cellsMeasured(out, "connections", "desktop"); n < 40 {

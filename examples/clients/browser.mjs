@@ -15,9 +15,10 @@
 //           ("Inference only") on WORKSPACE's page, and read the key value
 //           shown once.
 //   pages   Sign in and visit WORKSPACE's pages (service accounts,
-//           connections, policies, members, budgets); add a model on the
-//           connections page, a policy on the policies page, and set a
-//           budget on the budgets page. Then the workspaces page, the
+//           connections, policies, Claude Code, members, budgets); add a
+//           model on the connections page, a policy on the policies page,
+//           save Claude Code settings, and set a budget on the budgets
+//           page. Then the workspaces page, the
 //           device code form and a page that does not exist.
 //
 //   instance  The instance web app at INSTANCE_URL: the pairing page of an
@@ -479,7 +480,7 @@ const scenarios = {
     const ws = `/w/${encodeURIComponent(need("WORKSPACE", workspace))}`;
     await signInTo(page, `${ws}/service-accounts`);
     const seen = {};
-    for (const name of ["service-accounts", "connections", "policies", "members", "budgets"]) {
+    for (const name of ["service-accounts", "connections", "policies", "claude-code", "members", "budgets"]) {
       await page.goto(`${base}${ws}/${name}`);
       const current = await page.locator('nav.wsnav a[aria-current="page"]').textContent();
       seen[name] = { title: await page.title(), nav: current.trim(), h1: (await page.locator("h1").first().textContent()).trim() };
@@ -518,6 +519,15 @@ const scenarios = {
         await Promise.all([
           page.waitForURL((u) => u.searchParams.get("done") === "policy-created"),
           f.getByRole("button", { name: "Add policy" }).click(),
+        ]);
+        seen[name].flash = (await page.locator(".flash").textContent()).trim();
+      }
+      if (name === "claude-code") {
+        // The owner's Claude Code settings, through the form.
+        await page.locator('textarea[name="settings"]').fill('{"permissions": {"allow": ["Bash(npm run *)"], "deny": ["WebFetch"]}}');
+        await Promise.all([
+          page.waitForURL((u) => u.searchParams.get("done") === "claude-code-saved"),
+          page.getByRole("button", { name: "Save settings" }).click(),
         ]);
         seen[name].flash = (await page.locator(".flash").textContent()).trim();
       }

@@ -1,6 +1,8 @@
 package endpoint
 
 import (
+	"encoding/json"
+
 	"github.com/agentgate/agentgate/internal/service"
 	"github.com/agentgate/agentgate/internal/store"
 )
@@ -159,6 +161,24 @@ var (
 	SetWebsearch = Operation[service.WebsearchInput, *service.WebsearchView]{service.OpManageConnections,
 		func(c *Call, in service.WebsearchInput) (*service.WebsearchView, error) {
 			return c.Svc.SetWebsearch(c.Ctx(), c.P, in)
+		}}
+)
+
+// The workspace's Claude Code settings document: read by every credential
+// that reads the config, written and its history read by owners (the
+// body is the document itself).
+var (
+	ClaudeCodeSettings = Operation[NoBody, *service.ClaudeCodeSettingsView]{service.OpReadConfig,
+		func(c *Call, _ NoBody) (*service.ClaudeCodeSettingsView, error) {
+			return c.Svc.ClaudeCodeSettings(c.Ctx(), c.P)
+		}}
+	SetClaudeCodeSettings = Operation[json.RawMessage, *service.ClaudeCodeSettingsView]{service.OpManageClaudeCode,
+		func(c *Call, in json.RawMessage) (*service.ClaudeCodeSettingsView, error) {
+			return c.Svc.SetClaudeCodeSettings(c.Ctx(), c.P, in)
+		}}
+	ClaudeCodeSettingsHistory = Operation[NoBody, []*service.ClaudeCodeChangeView]{service.OpManageClaudeCode,
+		func(c *Call, _ NoBody) ([]*service.ClaudeCodeChangeView, error) {
+			return c.Svc.ClaudeCodeSettingsHistory(c.Ctx(), c.P)
 		}}
 )
 

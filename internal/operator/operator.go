@@ -61,6 +61,9 @@ func New(svc func(ctx context.Context) (*service.Service, error)) *API {
 		endpoint.Data("GET", ws+"/policies/{policy}", endpoint.Policy, http.StatusOK),
 		endpoint.Data("PUT", ws+"/policies/{policy}", endpoint.ReplacePolicy, http.StatusOK),
 		endpoint.Data("DELETE", ws+"/policies/{policy}", endpoint.DeletePolicy, http.StatusNoContent),
+		endpoint.Data("GET", ws+"/claude-code/settings", endpoint.ClaudeCodeSettings, http.StatusOK),
+		endpoint.Data("PUT", ws+"/claude-code/settings", endpoint.SetClaudeCodeSettings, http.StatusOK),
+		endpoint.Shaped("GET", ws+"/claude-code/settings/history", endpoint.ClaudeCodeSettingsHistory, http.StatusOK, orEmpty[*service.ClaudeCodeChangeView]),
 		endpoint.Data("GET", ws+"/budgets", endpoint.Budgets, http.StatusOK),
 		endpoint.Data("PUT", ws+"/budgets/{member}", endpoint.SetBudget, http.StatusOK),
 	}

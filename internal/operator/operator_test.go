@@ -182,6 +182,24 @@ func TestRoutes(t *testing.T) {
 	want(do(t, srv, "PUT", wp+"/policies/"+pol["id"].(string), `{"name": "deny", "effect": "deny", "models": ["x"]}`), "replace policy", 200, "")
 	want(do(t, srv, "DELETE", wp+"/policies/"+pol["id"].(string), ""), "delete policy", 204, "")
 
+	// The workspace's Claude Code settings: read, written by the operator
+	// (recorded as the operator), refused with a clear 400.
+	cc := want(do(t, srv, "GET", wp+"/claude-code/settings", ""), "get claude code settings", 200,
+		"checksum,declared,opencode,settings,updated,version")
+	if cc["version"] != 0.0 {
+		t.Fatalf("claude code settings before any edit: %v", cc)
+	}
+	cc = want(do(t, srv, "PUT", wp+"/claude-code/settings", `{"permissions": {"deny": ["WebFetch"]}}`), "put claude code settings", 200,
+		"checksum,declared,opencode,settings,updated,updated_by,version")
+	if cc["updated_by"] != "operator" || cc["version"] != 1.0 {
+		t.Fatalf("claude code settings after the operator's edit: %v", cc)
+	}
+	if a := do(t, srv, "PUT", wp+"/claude-code/settings", `{"apiKeyHelper": "echo"}`); a.status != 400 || !strings.Contains(a.raw, "apiKeyHelper (runs a command)") {
+		t.Fatalf("a refused key: %d %s", a.status, a.raw)
+	}
+	want(do(t, srv, "GET", wp+"/claude-code/settings/history", ""), "claude code settings history", 200,
+		"[]actor_kind,checksum,declared,settings,time,version")
+
 	b := want(do(t, srv, "PUT", wp+"/budgets/"+other, `{"limit_usd": 10, "period": "monthly"}`), "set budget", 200, "")
 	if b["member_id"] != other {
 		t.Fatalf("set budget answer %v", b)

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/agentgate/agentgate/internal/claudecode"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/store"
 )
@@ -19,6 +20,14 @@ type Config struct {
 	Websearch    *Websearch               `json:"websearch"`
 	MCP          map[string]MCPServer     `json:"mcp"`
 	Experimental Experimental             `json:"experimental"`
+	// Permission is the permission rules of the workspace's Claude Code
+	// settings, as OpenCode's (see package claudecode); absent when the
+	// settings have none.
+	Permission *claudecode.Permission `json:"permission,omitempty"`
+	// Model is the default model the Claude Code settings name, as
+	// OpenCode names it (agentgate/<workspace model>), when it is one of
+	// the Inference entry's.
+	Model string `json:"model,omitempty"`
 }
 
 // ProviderEntry is one provider of the config.
@@ -146,8 +155,11 @@ var packages = map[string]string{
 // workspace model with an enabled target, at {inferenceURL}/v1, each with
 // its first target's limits, prices and capabilities and the client package
 // of that target's kind) and one provider per connection of the workspace
-// that has enabled models, with only those models. inferenceURL is the
-// gateway's base URL. No secret ever appears in it.
+// that has enabled models, with only those models. Models the workspace's
+// policies refuse the principal are left out, and the permission rules and
+// default model of the workspace's Claude Code settings come along, so one
+// policy governs both CLIs. inferenceURL is the gateway's base URL. No
+// secret ever appears in it.
 func (s *Service) Config(ctx context.Context, p *Principal, inferenceURL string) (*Config, error) {
 	if err := Require(p, OpReadConfig); err != nil {
 		return nil, err
@@ -198,6 +210,7 @@ func (s *Service) Config(ctx context.Context, p *Principal, inferenceURL string)
 			}
 			inference[wm.ID] = pm
 		}
+		modelsAllowed(pols, p, inference)
 		if len(inference) > 0 {
 			cfg.Providers[InferenceEntry] = ProviderEntry{
 				Name:    ws.Name,
@@ -223,6 +236,7 @@ func (s *Service) Config(ctx context.Context, p *Principal, inferenceURL string)
 					models[id] = providerModel(m)
 				}
 			}
+			modelsAllowed(pols, p, models)
 			if len(models) == 0 {
 				continue
 			}
@@ -237,6 +251,16 @@ func (s *Service) Config(ctx context.Context, p *Principal, inferenceURL string)
 				Headers: map[string]string{"x-org-id": p.Workspace},
 				Models:  models,
 			}
+		}
+		perm, model, err := openCodePolicy(tx, p.Workspace)
+		if err != nil {
+			return err
+		}
+		if !perm.Empty() {
+			cfg.Permission = &perm
+		}
+		if _, ok := inference[model]; ok && model != "" {
+			cfg.Model = InferenceEntry + "/" + model
 		}
 		return nil
 	})
@@ -253,6 +277,9 @@ type V1Config struct {
 	Schema   string                `json:"$schema"`
 	Provider map[string]V1Provider `json:"provider"`
 	MCP      map[string]MCPServer  `json:"mcp,omitempty"`
+	// Permission and Model are the Config's (OpenCode's own keys).
+	Permission *claudecode.Permission `json:"permission,omitempty"`
+	Model      string                 `json:"model,omitempty"`
 }
 
 // V1Provider is a provider of the V1 config.
@@ -286,7 +313,7 @@ type V1ModelProvider struct {
 // V1 encodes cfg in the V1 format, with the workspace credential read from
 // the environment variable keyEnv.
 func V1(cfg *Config, keyEnv string) *V1Config {
-	out := &V1Config{Schema: "https://opencode.ai/config.json", Provider: map[string]V1Provider{}}
+	out := &V1Config{Schema: "https://opencode.ai/config.json", Provider: map[string]V1Provider{}, Permission: cfg.Permission, Model: cfg.Model}
 	for id, pe := range cfg.Providers {
 		p := V1Provider{Name: pe.Name, NPM: pe.Package, Env: []string{keyEnv},
 			Options: V1Options{BaseURL: pe.Settings.BaseURL, APIKey: "{env:" + keyEnv + "}", Headers: pe.Headers},

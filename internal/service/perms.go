@@ -19,10 +19,11 @@ const (
 	OpManageMembers                       // invite and remove members, change roles
 	OpOwnAccount                          // read one's own account, list and revoke one's own sign-ins (a person's)
 	OpReadAudit                           // read a connection's audit trail (owners)
+	OpManageClaudeCode                    // edit the workspace's Claude Code settings and read their history (owners)
 )
 
 // Ops lists every row, in the order of the matrix.
-var Ops = []Op{OpInference, OpReadConfig, OpReadSpend, OpManageConnections, OpManageModels, OpManageServiceAccounts, OpManageMembers, OpOwnAccount, OpReadAudit}
+var Ops = []Op{OpInference, OpReadConfig, OpReadSpend, OpManageConnections, OpManageModels, OpManageServiceAccounts, OpManageMembers, OpOwnAccount, OpReadAudit, OpManageClaudeCode}
 
 func (o Op) String() string {
 	switch o {
@@ -44,6 +45,8 @@ func (o Op) String() string {
 		return "read your account and manage your own sign-ins"
 	case OpReadAudit:
 		return "read a connection's audit trail"
+	case OpManageClaudeCode:
+		return "edit the Claude Code settings"
 	}
 	return "unknown"
 }
@@ -87,9 +90,10 @@ func Check(p *Principal, op Op) Access {
 			case store.RoleOwner, store.RoleAdmin:
 				return Allow
 			}
-		case OpReadAudit:
+		case OpReadAudit, OpManageClaudeCode:
 			// The audit trail records what admins and All keys did with
-			// connections: only owners read it.
+			// connections: only owners read it. The Claude Code settings
+			// reach every member's machine: only owners write them.
 			if p.Role == store.RoleOwner {
 				return Allow
 			}

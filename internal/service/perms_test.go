@@ -28,6 +28,7 @@ func TestPermissionMatrix(t *testing.T) {
 		service.OpManageMembers:         {D, D, D, A, A},
 		service.OpOwnAccount:            {D, D, A, A, A},
 		service.OpReadAudit:             {D, D, D, D, A},
+		service.OpManageClaudeCode:      {D, D, D, D, A},
 	}
 	if len(service.Ops) != len(matrix) {
 		t.Fatalf("service.Ops has %d rows, the matrix has %d", len(service.Ops), len(matrix))

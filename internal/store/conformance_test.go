@@ -28,6 +28,7 @@ func runConformance(t *testing.T, open func(t *testing.T) Store) {
 		{"ConnectionChanges", testConnectionChanges},
 		{"WorkspaceModels", testWorkspaceModels},
 		{"Policies", testPolicies},
+		{"ClaudeCodeSettings", testClaudeCodeSettings},
 		{"TokenFamiliesAndTokens", testTokenFamiliesAndTokens},
 		{"DeviceGrants", testDeviceGrants},
 		{"Budgets", testBudgets},
@@ -495,6 +496,55 @@ func testPolicies(t *testing.T, s Store) {
 	view(t, s, func(tx Tx) error {
 		list, _ := tx.Policies("ws1")
 		equal(t, "Policies(ws1) after delete", ids(list, id), []string{"pol_b"})
+		return nil
+	})
+}
+
+func testClaudeCodeSettings(t *testing.T, s Store) {
+	view(t, s, func(tx Tx) error {
+		_, err := tx.ClaudeCodeSettings("ws1")
+		isNotFound(t, "ClaudeCodeSettings of a workspace without any", err)
+		return nil
+	})
+	doc := &ClaudeCodeSettings{Workspace: "ws1", Settings: `{"env":{"A":"<&>"}}`, Checksum: "sha256:ab", Version: 2,
+		Declared: true, Updated: t0}
+	change := func(ws string, v int) *ClaudeCodeSettingsChange {
+		return &ClaudeCodeSettingsChange{Workspace: ws, Version: v, Time: t0.Add(time.Duration(v) * time.Minute), ActorKind: "member",
+			ActorID: "usr_1", Checksum: fmt.Sprintf("sha256:%02d", v), Settings: `{}`}
+	}
+	update(t, s, func(tx Tx) error {
+		if err := tx.PutClaudeCodeSettings(doc); err != nil {
+			return err
+		}
+		if err := tx.PutClaudeCodeSettings(&ClaudeCodeSettings{Workspace: "ws10", Settings: `{}`, Version: 1}); err != nil {
+			return err
+		}
+		// Versions sort as numbers: 10 after 9.
+		for _, c := range []*ClaudeCodeSettingsChange{change("ws1", 10), change("ws1", 9), change("ws10", 1), change("ws1", 1)} {
+			if err := tx.PutClaudeCodeSettingsChange(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err := s.Update(ctx, func(tx Tx) error { return tx.PutClaudeCodeSettingsChange(change("ws1", 9)) }); !errors.Is(err, ErrExists) {
+		t.Fatalf("a version appended twice: err = %v, want ErrExists", err)
+	}
+	view(t, s, func(tx Tx) error {
+		got, err := tx.ClaudeCodeSettings("ws1")
+		if err != nil {
+			return err
+		}
+		equal(t, "ClaudeCodeSettings(ws1)", got, doc)
+		list, err := tx.ClaudeCodeSettingsChanges("ws1")
+		if err != nil {
+			return err
+		}
+		equal(t, "ClaudeCodeSettingsChanges(ws1)", ids(list, func(c *ClaudeCodeSettingsChange) string { return c.Checksum }),
+			[]string{"sha256:01", "sha256:09", "sha256:10"})
+		equal(t, "version 10", list[2], change("ws1", 10))
+		list, _ = tx.ClaudeCodeSettingsChanges("ws10")
+		equal(t, "ClaudeCodeSettingsChanges(ws10)", len(list), 1)
 		return nil
 	})
 }

@@ -284,6 +284,39 @@ type ConnectionChange struct {
 	NewKind             string `json:"new_kind"`
 }
 
+// ClaudeCodeSettings is a workspace's Claude Code settings document: what
+// its owner adds to the managed settings its members' Claude Code CLIs
+// receive (permission rules, environment variables, switches).
+type ClaudeCodeSettings struct {
+	Workspace string `json:"workspace"`
+	// Settings is the document, a JSON object in canonical form, kept as
+	// text: its bytes are what the checksum covers.
+	Settings string `json:"settings"`
+	// Checksum is the document's, as the CLI computes a checksum.
+	Checksum string `json:"checksum"`
+	// Version counts the accepted changes: 1 for the first document.
+	Version int `json:"version"`
+	// Declared is set when the Caddyfile declares the document: it is
+	// read-only elsewhere.
+	Declared bool      `json:"declared,omitempty"`
+	Updated  time.Time `json:"updated"`
+}
+
+// ClaudeCodeSettingsChange is one accepted change of a workspace's Claude
+// Code settings, with who made it: its history is append-only.
+type ClaudeCodeSettingsChange struct {
+	Workspace string    `json:"workspace"`
+	Version   int       `json:"version"` // the document's version after the change
+	Time      time.Time `json:"time"`
+	// ActorKind is who made the change: member (a person, ActorID), operator
+	// (the admin API) or caddyfile (a declared document, at start).
+	ActorKind string `json:"actor_kind"`
+	ActorID   string `json:"actor_id,omitempty"`
+	Checksum  string `json:"checksum"`
+	Settings  string `json:"settings"` // canonical JSON text
+	Declared  bool   `json:"declared,omitempty"`
+}
+
 // TokenFamily is one sign-in of a person: all access and refresh tokens issued
 // from it. Revoking the family revokes every token of it.
 type TokenFamily struct {

@@ -112,6 +112,16 @@ type Tx interface {
 	// DeletePolicy removes a policy; ErrNotFound when there is none.
 	DeletePolicy(workspace, id string) error
 
+	// ClaudeCodeSettings is the workspace's Claude Code settings document;
+	// ErrNotFound when it never had one.
+	ClaudeCodeSettings(workspace string) (*ClaudeCodeSettings, error)
+	PutClaudeCodeSettings(*ClaudeCodeSettings) error
+	// PutClaudeCodeSettingsChange appends to the history of a workspace's
+	// Claude Code settings; ErrExists when its version is taken.
+	PutClaudeCodeSettingsChange(*ClaudeCodeSettingsChange) error
+	// ClaudeCodeSettingsChanges lists the history in version order.
+	ClaudeCodeSettingsChanges(workspace string) ([]*ClaudeCodeSettingsChange, error)
+
 	TokenFamily(id string) (*TokenFamily, error)
 	TokenFamilies(personID string) ([]*TokenFamily, error)
 	PutTokenFamily(*TokenFamily) error

@@ -33,6 +33,8 @@ const (
 	pUsage     = "u/"   // u/<ws>/<usage id>
 	pHold      = "h/"   // h/<ws>/<member>/<hold id>
 	pConnAudit = "ca/"  // ca/<ws>/<conn>/<change id>
+	pCCSet     = "ccs/" // ccs/<ws>: the workspace's Claude Code settings
+	pCCHistory = "cch/" // cch/<ws>/<version, 10 digits>
 )
 
 // btx implements Tx over a backend's kvTxn: all record logic is here, shared
@@ -325,6 +327,24 @@ func (t *btx) DeletePolicy(ws, id string) error {
 		return errors.Join(err, ErrNotFound)
 	}
 	return t.del(key)
+}
+
+func (t *btx) ClaudeCodeSettings(ws string) (*ClaudeCodeSettings, error) {
+	return getAs[ClaudeCodeSettings](t, pCCSet+ws)
+}
+
+func (t *btx) PutClaudeCodeSettings(c *ClaudeCodeSettings) error { return t.put(pCCSet+c.Workspace, c) }
+
+func (t *btx) PutClaudeCodeSettingsChange(c *ClaudeCodeSettingsChange) error {
+	key := fmt.Sprintf("%s%s/%010d", pCCHistory, c.Workspace, c.Version)
+	if ok, err := t.exists(key); err != nil || ok {
+		return errors.Join(err, fmt.Errorf("claude code settings version %d %w", c.Version, ErrExists))
+	}
+	return t.put(key, c)
+}
+
+func (t *btx) ClaudeCodeSettingsChanges(ws string) ([]*ClaudeCodeSettingsChange, error) {
+	return scanAll[ClaudeCodeSettingsChange](t, pCCHistory+ws+"/")
 }
 
 func (t *btx) TokenFamily(id string) (*TokenFamily, error) { return getAs[TokenFamily](t, pFamily+id) }

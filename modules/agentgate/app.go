@@ -7,6 +7,7 @@ package agentgate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -70,6 +71,14 @@ type App struct {
 	// into the store when the app starts like connections (after them),
 	// and read-only in the Console.
 	Policies []*DeclaredPolicy `json:"policies,omitempty"`
+
+	// ClaudeCodeSettings are workspaces' Claude Code settings documents
+	// declared in the config (what the owner would otherwise edit: the
+	// permission rules, environment and switches of their members'
+	// Claude Code CLIs), written into the store when the app starts and
+	// read-only elsewhere. A workspace the config no longer declares
+	// keeps its document, editable again.
+	ClaudeCodeSettings []*DeclaredClaudeCodeSettings `json:"claude_code_settings,omitempty"`
 
 	// StartTimeout is how long a request that arrives before the store is
 	// open waits for it before it is answered 503. Default: 10s.
@@ -249,6 +258,17 @@ type DeclaredPolicy struct {
 	service.PolicyInput
 }
 
+// DeclaredClaudeCodeSettings is a workspace's Claude Code settings
+// document declared in the config.
+type DeclaredClaudeCodeSettings struct {
+	// Workspace is a workspace id (`wrk_…`, which must exist) or a name
+	// (created at start when missing).
+	Workspace string `json:"workspace"`
+	// Settings is the document: a JSON object of the keys a workspace's
+	// Claude Code settings may hold (permissions, env, …).
+	Settings json.RawMessage `json:"settings"`
+}
+
 // CaddyModule returns the Caddy module information.
 func (*App) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "agentgate", New: func() caddy.Module { return new(App) }}
@@ -387,6 +407,19 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("policy %s: workspace is required", dp.ID)
 		}
 	}
+	declaredCC := map[string]bool{}
+	for i, dc := range a.ClaudeCodeSettings {
+		if dc == nil || strings.TrimSpace(dc.Workspace) == "" {
+			return fmt.Errorf("claude_code_settings %d: workspace is required", i)
+		}
+		if declaredCC[dc.Workspace] {
+			return fmt.Errorf("claude_code_settings of workspace %s are declared twice", dc.Workspace)
+		}
+		declaredCC[dc.Workspace] = true
+		if err := service.CheckDeclaredClaudeCode(dc.Settings); err != nil {
+			return fmt.Errorf("claude_code_settings of workspace %s: %s", dc.Workspace, apierr.As(err).Message)
+		}
+	}
 	return nil
 }
 
@@ -507,6 +540,17 @@ func (a *App) start() error {
 		if changed {
 			a.logger.Info("declared policy written", zap.String("policy", dp.ID))
 		}
+	}
+	decls := make([]service.DeclaredClaudeCode, len(a.ClaudeCodeSettings))
+	for i, dc := range a.ClaudeCodeSettings {
+		decls[i] = service.DeclaredClaudeCode{Workspace: dc.Workspace, Settings: dc.Settings}
+	}
+	changed, err := svc.ReconcileClaudeCodeSettings(context.Background(), decls)
+	if err != nil {
+		return fmt.Errorf("agentgate: declaring Claude Code settings: %v", err)
+	}
+	for _, ws := range changed {
+		a.logger.Info("declared Claude Code settings written", zap.String("workspace", ws))
 	}
 	if err := a.startInstances(svc); err != nil {
 		return err

@@ -293,3 +293,61 @@ func TestDeclaredPoliciesReconciled(t *testing.T) {
 		}
 	}
 }
+
+func TestDeclaredClaudeCodeSettingsReconciled(t *testing.T) {
+	dir := t.TempDir()
+	conf := func(doc string) *App {
+		a := &App{Storage: &StorageConfig{Path: dir}}
+		if doc != "" {
+			a.ClaudeCodeSettings = []*DeclaredClaudeCodeSettings{{Workspace: "Acme", Settings: []byte(doc)}}
+		}
+		return a
+	}
+	ctx := context.Background()
+	a := conf(`{"permissions": {"deny": ["WebFetch"]}}`)
+	svc := startApp(t, a)
+	ws, _ := svc.Workspaces(ctx)
+	if len(ws) != 1 || ws[0].Name != "Acme" {
+		t.Fatalf("workspaces %v", ws)
+	}
+	op := service.Operator(ws[0].ID)
+	v, err := svc.ClaudeCodeSettings(ctx, op)
+	if err != nil || !v.Declared || v.Version != 1 || string(v.Settings) != `{"permissions":{"deny":["WebFetch"]}}` {
+		t.Fatalf("declared settings %+v %v", v, err)
+	}
+	if _, err := svc.SetClaudeCodeSettings(ctx, op, []byte(`{}`)); apierr.As(err).Status != 409 {
+		t.Fatalf("editing declared settings: %v", err)
+	}
+	a.Stop()
+	// The same declaration again changes nothing; a new one is a new version.
+	for i, doc := range []string{`{"permissions": {"deny": ["WebFetch"]}}`, `{"permissions": {"deny": ["WebFetch", "Bash(curl *)"]}}`} {
+		b := conf(doc)
+		svc = startApp(t, b)
+		if v, _ := svc.ClaudeCodeSettings(ctx, op); v.Version != 1+i {
+			t.Fatalf("start %d: version %d", i, v.Version)
+		}
+		b.Stop()
+	}
+	// No longer declared: kept, editable again.
+	c := conf("")
+	svc = startApp(t, c)
+	defer c.Stop()
+	if v, err := svc.SetClaudeCodeSettings(ctx, op, []byte(`{"model": "claude-sonnet-4-5"}`)); err != nil || v.Declared {
+		t.Fatalf("after the declaration is gone: %+v %v", v, err)
+	}
+
+	pctx, _ := caddy.ProvisionContext(&caddy.Config{Admin: &caddy.AdminConfig{Disabled: true}})
+	for name, tc := range map[string]struct {
+		decls []*DeclaredClaudeCodeSettings
+		want  string
+	}{
+		"no workspace":  {[]*DeclaredClaudeCodeSettings{{Settings: []byte(`{}`)}}, "workspace is required"},
+		"a refused key": {[]*DeclaredClaudeCodeSettings{{Workspace: "A", Settings: []byte(`{"hooks": {}}`)}}, "hooks (runs commands)"},
+		"not an object": {[]*DeclaredClaudeCodeSettings{{Workspace: "A", Settings: []byte(`[]`)}}, "must be a JSON object"},
+		"twice":         {[]*DeclaredClaudeCodeSettings{{Workspace: "A", Settings: []byte(`{}`)}, {Workspace: "A", Settings: []byte(`{}`)}}, "declared twice"},
+	} {
+		if err := (&App{ClaudeCodeSettings: tc.decls}).Provision(pctx); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
+		}
+	}
+}

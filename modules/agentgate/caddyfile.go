@@ -1,6 +1,7 @@
 package agentgate
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 
@@ -70,12 +71,17 @@ func parseGlobalOption(d *caddyfile.Dispenser, _ any) (any, error) {
 //			requests_per_minute <n>
 //			tokens_per_minute <n>
 //		}
+//		claude_code_settings <wrk_id or name> <JSON document>
 //	}
 //
 // Prices are USD per million tokens. A model is enabled unless `disabled`.
 // `limit output` is `max_output_tokens`; the limits, capabilities and
 // modalities are what clients are configured with (defaults: context
 // 128000, output 8192, tool calls and temperature, text in and out).
+//
+// `claude_code_settings` declares a workspace's Claude Code settings
+// document (read-only in the Console): one JSON object, in a heredoc
+// (<<JSON … JSON) or backquotes.
 //
 // `storage postgres` keeps the state in a PostgreSQL database that several
 // agentgate nodes share; give the DSN (which may carry a password) as a
@@ -146,6 +152,15 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			a.Policies = append(a.Policies, dp)
+		case "claude_code_settings":
+			var ws, doc string
+			if !d.AllArgs(&ws, &doc) {
+				return d.Errf("claude_code_settings needs a workspace and a JSON document (a heredoc or backquotes)")
+			}
+			if !json.Valid([]byte(doc)) {
+				return d.Errf("claude_code_settings of %s: the document is not valid JSON", ws)
+			}
+			a.ClaudeCodeSettings = append(a.ClaudeCodeSettings, &DeclaredClaudeCodeSettings{Workspace: ws, Settings: json.RawMessage(doc)})
 		default:
 			return d.Errf("unrecognized subdirective '%s'", d.Val())
 		}

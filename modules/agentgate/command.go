@@ -18,7 +18,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "agentgate",
-		Usage: "<workspace|person|member|service-account|key|connection|token|budget> ...",
+		Usage: "<workspace|person|member|service-account|key|connection|token|budget|claude-code> ...",
 		Short: "Bootstraps and administers agentgate through the admin API",
 		Long: `
 Operator commands for agentgate. Each is a thin client of the admin API
@@ -33,6 +33,7 @@ of a running server, and prints the JSON answer.
 	caddy agentgate key create --workspace wrk_… --service-account sa_… \
 		--name ci-key --permission inference
 	caddy agentgate token --person usr_… --workspace wrk_…
+	caddy agentgate claude-code set --workspace wrk_… --file claude-code.json
 
 The admin address comes from --address, else from the config given with
 --config (as for caddy reload), else the default.`,
@@ -235,7 +236,46 @@ it in with --file -.`,
 	budgetList.Flags().StringVar(&bWorkspace, "workspace", "", "Workspace id")
 	budget.AddCommand(budgetSet, budgetList)
 
-	cmd.AddCommand(ws, person, member, sa, key, conn, token, budget, sandboxCommand())
+	cc := &cobra.Command{Use: "claude-code", Short: "The workspace's Claude Code settings (managed settings of its members' CLIs)"}
+	var ccWorkspace, ccFile string
+	ccPath := func() string { return "/agentgate/workspaces/" + url.PathEscape(ccWorkspace) + "/claude-code/settings" }
+	ccGet := &cobra.Command{Use: "get", Short: "Print the settings document, its checksum and what OpenCode gets of it", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error { return c.call("GET", ccPath(), nil) }}
+	ccSet := &cobra.Command{Use: "set", Short: "Replace the settings document with a JSON file (- for stdin)", Args: cobra.NoArgs,
+		Long: `Replace the workspace's Claude Code settings document with a JSON file
+(- for stdin), for example:
+
+	{
+	  "permissions": {"allow": ["Bash(npm run *)"], "deny": ["WebFetch", "Bash(curl *)"]},
+	  "env": {"DISABLE_AUTOUPDATER": "1"}
+	}
+
+Keys that make members' machines run commands or send traffic elsewhere
+(hooks, apiKeyHelper, statusLine, otelHeadersHelper, env NODE_OPTIONS,
+HTTPS_PROXY, …) and unknown keys are refused, named in the answer. {}
+clears the document. The change is recorded as the operator's.`,
+		RunE: func(*cobra.Command, []string) error {
+			var b []byte
+			var err error
+			if ccFile == "-" {
+				b, err = io.ReadAll(os.Stdin)
+			} else {
+				b, err = os.ReadFile(ccFile)
+			}
+			if err != nil {
+				return err
+			}
+			return c.callRaw("PUT", ccPath(), b)
+		}}
+	ccHistory := &cobra.Command{Use: "history", Short: "List the accepted changes: who, when, checksum", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error { return c.call("GET", ccPath()+"/history", nil) }}
+	for _, x := range []*cobra.Command{ccGet, ccSet, ccHistory} {
+		x.Flags().StringVar(&ccWorkspace, "workspace", "", "Workspace id")
+	}
+	ccSet.Flags().StringVar(&ccFile, "file", "", "JSON file holding the settings document (- for stdin)")
+	cc.AddCommand(ccGet, ccSet, ccHistory)
+
+	cmd.AddCommand(ws, person, member, sa, key, conn, token, budget, cc, sandboxCommand())
 }
 
 func keysPath(ws, sa string) string {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +76,50 @@ func TestWorkspaceListByName(t *testing.T) {
 	}
 	if _, err := run("workspace", "list", "--field", "nope"); err == nil || !strings.Contains(err.Error(), `no field "nope"`) {
 		t.Fatalf("an unknown field: %v", err)
+	}
+}
+
+// TestClaudeCodeCommands runs `caddy agentgate claude-code` against the
+// operator API: set from a file, get it back, and read the history.
+func TestClaudeCodeCommands(t *testing.T) {
+	te := testenv.New(t, time.Date(2025, 6, 1, 10, 0, 0, 0, time.UTC))
+	srv := httptest.NewServer(operator.New(func(context.Context) (*service.Service, error) { return te.Service, nil }))
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	run := func(args ...string) (string, error) {
+		t.Helper()
+		root := &cobra.Command{Use: "agentgate", SilenceUsage: true, SilenceErrors: true}
+		var out bytes.Buffer
+		addCommands(root, &out)
+		root.SetArgs(append(args, "--address", addr))
+		err := root.Execute()
+		return out.String(), err
+	}
+	ws, err := te.Service.CreateWorkspace(context.Background(), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "claude-code.json")
+	if err := os.WriteFile(file, []byte(`{"permissions": {"deny": ["WebFetch"]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run("claude-code", "set", "--workspace", ws.ID, "--file", file, "--field", "version"); err != nil || out != "1\n" {
+		t.Fatalf("set: %q %v", out, err)
+	}
+	if out, err := run("claude-code", "get", "--workspace", ws.ID, "--field", "settings"); err != nil || out != `{"permissions":{"deny":["WebFetch"]}}`+"\n" {
+		t.Fatalf("get: %q %v", out, err)
+	}
+	if out, err := run("claude-code", "history", "--workspace", ws.ID, "--field", "actor_kind"); err != nil || out != "operator\n" {
+		t.Fatalf("history: %q %v", out, err)
+	}
+	// A refused document: the command fails naming the key; nothing changes.
+	if err := os.WriteFile(file, []byte(`{"hooks": {}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run("claude-code", "set", "--workspace", ws.ID, "--file", file); err == nil || !strings.Contains(err.Error(), "hooks (runs commands)") {
+		t.Fatalf("a refused document: %q %v", out, err)
+	}
+	if out, _ := run("claude-code", "history", "--workspace", ws.ID, "--field", "version"); out != "1\n" {
+		t.Fatalf("history after a refusal: %q", out)
 	}
 }

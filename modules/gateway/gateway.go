@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 
+	"github.com/agentgate/agentgate/internal/console/otlp"
 	"github.com/agentgate/agentgate/internal/formats"
 	"github.com/agentgate/agentgate/internal/gateway"
 	"github.com/agentgate/agentgate/internal/store"
@@ -39,7 +40,9 @@ func init() {
 // official SDKs add; and `GET /models` (`/models/<id>`), answered from the
 // store in the list shape of the connection's kind (on the Inference API:
 // the workspace's models). Requests under neither API go to the next
-// handler, so the gateway can share a site with the Console.
+// handler, so the gateway can share a site with the Console; so do
+// `/v1/metrics`, `/v1/logs` and `/v1/traces`, the Console's telemetry
+// relay for Claude Code.
 //
 // The workspace credential is read from `Authorization: Bearer`,
 // `x-api-key`, `api-key`, `x-goog-api-key` or `?key=`, and checked before
@@ -222,7 +225,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		g.pipeline.ServeWebsearch(w, r)
 		return nil
 	}
-	if !formats.IsGatewayPath(r.URL.EscapedPath()) {
+	// The telemetry relay's routes lie under the Inference API's /v1/
+	// but are the Console's (it serves them next on the site).
+	if !formats.IsGatewayPath(r.URL.EscapedPath()) || otlp.Handles(r.URL.Path) {
 		return next.ServeHTTP(w, r)
 	}
 	g.pipeline.Serve(w, r)

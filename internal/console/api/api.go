@@ -5,6 +5,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
@@ -85,6 +86,10 @@ func New(opts Options) *API {
 		endpoint.Data("DELETE", "/api/v1/policies/{policy}", endpoint.DeletePolicy, http.StatusNoContent),
 		endpoint.Data("GET", "/api/v1/websearch", endpoint.Websearch, http.StatusOK),
 		endpoint.Data("PUT", "/api/v1/websearch", endpoint.SetWebsearch, http.StatusOK),
+		endpoint.Data("GET", "/api/v1/claude-code/settings", endpoint.ClaudeCodeSettings, http.StatusOK),
+		endpoint.Data("PUT", "/api/v1/claude-code/settings", endpoint.SetClaudeCodeSettings, http.StatusOK),
+		endpoint.Custom("GET", "/api/v1/claude-code/settings/history", endpoint.ClaudeCodeSettingsHistory,
+			page("claude-code-history", "", same, func(v *service.ClaudeCodeChangeView) string { return fmt.Sprintf("%010d", v.Version) })),
 		endpoint.Custom("GET", "/api/v1/sign-ins", endpoint.SignIns, page("sign-ins", "", same, func(v service.SignInView) string { return v.ID })),
 		endpoint.Data("DELETE", "/api/v1/sign-ins/{signin}", endpoint.RevokeSignIn, http.StatusNoContent),
 		endpoint.Custom("GET", "/api/v1/budgets/members", endpoint.Budgets, page("budgets", "", same, func(v service.BudgetView) string { return v.MemberID })),

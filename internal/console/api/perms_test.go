@@ -223,9 +223,13 @@ func TestHTTPPermissionsEveryRoute(t *testing.T) {
 			}
 			return "/api/v1/policies/" + p.ID
 		}, nil, 204, people},
-		"GET /api/v1/websearch": {fixed("/api/v1/websearch"), nil, 200, everyone},
-		"PUT /api/v1/websearch": {fixed("/api/v1/websearch"), fixed(`{"connection": ""}`), 200, allKey},
-		"GET /api/v1/sign-ins":  {fixed("/api/v1/sign-ins"), nil, 200, ownSignIns},
+		"GET /api/v1/websearch":            {fixed("/api/v1/websearch"), nil, 200, everyone},
+		"PUT /api/v1/websearch":            {fixed("/api/v1/websearch"), fixed(`{"connection": ""}`), 200, allKey},
+		"GET /api/v1/claude-code/settings": {fixed("/api/v1/claude-code/settings"), nil, 200, everyone},
+		"PUT /api/v1/claude-code/settings": {fixed("/api/v1/claude-code/settings"),
+			func(i int) string { return fmt.Sprintf(`{"permissions": {"deny": ["Bash(rm -rf /%d)"]}}`, i) }, 200, owners},
+		"GET /api/v1/claude-code/settings/history": {fixed("/api/v1/claude-code/settings/history"), nil, 200, owners},
+		"GET /api/v1/sign-ins":                     {fixed("/api/v1/sign-ins"), nil, 200, ownSignIns},
 		"DELETE /api/v1/sign-ins/{signin}": {func(i int) string {
 			// Each person revokes a sign-in of their own, not the one in use.
 			persons := map[int]string{2: f.member, 3: f.admin, 4: f.owner}

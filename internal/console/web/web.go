@@ -134,6 +134,8 @@ func New(opts Options) *Web {
 	m.HandleFunc("GET /w/{wrk}/policies", h.workspace(h.policiesPage))
 	m.HandleFunc("POST /w/{wrk}/policies", h.workspaceForm(h.createPolicy))
 	m.HandleFunc("POST /w/{wrk}/policies/{policy}/delete", h.workspaceForm(h.deletePolicy))
+	m.HandleFunc("GET /w/{wrk}/claude-code", h.workspace(h.claudeCodePage))
+	m.HandleFunc("POST /w/{wrk}/claude-code", h.workspaceForm(h.saveClaudeCode))
 	m.HandleFunc("GET /w/{wrk}/members", h.workspace(h.membersPage))
 	m.HandleFunc("POST /w/{wrk}/members", h.workspaceForm(h.addMember))
 	m.HandleFunc("POST /w/{wrk}/members/{member}/role", h.workspaceForm(h.setRole))
@@ -196,7 +198,7 @@ type pageData struct {
 // can says which forms a workspace page offers. The service enforces the
 // permission matrix either way; this only hides forms that would be refused.
 type can struct {
-	ServiceAccounts, Connections, Models, Members, SetBudgets, Audit bool
+	ServiceAccounts, Connections, Models, Members, SetBudgets, Audit, ClaudeCode bool
 }
 
 func canOf(p *service.Principal) can {
@@ -206,7 +208,7 @@ func canOf(p *service.Principal) can {
 	ok := func(op service.Op) bool { return service.Check(p, op) != service.Deny }
 	return can{ServiceAccounts: ok(service.OpManageServiceAccounts), Connections: ok(service.OpManageConnections),
 		Models: ok(service.OpManageModels), Members: ok(service.OpManageMembers), SetBudgets: ok(service.OpManageConnections),
-		Audit: ok(service.OpReadAudit)}
+		Audit: ok(service.OpReadAudit), ClaudeCode: ok(service.OpManageClaudeCode)}
 }
 
 // data starts the page data of a request.
@@ -414,6 +416,7 @@ var flashes = map[string]string{
 	"connection-saved":   "Connection saved.",
 	"policy-created":     "Policy added. It applies from the next request.",
 	"policy-deleted":     "Policy deleted.",
+	"claude-code-saved":  "Claude Code settings saved. Members' CLIs get them at their next poll (about hourly), OpenCode at its next start.",
 	"signin-revoked":     "Sign-in revoked. Its tokens stopped working.",
 	"member-added":       "Member added.",
 	"role-changed":       "Role changed.",

@@ -340,7 +340,7 @@ func postRoutes(ws, sa, key, conn, member string) []string {
 	return []string{"/signout", "/device", "/sign-ins/tfm_x/revoke", w + "/service-accounts", w + "/service-accounts/" + sa + "/delete",
 		w + "/service-accounts/" + sa + "/keys", w + "/service-accounts/" + sa + "/keys/" + key + "/revoke",
 		w + "/connections/" + conn + "/models", w + "/connections", w + "/connections/" + conn, w + "/connections/" + conn + "/models/save", w + "/policies",
-		w + "/policies/pol_x/delete", w + "/members", w + "/members/" + member + "/role",
+		w + "/policies/pol_x/delete", w + "/claude-code", w + "/members", w + "/members/" + member + "/role",
 		w + "/members/" + member + "/remove", w + "/budgets/" + member}
 }
 
@@ -985,4 +985,65 @@ func TestInstanceServiceAccountBadge(t *testing.T) {
 	if strings.Count(p.body, `<span class="badge">instance</span>`) != 1 {
 		t.Fatalf("the badge is not on the instance's account only:\n%s", p.body)
 	}
+}
+
+// TestClaudeCodePage: the owner edits the workspace's Claude Code settings
+// in a form (CSRF checked); a refused document shows why, keeps the text
+// and changes nothing; others read it; the history says who and when.
+func TestClaudeCodePage(t *testing.T) {
+	e := newEnv(t)
+	ws := e.workspace("W")
+	owner, email := e.person(ws, store.RoleOwner)
+	b, tok := e.signedIn(email)
+	w := "/w/" + ws + "/claude-code"
+	p := b.get(w)
+	wantStatus(t, "the page", p, http.StatusOK)
+	wantContains(t, "the page", p, "<h1>Claude Code</h1>", `name="settings"`, "none yet", `aria-current="page">Claude Code`)
+
+	// Without the CSRF token: refused.
+	wantStatus(t, "no csrf", b.post(w, form("", "settings", `{}`)), http.StatusForbidden)
+	// A refused document: 400, the reason, the text kept (escaped).
+	bad := `{"hooks": {"PreToolUse": []}, "env": {"NODE_OPTIONS": "--require /tmp/<evil>.js"}}`
+	p = b.post(w, form(tok, "settings", bad))
+	wantStatus(t, "a refused document", p, http.StatusBadRequest)
+	wantContains(t, "a refused document", p, "hooks (runs commands)", "env.NODE_OPTIONS (runs code)", "/tmp/&lt;evil&gt;.js")
+	wantNotContains(t, "a refused document", p, "<evil>")
+	p = b.post(w, form(tok, "settings", `["not", "an", "object"]`))
+	wantStatus(t, "not an object", p, http.StatusBadRequest)
+	wantContains(t, "not an object", p, "must be a JSON object")
+
+	p = b.post(w, form(tok, "settings", `{"permissions": {"allow": ["Bash(npm run *)"], "deny": ["WebFetch", "mcp__github__push"]}}`))
+	wantStatus(t, "save", p, http.StatusSeeOther)
+	p = b.get(p.location())
+	wantContains(t, "saved", p, "Claude Code settings saved.", "Bash(npm run *)", `&#34;npm run *&#34;: &#34;allow&#34;`,
+		"mcp__github__push", "MCP tools have no OpenCode permission rule", "History", "by "+email)
+	v, _ := e.svc.ClaudeCodeSettings(ctx, service.Operator(ws))
+	if v.Version != 1 || v.UpdatedBy != owner {
+		t.Fatalf("after the form: %+v", v)
+	}
+
+	// A member reads it, without the form or the history.
+	_, memberEmail := e.person(ws, store.RoleMember)
+	mb, mtok := e.signedIn(memberEmail)
+	p = mb.get(w)
+	wantStatus(t, "member's page", p, http.StatusOK)
+	wantContains(t, "member's page", p, "Only an owner changes it.", "Bash(npm run *)")
+	wantNotContains(t, "member's page", p, `name="settings"`, "History")
+	wantStatus(t, "member's edit", mb.post(w, form(mtok, "settings", `{}`)), http.StatusForbidden)
+	// An admin may not either.
+	_, adminEmail := e.person(ws, store.RoleAdmin)
+	ab, atok := e.signedIn(adminEmail)
+	wantStatus(t, "admin's edit", ab.post(w, form(atok, "settings", `{}`)), http.StatusForbidden)
+	if v, _ := e.svc.ClaudeCodeSettings(ctx, service.Operator(ws)); v.Version != 1 {
+		t.Fatalf("refused edits changed the document: %+v", v)
+	}
+
+	// Declared in the Caddyfile: shown, not editable.
+	if _, err := e.svc.ReconcileClaudeCodeSettings(ctx, []service.DeclaredClaudeCode{{Workspace: ws, Settings: []byte(`{"model": "claude-x"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	p = b.get(w)
+	wantContains(t, "declared", p, "Declared in the Caddyfile", "Caddyfile</span>", "claude-x")
+	wantNotContains(t, "declared", p, `name="settings"`)
+	wantStatus(t, "declared edit", b.post(w, form(tok, "settings", `{}`)), http.StatusConflict)
 }

@@ -1,6 +1,8 @@
 package web
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"sort"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/claudecode"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/service"
 	"github.com/agentgate/agentgate/internal/store"
@@ -546,6 +549,63 @@ func (h *Web) createPolicy(w http.ResponseWriter, r *http.Request, q *req) {
 func (h *Web) deletePolicy(w http.ResponseWriter, r *http.Request, q *req) {
 	err := q.svc.DeletePolicy(r.Context(), q.p, r.PathValue("policy"))
 	h.formDone(w, r, q, err, h.renderPolicies, "policies", "policy-deleted")
+}
+
+// ---- Claude Code settings ----
+
+type claudeCodeData struct {
+	View     *service.ClaudeCodeSettingsView
+	Document string // the document, indented, or the text sent when it was refused
+	OpenCode string // the OpenCode permission, indented
+	History  []*service.ClaudeCodeChangeView
+	Keys     []string // what a document may hold
+	EnvKeys  []string
+}
+
+func (h *Web) claudeCodePage(w http.ResponseWriter, r *http.Request, q *req) {
+	h.renderClaudeCode(w, r, q, http.StatusOK, "", flash(r))
+}
+
+func (h *Web) renderClaudeCode(w http.ResponseWriter, r *http.Request, q *req, status int, msg, fl string) {
+	d := q.data("Claude Code")
+	d.Nav, d.Flash = "claude-code", fl
+	v, err := q.svc.ClaudeCodeSettings(r.Context(), q.p)
+	if err != nil && !h.shown(w, q, err, d, &msg, &status) {
+		return
+	}
+	cd := claudeCodeData{View: v, Keys: claudecode.Keys, EnvKeys: claudecode.EnvKeys}
+	if v != nil {
+		cd.Document = indentJSON(v.Settings)
+		b, _ := json.Marshal(v.OpenCode.Permission)
+		cd.OpenCode = indentJSON(b)
+	}
+	if r.Method == http.MethodPost {
+		cd.Document = r.PostForm.Get("settings")
+	}
+	if d.Can.ClaudeCode {
+		if cd.History, err = q.svc.ClaudeCodeSettingsHistory(r.Context(), q.p); err != nil && !h.shown(w, q, err, d, &msg, &status) {
+			return
+		}
+		slices.Reverse(cd.History) // newest first
+	}
+	d.Error = msg
+	d.Data = cd
+	h.render(w, status, "claude-code", d)
+}
+
+// indentJSON lays a JSON value out on lines for reading, its bytes
+// otherwise as they are.
+func indentJSON(b []byte) string {
+	var out bytes.Buffer
+	if json.Indent(&out, b, "", "  ") != nil {
+		return string(b)
+	}
+	return out.String()
+}
+
+func (h *Web) saveClaudeCode(w http.ResponseWriter, r *http.Request, q *req) {
+	_, err := q.svc.SetClaudeCodeSettings(r.Context(), q.p, []byte(r.PostForm.Get("settings")))
+	h.formDone(w, r, q, err, h.renderClaudeCode, "claude-code", "claude-code-saved")
 }
 
 // ---- Members and roles ----
