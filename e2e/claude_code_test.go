@@ -284,8 +284,7 @@ func TestClaudeCodeSignsIn(t *testing.T) {
 	t.Logf("Claude Code's requests: %s", strings.Join(claudeRequests(s), ", "))
 
 	t.Run("managed settings", func(t *testing.T) {
-		t.Skip("needs GET /managed/settings and the owner's Claude Code settings of branch i37-ccset; enable at merge")
-		claudeManagedSettings(t, ctx, s, tn, cc, env, home, project)
+		claudeManagedSettings(t, ctx, c, cc, env, home, project)
 	})
 
 	// claude auth logout revokes the sign-in (best effort, as the CLI
@@ -356,15 +355,17 @@ func postRaw(t *testing.T, ctx context.Context, rawURL string, h http.Header, bo
 }
 
 // claudeManagedSettings: the managed settings the CLI fetched carry the
-// workspace's allowed models and an owner's permissions rule, and an
-// owner's change shows at the next fetch (If-None-Match with the old
-// checksum → 200 with the new one).
+// workspace's allowed models and an owner's permissions rule, the CLI
+// applies them (a denied tool is not offered to the model), and an
+// owner's change reaches it at the next fetch.
 //
-// The owner's document is written through the Console API of branch
-// i37-ccset; the route below is the one that branch is to serve and must
-// be checked when the branch is merged.
-func claudeManagedSettings(t *testing.T, ctx context.Context, s *server, tn tenant, cc string, env []string, home, project string) {
-	const settingsRoute = "/api/v1/claude-code/settings" // branch i37-ccset: check at merge
+// Over a plain-http loopback gateway the CLI keeps no copy of its settings
+// between `claude -p` runs, so it sends neither If-None-Match nor the
+// checksum of what it holds: the conditional fetch is checked with the
+// CLI's own access token, as the CLI sends it once it keeps a copy.
+func claudeManagedSettings(t *testing.T, ctx context.Context, c *claudeSite, cc string, env []string, home, project string) {
+	s, tn := c.s, c.tn
+	const settingsRoute = "/api/v1/claude-code/settings"
 	put := func(doc map[string]any) {
 		t.Helper()
 		st, body, err := s.console(ctx, "PUT", settingsRoute, tn.Token, doc)
@@ -372,63 +373,79 @@ func claudeManagedSettings(t *testing.T, ctx context.Context, s *server, tn tena
 			t.Fatalf("PUT %s: %d %v %s", settingsRoute, st, err, body)
 		}
 	}
-	runClaude := func() {
+	offers := func(r fakeprovider.Received, tool string) bool {
+		return gjson.GetBytes(r.Body, `tools.#(name=="`+tool+`")`).Exists()
+	}
+	// served is the ETag of the last GET /managed/settings the CLI made.
+	served := func() string {
 		t.Helper()
-		run := exec.CommandContext(ctx, cc, "-p", "--model", "claude-sonnet-4-5", "say hello")
-		run.Dir, run.Env = project, env
-		run.WaitDelay = 5 * time.Second
-		if out, err := run.CombinedOutput(); err != nil || !strings.Contains(string(out), fakeprovider.Text) {
+		tag := ""
+		for _, l := range strings.Split(s.stderr.String(), "\n") {
+			if strings.Contains(l, `"uri":"/managed/settings"`) && gjson.Get(l, "status").Int() == 200 {
+				tag = strings.Trim(gjson.Get(l, "resp_headers.Etag.0").String(), `"`)
+			}
+		}
+		if !strings.HasPrefix(tag, "sha256:") {
+			t.Fatalf("no managed settings served with an ETag:\n%s", tail(s.stderr.String(), 4000))
+		}
+		return tag
+	}
+	run := func() fakeprovider.Received {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, cc, "-p", "--model", "claude-sonnet-4-5", "say hello")
+		cmd.Dir, cmd.Env = project, env
+		cmd.WaitDelay = 5 * time.Second
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), fakeprovider.Text) {
 			t.Fatalf("claude -p: %v\n%s", err, out)
 		}
+		return c.provider.Last()
 	}
-	fetched := func() map[string]any {
+
+	if before := c.provider.Last(); !offers(before, "Write") {
+		t.Fatalf("before the owner's rule the CLI did not offer Write: %s", gjson.GetBytes(before.Body, "tools.#.name"))
+	}
+	put(map[string]any{"permissions": map[string]any{"deny": []string{"Write"}}})
+	first := run()
+	sum1 := served()
+	if offers(first, "Write") || !offers(first, "Edit") {
+		t.Fatalf("with Write denied the CLI offered: %s", gjson.GetBytes(first.Body, "tools.#.name"))
+	}
+
+	put(map[string]any{"permissions": map[string]any{"deny": []string{"Write", "Edit", "Bash(curl:*)"}}})
+	second := run()
+	sum2 := served()
+	if sum2 == sum1 || offers(second, "Edit") || !offers(second, "Bash") {
+		t.Fatalf("after the owner's change (served %s, before %s) the CLI offered: %s", sum2, sum1, gjson.GetBytes(second.Body, "tools.#.name"))
+	}
+
+	// The same fetch with the CLI's token: If-None-Match with the old
+	// checksum gets the new settings, with the new one 304.
+	cred, err := os.ReadFile(filepath.Join(home, ".claude", ".credentials.json"))
+	token := gjson.GetBytes(cred, "enterpriseGateway.jwt").String()
+	if err != nil || token == "" {
+		t.Fatalf("the CLI's stored sign-in: %v", err)
+	}
+	fetch := func(ifNoneMatch string) (int, string, []byte) {
 		t.Helper()
-		b, err := os.ReadFile(filepath.Join(home, ".claude", "remote-settings.json"))
-		var m map[string]any
-		if err != nil || json.Unmarshal(b, &m) != nil {
-			t.Fatalf("the CLI's copy of its managed settings: %v %s", err, b)
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+s.httpAddr+"/managed/settings", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("If-None-Match", `"`+ifNoneMatch+`"`)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return m
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Etag"), b
 	}
-	// fetches are the access log's GET /managed/settings entries: the
-	// If-None-Match sent and the status and ETag answered.
-	type fetch struct {
-		ifNoneMatch, etag string
-		status            int64
+	st, tag, body := fetch(sum1)
+	if st != 200 || tag != `"`+sum2+`"` || gjson.GetBytes(body, "checksum").String() != sum2 ||
+		!gjson.GetBytes(body, `settings.availableModels.#(=="claude-sonnet-4-5")`).Exists() ||
+		!gjson.GetBytes(body, `settings.permissions.deny.#(=="Bash(curl:*)")`).Exists() {
+		t.Fatalf("GET /managed/settings with the old checksum: %d %s %s", st, tag, body)
 	}
-	fetches := func() []fetch {
-		var out []fetch
-		for _, l := range strings.Split(s.stderr.String(), "\n") {
-			if !strings.Contains(l, `"uri":"/managed/settings"`) {
-				continue
-			}
-			out = append(out, fetch{ifNoneMatch: gjson.Get(l, "request.headers.If-None-Match.0").String(),
-				etag: gjson.Get(l, "resp_headers.Etag.0").String(), status: gjson.Get(l, "status").Int()})
-		}
-		return out
-	}
-
-	put(map[string]any{"permissions": map[string]any{"deny": []string{"WebFetch"}}})
-	runClaude()
-	got := fetched()
-	if !strings.Contains(fmt.Sprint(got["availableModels"]), "claude-sonnet-4-5") || !strings.Contains(fmt.Sprint(got["permissions"]), "WebFetch") {
-		t.Fatalf("the settings the CLI fetched: %v", got)
-	}
-	first := fetches()
-	if len(first) == 0 || first[len(first)-1].status != 200 || first[len(first)-1].etag == "" {
-		t.Fatalf("fetches %+v", first)
-	}
-	oldTag := first[len(first)-1].etag
-
-	put(map[string]any{"permissions": map[string]any{"deny": []string{"WebFetch", "Bash(curl:*)"}}})
-	runClaude()
-	if !strings.Contains(fmt.Sprint(fetched()["permissions"]), "Bash(curl:*)") {
-		t.Fatalf("the owner's change did not reach the CLI: %v", fetched())
-	}
-	all := fetches()
-	next := all[len(all)-1]
-	if next.ifNoneMatch != oldTag || next.status != 200 || next.etag == "" || next.etag == oldTag {
-		t.Fatalf("the fetch after the change: %+v (the previous ETag %s)", next, oldTag)
+	if st, _, body := fetch(sum2); st != http.StatusNotModified || len(body) != 0 {
+		t.Fatalf("GET /managed/settings with the current checksum: %d %s", st, body)
 	}
 }
 
