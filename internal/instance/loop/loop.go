@@ -8,6 +8,7 @@ package loop
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
@@ -688,7 +689,12 @@ func (r *Runner) step(ctx context.Context, s svc, sid, stepID string, done int) 
 	if err != nil || res.toolsMarker == "" || ctx.Err() != nil {
 		return res, nil, false, err
 	}
+	snap := beginSnapshot(ctx, s, info, res.msg)
 	batch, stop = r.runTools(ctx, s, info, stepID, res.msg, env, policy, sp)
+	if snap != nil && !errors.Is(context.Cause(ctx), errShutdown) {
+		snap.end(ctx, s, sid)
+		batch.snap = &snap.rec
+	}
 	return res, batch, stop, nil
 }
 
@@ -776,6 +782,9 @@ func (s svc) settleInterrupted(ctx context.Context, sid string, w *work) error {
 // run's idle message.
 func (s svc) settleTools(ctx context.Context, b *toolBatch, marker string, next bool) error {
 	b.mu.Lock()
+	if b.snap != nil {
+		b.msg.fields["snapshot"] = mustJSON(b.snap)
+	}
 	raw, err := b.msg.encode()
 	b.mu.Unlock()
 	if err != nil {
@@ -829,6 +838,9 @@ func (s svc) settleTools(ctx context.Context, b *toolBatch, marker string, next 
 	})
 	if err != nil {
 		return err
+	}
+	if b.snap != nil {
+		s.Publish("session.next.step.snapshot", info, map[string]any{"assistantMessageID": b.msgID, "snapshot": b.snap})
 	}
 	if len(delivered) > 0 {
 		evs := make([]session.Ev, 0, len(delivered))

@@ -203,6 +203,9 @@ type toolBatch struct {
 	policy permission.Policy
 	// plugins are the session's plugins (nil: none).
 	plugins *sessionPlugins
+	// snap is the step's file snapshot record (nil: its calls change no
+	// files), stored with the results.
+	snap *session.StepSnapshot
 }
 
 // update changes a part under the batch's lock and returns a copy of it.

@@ -240,6 +240,7 @@ type project struct {
 	// dirty: the index may differ from it.
 	tree  string
 	dirty bool
+	head  string // HEAD's content when tree was read
 	// usage is the snapshot directory's size in bytes as last measured
 	// plus what was added since (-1 unknown).
 	usage  int64

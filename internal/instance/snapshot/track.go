@@ -218,6 +218,11 @@ func (p *project) track(ctx context.Context) (Tree, error) {
 	if err := p.init(ctx); err != nil {
 		return Tree{}, err
 	}
+	// Another manager of the directory (a reloaded config, another
+	// process) may have moved HEAD: the cached tree is then not its.
+	if head := strings.TrimSpace(readSmall(filepath.Join(p.dir, "HEAD"), 4096)); head != p.head {
+		p.tree, p.head = "", head
+	}
 	if p.tree == "" && !p.dirty {
 		if out, err := p.git(ctx, nil, "rev-parse", "-q", "--verify", "HEAD^{tree}"); err == nil {
 			p.tree = strings.TrimSpace(string(out))
@@ -325,12 +330,14 @@ func (p *project) track(ctx context.Context) (Tree, error) {
 	sort.Strings(adds)
 	var keep []string
 	for _, path := range adds {
-		if sensitive.Path(path) {
-			skip(path, SkipSensitive, nil)
-			continue
-		}
 		fi, err := os.Lstat(filepath.Join(p.root, filepath.FromSlash(path)))
 		switch {
+		case sensitive.Path(path):
+			if err != nil {
+				fi = nil
+			}
+			skip(path, SkipSensitive, fi)
+			continue
 		case err != nil:
 			dels = append(dels, path) // gone since git looked
 			continue
@@ -385,9 +392,11 @@ func (p *project) track(ctx context.Context) (Tree, error) {
 			if err != nil {
 				return Tree{}, err
 			}
-			if err := writeFile(filepath.Join(p.dir, "HEAD"), strings.TrimSpace(string(out))+"\n"); err != nil {
+			commit := strings.TrimSpace(string(out))
+			if err := writeFile(filepath.Join(p.dir, "HEAD"), commit+"\n"); err != nil {
 				return Tree{}, err
 			}
+			p.head = commit
 		}
 		p.tree, p.dirty = tree, false
 	}
