@@ -256,6 +256,11 @@ type Instance struct {
 	// network but the sandbox's own loopback.
 	Sandbox *Sandbox `json:"sandbox,omitempty"`
 
+	// Snapshots configures the file snapshots taken around the agent's
+	// steps, which reverts put back. Default: on (when git is installed),
+	// files up to 2 MiB, 200,000 files and 2 GiB per project.
+	Snapshots *Snapshots `json:"snapshots,omitempty"`
+
 	// CORSOrigins are the origins (`scheme://host[:port]`) of web pages
 	// allowed to call the instance from a browser: their requests and
 	// preflights get CORS headers. Every other page's request, one a
@@ -501,7 +506,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		TrustedProxy: agentgate.TrustedProxy, CORSOrigins: in.CORSOrigins,
 		DefaultDirectory: dir, AllowedRoots: roots, Agents: in.Agents,
 		Plugins: pm, Version: caddy.CustomVersion, Heartbeat: time.Duration(in.Heartbeat), Logger: in.logger,
-		Instance: in.Name, Sandbox: in.sandbox,
+		Instance: in.Name, Sandbox: in.sandbox, Snapshots: in.snapshots(app),
 		Store: func(ctx context.Context) (store.Store, error) {
 			svc, err := app.Service(ctx)
 			if err != nil {

@@ -187,6 +187,13 @@ func (t *Translator) Translate(raw []byte) (out []Event, dir string) {
 			part(p)
 		}
 		emit("message.updated", map[string]any{"sessionID": sid, "info": t.assistant(msgID, st, &data)})
+	case "session.next.step.snapshot":
+		// The step's files are recorded once its tools ran: its patch part.
+		if p := patchPart(sid, msgID, data.Get("snapshot")); p != nil {
+			part(p)
+		}
+	case "session.diff", "message.removed":
+		emit(typ, json.RawMessage(orEmpty(data.Raw)))
 	case "session.status", "session.idle", "permission.asked", "permission.replied", "question.asked", "question.replied",
 		"question.rejected", "todo.updated":
 		emit(typ, json.RawMessage(orEmpty(data.Raw)))
