@@ -27,6 +27,7 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/pluginhost"
 	"github.com/agentgate/agentgate/internal/instance/plugins"
 	"github.com/agentgate/agentgate/internal/instance/server"
+	"github.com/agentgate/agentgate/internal/instance/snapshot"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/ratelimit"
 	"github.com/agentgate/agentgate/internal/sandbox"
@@ -275,6 +276,7 @@ type Instance struct {
 	logger    *zap.Logger
 	key       string
 	host      *pluginhost.Host
+	snaps     *snapshot.Manager
 	stopTap   func()
 	// undo puts back the runner's configuration from before this config
 	// when this config is cleaned up before another configured the runner
@@ -500,13 +502,14 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		in.key = ""
 		return err
 	}
+	in.snaps = in.snapshots(app)
 	opts := server.Options{
 		Auth:    &server.Auth{Username: in.Username, Password: password, Clock: clock.Real{}},
 		Pairing: st.pairing, Bus: st.bus, Limiter: st.limiter, ClientIP: agentgate.ClientIP,
 		TrustedProxy: agentgate.TrustedProxy, CORSOrigins: in.CORSOrigins,
 		DefaultDirectory: dir, AllowedRoots: roots, Agents: in.Agents,
 		Plugins: pm, Version: caddy.CustomVersion, Heartbeat: time.Duration(in.Heartbeat), Logger: in.logger,
-		Instance: in.Name, Sandbox: in.sandbox, Snapshots: in.snapshots(app),
+		Instance: in.Name, Sandbox: in.sandbox, Snapshots: in.snaps,
 		Store: func(ctx context.Context) (store.Store, error) {
 			svc, err := app.Service(ctx)
 			if err != nil {
@@ -650,6 +653,7 @@ func (in *Instance) Cleanup() error {
 	if in.host != nil {
 		in.host.Close()
 	}
+	in.snaps.Close()
 	if in.key != "" {
 		_, err := shared.Delete(in.key)
 		in.key = ""

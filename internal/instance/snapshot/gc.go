@@ -98,6 +98,9 @@ func (m *Manager) Collect(ctx context.Context, root string) error {
 			return err
 		}
 		p.ready, p.tree, p.dirty, p.usage = false, "", false, -1
+		if p.watch != nil {
+			p.watch.invalidate() // the next snapshot starts the directory afresh
+		}
 		return nil
 	}
 	if err := p.init(ctx); err != nil {

@@ -139,6 +139,56 @@ type Manager struct {
 	mu       sync.Mutex
 	projects map[string]*project
 	gcs      sync.WaitGroup
+	watches  int // projects with a watcher
+	closed   bool
+}
+
+// Limits of the watchers that spare a snapshot from reading every file:
+// projects watched per manager (each takes one of the user's inotify
+// instances) and directories watched per project.
+const (
+	maxWatchedProjects = 32
+	maxWatchedDirs     = 20000
+)
+
+// Close stops following the projects' files (a configuration that is
+// replaced closes its manager).
+func (m *Manager) Close() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.closed = true
+	list := make([]*project, 0, len(m.projects))
+	for _, p := range m.projects {
+		list = append(list, p)
+	}
+	m.mu.Unlock()
+	for _, p := range list {
+		p.mu.Lock()
+		if p.watch != nil {
+			p.watch.close()
+			p.watch, p.noWatch = nil, "the snapshot manager is closed"
+		}
+		p.mu.Unlock()
+	}
+}
+
+// watchSlot takes one of the manager's watcher slots.
+func (m *Manager) watchSlot() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || m.watches >= maxWatchedProjects {
+		return false
+	}
+	m.watches++
+	return true
+}
+
+func (m *Manager) releaseWatchSlot() {
+	m.mu.Lock()
+	m.watches--
+	m.mu.Unlock()
 }
 
 // New returns a manager; it checks git once (Status says what it found).
@@ -248,6 +298,11 @@ type project struct {
 	// lastGC and collecting are guarded by the manager's mutex.
 	lastGC     time.Time
 	collecting bool
+	// watch follows the project's directories between snapshots (nil:
+	// every snapshot asks git about every file; noWatch says why).
+	watch          *watcher
+	noWatch        string
+	excludeChanged bool
 }
 
 // Key is the snapshot directory name of a project root: a hash of the

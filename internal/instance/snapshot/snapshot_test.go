@@ -407,3 +407,66 @@ func TestCollect(t *testing.T) {
 		t.Fatal("no tree")
 	}
 }
+
+// A watched project's snapshots ask git only about the paths changed
+// since the last one: each must still be the tree a snapshot of every
+// file gives.
+func TestWatchedSnapshotsMatchFullOnes(t *testing.T) {
+	if !watchSupported {
+		t.Skip("no file watching here")
+	}
+	m := newManager(t, nil)
+	root := t.TempDir()
+	write(t, root, ".gitignore", "node_modules/\n*.log\n")
+	write(t, root, "a.txt", "a\n")
+	write(t, root, "dir/b.txt", "b\n")
+	write(t, root, "dir/sub/c.txt", "c\n")
+	write(t, root, "node_modules/pkg/index.js", "x")
+	track(t, m, root)
+	p, _ := m.project(root)
+	if p.watch == nil {
+		t.Fatalf("no watcher: %s", p.noWatch)
+	}
+	full := func() string {
+		t.Helper()
+		f := New(Config{Dir: filepath.Join(t.TempDir(), "full")})
+		defer f.Close()
+		return track(t, f, root).Hash
+	}
+	steps := []struct {
+		name string
+		do   func()
+	}{
+		{"nothing", func() {}},
+		{"edit", func() { write(t, root, "a.txt", "a2\n") }},
+		{"new file in a new directory tree", func() { write(t, root, "new/deep/er/d.txt", "d\n") }},
+		{"delete", func() { os.Remove(filepath.Join(root, "dir", "b.txt")) }},
+		{"rename a directory", func() { os.Rename(filepath.Join(root, "dir"), filepath.Join(root, "moved")) }},
+		{"edit in the renamed directory", func() { write(t, root, "moved/sub/c.txt", "c2\n") }},
+		{"ignored files", func() { write(t, root, "node_modules/pkg/index.js", "y"); write(t, root, "x.log", "log") }},
+		{"new ignored directory", func() { write(t, root, "node_modules/other/a.js", "z") }},
+		{".gitignore changed", func() { write(t, root, ".gitignore", "*.log\n") }},
+		{"edit under the formerly ignored directory", func() { write(t, root, "node_modules/pkg/index.js", "w") }},
+		{"mode", func() { os.Chmod(filepath.Join(root, "a.txt"), 0o755) }},
+		{"symlink", func() { os.Symlink("a.txt", filepath.Join(root, "link")) }},
+		{"remove a directory tree", func() { os.RemoveAll(filepath.Join(root, "new")) }},
+		{"a file becomes a directory", func() { os.Remove(filepath.Join(root, "a.txt")); write(t, root, "a.txt/inner", "i\n") }},
+	}
+	for _, s := range steps {
+		s.do()
+		if got, want := track(t, m, root).Hash, full(); got != want {
+			t.Fatalf("after %s: watched snapshot %s, full snapshot %s", s.name, got, want)
+		}
+	}
+	// An overflowing event queue makes the next snapshot read everything.
+	for i := 0; i < 20000; i++ {
+		os.Chtimes(filepath.Join(root, fmt.Sprintf("f%d", i%2)), time.Now(), time.Now())
+		if i < 2 {
+			write(t, root, fmt.Sprintf("f%d", i), "f")
+		}
+	}
+	write(t, root, "moved/sub/c.txt", "after the flood\n")
+	if got, want := track(t, m, root).Hash, full(); got != want {
+		t.Fatalf("after an overflow: watched snapshot %s, full snapshot %s", got, want)
+	}
+}

@@ -71,8 +71,12 @@ func (m *Manager) Track(ctx context.Context, root string) (Tree, error) {
 	}
 	t, err := p.track(ctx)
 	if err != nil {
-		// The index may be ahead of HEAD: the next snapshot writes its tree.
+		// The index may be ahead of HEAD: the next snapshot writes its tree,
+		// and reads every file (the changed paths taken are lost).
 		p.tree, p.dirty = "", true
+		if p.watch != nil {
+			p.watch.invalidate()
+		}
 	}
 	p.tracks++
 	unlock()
@@ -83,27 +87,36 @@ func (m *Manager) Track(ctx context.Context, root string) (Tree, error) {
 }
 
 // init makes the snapshot directory (first use) and writes its own
-// configuration, attributes and the project's exclude rules.
+// configuration, attributes and the project's exclude rules (when these
+// change, the next snapshot reads every file).
 func (p *project) init(ctx context.Context) error {
+	changed, err := p.initDir(ctx)
+	if changed {
+		p.excludeChanged = true
+	}
+	return err
+}
+
+func (p *project) initDir(ctx context.Context) (bool, error) {
 	if !p.ready {
 		fresh := false
 		if _, err := os.Stat(filepath.Join(p.dir, "HEAD")); err != nil {
 			if _, err := p.git(ctx, nil, "init", "--quiet"); err != nil {
-				return err
+				return false, err
 			}
 			fresh = true
 		}
-		if err := writeIfChanged(filepath.Join(p.dir, "config"), config); err != nil {
-			return err
+		if _, err := writeIfChanged(filepath.Join(p.dir, "config"), config); err != nil {
+			return false, err
 		}
 		if err := os.MkdirAll(filepath.Join(p.dir, "info"), 0o700); err != nil {
-			return err
+			return false, err
 		}
-		if err := writeIfChanged(filepath.Join(p.dir, "info", "attributes"), attributes); err != nil {
-			return err
+		if _, err := writeIfChanged(filepath.Join(p.dir, "info", "attributes"), attributes); err != nil {
+			return false, err
 		}
-		if err := writeIfChanged(filepath.Join(p.dir, "agentgate-root"), p.root+"\n"); err != nil {
-			return err
+		if _, err := writeIfChanged(filepath.Join(p.dir, "agentgate-root"), p.root+"\n"); err != nil {
+			return false, err
 		}
 		if fresh {
 			p.seed(ctx)
@@ -115,6 +128,11 @@ func (p *project) init(ctx context.Context) error {
 	exclude := ""
 	if _, common := userGitDirs(p.root); common != "" {
 		exclude = readSmall(filepath.Join(common, "info", "exclude"), 1<<20)
+	}
+	// Snapshot directories inside the project (a data directory under
+	// it) are never part of its snapshots.
+	if rel, err := filepath.Rel(p.root, p.m.cfg.Dir); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
+		exclude += "\n/" + filepath.ToSlash(rel) + "/\n"
 	}
 	return writeIfChanged(filepath.Join(p.dir, "info", "exclude"), exclude)
 }
@@ -218,6 +236,26 @@ func (p *project) track(ctx context.Context) (Tree, error) {
 	if err := p.init(ctx); err != nil {
 		return Tree{}, err
 	}
+	// Only the paths changed since the last snapshot are asked about when
+	// a watcher follows the project; the first snapshot with it, and one
+	// after the exclude rules changed, ask about every file.
+	full := true
+	var paths []string
+	if p.watch != nil {
+		paths, full = p.watch.take(func(dirs []string) (map[string]bool, error) { return p.ignoredDirs(ctx, dirs) })
+		if full {
+			// Directories may have moved, or what git ignores changed:
+			// the watcher starts again, before this snapshot reads all.
+			p.watch.close()
+			p.watch = nil
+			p.m.releaseWatchSlot()
+		}
+	}
+	if p.watch == nil && p.noWatch == "" {
+		p.startWatch(ctx)
+	}
+	full = full || p.excludeChanged
+	p.excludeChanged = false
 	// Another manager of the directory (a reloaded config, another
 	// process) may have moved HEAD: the cached tree is then not its.
 	if head := strings.TrimSpace(readSmall(filepath.Join(p.dir, "HEAD"), 4096)); head != p.head {
@@ -230,8 +268,14 @@ func (p *project) track(ctx context.Context) (Tree, error) {
 			p.dirty = true // no snapshot commit yet
 		}
 	}
-	out, err := p.git(ctx, nil, "status", "--porcelain=v2", "-z", "--untracked-files=normal", "--no-renames",
-		"--ignore-submodules=all")
+	if !full && len(paths) == 0 && p.tree != "" && !p.dirty {
+		return Tree{Hash: p.tree}, nil // nothing changed since the last snapshot
+	}
+	args := []string{"status", "--porcelain=v2", "-z", "--untracked-files=normal", "--no-renames", "--ignore-submodules=all"}
+	if !full {
+		args = append(append(args, "--"), paths...)
+	}
+	out, err := p.git(ctx, nil, args...)
 	if err != nil {
 		return Tree{}, err
 	}
@@ -327,50 +371,79 @@ func (p *project) track(ctx context.Context) (Tree, error) {
 	if p.usage < 0 {
 		p.usage = dirSize(filepath.Join(p.dir, "objects"))
 	}
-	sort.Strings(adds)
-	var keep []string
-	for _, path := range adds {
-		fi, err := os.Lstat(filepath.Join(p.root, filepath.FromSlash(path)))
-		switch {
-		case sensitive.Path(path):
-			if err != nil {
-				fi = nil
+	var keep, typeDirs []string
+	classify := func(list []string) {
+		sort.Strings(list)
+		for _, path := range list {
+			fi, err := os.Lstat(filepath.Join(p.root, filepath.FromSlash(path)))
+			switch {
+			case sensitive.Path(path):
+				if err != nil {
+					fi = nil
+				}
+				skip(path, SkipSensitive, fi)
+				continue
+			case err != nil:
+				dels = append(dels, path) // gone since git looked
+				continue
+			case fi.IsDir():
+				// A file that became a directory: git lists the files in it
+				// once the file's entry is gone.
+				dels, typeDirs = append(dels, path), append(typeDirs, path+"/")
+				continue
+			case fi.Mode()&fs.ModeSymlink == 0 && !fi.Mode().IsRegular():
+				skip(path, SkipSpecial, fi)
+				continue
+			case fi.Size() > cfg.MaxFileSize:
+				skip(path, SkipTooLarge, fi)
+				continue
+			case !tracked[path] && entries >= cfg.MaxFiles:
+				skip(path, SkipFileCap, fi)
+				t.Incomplete = fmt.Sprintf("the project's snapshot holds %d files, its limit: new files are not recorded", cfg.MaxFiles)
+				continue
+			case p.usage+fi.Size() > cfg.Quota:
+				skip(path, SkipQuota, fi)
+				t.Incomplete = fmt.Sprintf("the project's snapshots use their quota of %d bytes: changed files are not recorded", cfg.Quota)
+				continue
 			}
-			skip(path, SkipSensitive, fi)
-			continue
-		case err != nil:
-			dels = append(dels, path) // gone since git looked
-			continue
-		case fi.IsDir():
-			// A file that became a directory: its files show up as
-			// untracked in the next snapshot.
-			dels = append(dels, path)
-			continue
-		case fi.Mode()&fs.ModeSymlink == 0 && !fi.Mode().IsRegular():
-			skip(path, SkipSpecial, fi)
-			continue
-		case fi.Size() > cfg.MaxFileSize:
-			skip(path, SkipTooLarge, fi)
-			continue
-		case !tracked[path] && entries >= cfg.MaxFiles:
-			skip(path, SkipFileCap, fi)
-			t.Incomplete = fmt.Sprintf("the project's snapshot holds %d files, its limit: new files are not recorded", cfg.MaxFiles)
-			continue
-		case p.usage+fi.Size() > cfg.Quota:
-			skip(path, SkipQuota, fi)
-			t.Incomplete = fmt.Sprintf("the project's snapshots use their quota of %d bytes: changed files are not recorded", cfg.Quota)
-			continue
+			if !tracked[path] {
+				entries++
+			}
+			p.usage += fi.Size()
+			keep = append(keep, path)
 		}
-		if !tracked[path] {
-			entries++
-		}
-		p.usage += fi.Size()
-		keep = append(keep, path)
 	}
+	for _, d := range dels {
+		if fi, err := os.Lstat(filepath.Join(p.root, filepath.FromSlash(d))); err == nil && fi.IsDir() {
+			typeDirs = append(typeDirs, d+"/")
+		}
+	}
+	classify(adds)
 	if len(dels) > 0 {
 		p.dirty = true
 		if _, err := p.git(ctx, joinZ(dels), "update-index", "--force-remove", "-z", "--stdin"); err != nil {
 			return Tree{}, err
+		}
+	}
+	if len(typeDirs) > 0 {
+		out, err := p.git(ctx, nil, append([]string{"ls-files", "-z", "--others", "--exclude-standard", "--"}, typeDirs...)...)
+		if err != nil {
+			return Tree{}, err
+		}
+		var more []string
+		for _, f := range splitZ(out) {
+			if d, ok := strings.CutSuffix(f, "/"); ok {
+				skip(d, SkipNested, nil)
+				continue
+			}
+			more = append(more, f)
+		}
+		dels = dels[:0]
+		classify(more)
+		if len(dels) > 0 {
+			if _, err := p.git(ctx, joinZ(dels), "update-index", "--force-remove", "-z", "--stdin"); err != nil {
+				return Tree{}, err
+			}
 		}
 	}
 	if len(keep) > 0 {
@@ -522,11 +595,13 @@ func writeFile(path, content string) error {
 	return os.Rename(tmp, path)
 }
 
-func writeIfChanged(path, content string) error {
+// writeIfChanged writes a file unless it holds content already; it
+// reports whether it wrote.
+func writeIfChanged(path, content string) (bool, error) {
 	if b, err := os.ReadFile(path); err == nil && string(b) == content {
-		return nil
+		return false, nil
 	}
-	return writeFile(path, content)
+	return true, writeFile(path, content)
 }
 
 // dirSize sums the sizes of the files under dir.
@@ -541,4 +616,52 @@ func dirSize(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// startWatch starts following the project's directories, but those git
+// ignores (the first snapshot with it reads every file). Where it cannot
+// (no inotify, too many projects or directories) every snapshot reads
+// every file.
+func (p *project) startWatch(ctx context.Context) {
+	if !watchSupported {
+		p.noWatch = "no file watching on this system"
+		return
+	}
+	if !p.m.watchSlot() {
+		p.noWatch = "too many projects are watched"
+		return
+	}
+	out, err := p.git(ctx, nil, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
+	if err != nil {
+		p.m.releaseWatchSlot()
+		return // tried again at the next snapshot
+	}
+	skip := map[string]bool{}
+	for _, f := range splitZ(out) {
+		if d, ok := strings.CutSuffix(f, "/"); ok {
+			skip[d] = true
+		}
+	}
+	w, err := newWatcher(p.root, skip, maxWatchedDirs)
+	if err != nil {
+		p.m.releaseWatchSlot()
+		p.noWatch = err.Error()
+		p.m.cfg.Logger.Info("snapshot: the project's directories cannot be watched; every snapshot reads every file",
+			zap.String("project", p.root), zap.Error(err))
+		return
+	}
+	p.watch = w
+}
+
+// ignoredDirs tells which of the directories git ignores.
+func (p *project) ignoredDirs(ctx context.Context, dirs []string) (map[string]bool, error) {
+	out, err := p.git(ctx, joinZ(dirs), "check-ignore", "-z", "--stdin")
+	if err != nil && (len(out) > 0 || !strings.Contains(err.Error(), "exit status 1")) {
+		return nil, err
+	}
+	ign := map[string]bool{}
+	for _, d := range splitZ(out) {
+		ign[d] = true
+	}
+	return ign, nil
 }
