@@ -228,7 +228,24 @@ func TestRevertKeepsAHandEditAndReportsIt(t *testing.T) {
 	h.prompt("ses_h", "edit both", nil)
 	u := userIDs(h.waitIdle("ses_h", 1))
 	writeFile(t, h.dir, "a.txt", "A by the agent\nand by hand\n")
+	ev := h.subscribe(t)
+	ev.next(t)
 	s := h.revert("ses_h", u[0])
+	// The released TUI lists only the files a revert changed: a toast
+	// names the one it left.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		e := frameOf(t, ev)
+		if e.Get("type").String() == "tui.toast.show" {
+			if !strings.Contains(e.Get("data.message").String(), "a.txt changed since") || e.Get("data.variant").String() != "warning" {
+				t.Fatalf("toast: %s", e.Raw)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no toast names the file left")
+		}
+	}
 	if got := readFile(t, h.dir, "a.txt"); got != "A by the agent\nand by hand\n" {
 		t.Fatalf("the hand edit was overwritten: %q", got)
 	}
@@ -578,7 +595,7 @@ func TestNextPromptDropsTheRevertedMessages(t *testing.T) {
 	seen := map[string]bool{}
 	deadline := time.Now().Add(5 * time.Second)
 	for !seen["session.next.revert.committed"] && time.Now().Before(deadline) {
-		seen[gjson.Get(ev.next(t), "type").String()] = true
+		seen[frameOf(t, ev).Get("type").String()] = true
 	}
 	if !seen["session.next.revert.staged"] || !seen["message.removed"] || !seen["session.next.revert.committed"] {
 		t.Fatalf("events: %v", seen)
@@ -645,4 +662,10 @@ func TestWebUndoAndRedo(t *testing.T) {
 	if body := wantPage(t, h.page("/ui/session/ses_w"), http.StatusOK); strings.Contains(body, "undone</h2>") {
 		t.Fatal("the page still shows the undo")
 	}
+}
+
+// frameOf reads the next event of a stream.
+func frameOf(t *testing.T, ev *eventStream) gjson.Result {
+	t.Helper()
+	return gjson.Parse(strings.TrimPrefix(strings.TrimSpace(ev.next(t)), "data: "))
 }

@@ -256,9 +256,39 @@ func (s *Service) storeRevert(ctx context.Context, sid string, state *RevertStat
 		return nil, err
 	}
 	diff := s.revertedDiff(ctx, info)
-	s.PublishEvents(info, Ev{"session.next.revert.staged", map[string]any{"revert": state}},
-		Ev{"session.diff", map[string]any{"diff": diff}}, Ev{"session.updated", map[string]any{"info": info}})
+	evs := []Ev{{"session.next.revert.staged", map[string]any{"revert": state}},
+		{"session.diff", map[string]any{"diff": diff}}, {"session.updated", map[string]any{"info": info}}}
+	if t := skippedToast("not reverted", state.Skipped); t != nil {
+		evs = append(evs, *t)
+	}
+	s.PublishEvents(info, evs...)
 	return info, nil
+}
+
+// skippedToast is a tui.toast.show event naming the files a revert or
+// redo left, and why (the released TUI shows it; it lists only the
+// files a revert changed).
+func skippedToast(what string, skipped []RevertSkip) *Ev {
+	if len(skipped) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for i, sk := range skipped {
+		if i == 3 {
+			fmt.Fprintf(&b, "; and %d more", len(skipped)-3)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(sk.File + " " + sk.Message)
+	}
+	noun := "files"
+	if len(skipped) == 1 {
+		noun = "file"
+	}
+	return &Ev{"tui.toast.show", map[string]any{"title": fmt.Sprintf("%d %s %s", len(skipped), noun, what),
+		"message": b.String(), "variant": "warning", "duration": 15000}}
 }
 
 // revertedDiff is the change the hidden steps made (session.diff after a
@@ -574,8 +604,11 @@ func (s *Service) Unrevert(ctx context.Context, sid string) (*Info, *RedoReport,
 	if err != nil {
 		return nil, nil, err
 	}
-	s.PublishEvents(info, Ev{"session.next.revert.cleared", map[string]any{"redo": report}},
-		Ev{"session.updated", map[string]any{"info": info}})
+	evs := []Ev{{"session.next.revert.cleared", map[string]any{"redo": report}}, {"session.updated", map[string]any{"info": info}}}
+	if t := skippedToast("not put back", report.Skipped); t != nil {
+		evs = append(evs, *t)
+	}
+	s.PublishEvents(info, evs...)
 	return info, report, nil
 }
 

@@ -192,7 +192,7 @@ func (t *Translator) Translate(raw []byte) (out []Event, dir string) {
 		if p := patchPart(sid, msgID, data.Get("snapshot")); p != nil {
 			part(p)
 		}
-	case "session.diff", "message.removed":
+	case "session.diff", "message.removed", "tui.toast.show":
 		emit(typ, json.RawMessage(orEmpty(data.Raw)))
 	case "session.status", "session.idle", "permission.asked", "permission.replied", "question.asked", "question.replied",
 		"question.rejected", "todo.updated":
