@@ -211,7 +211,9 @@ func (p *project) seed(ctx context.Context) {
 		}
 		ids += f[2] + "\n"
 	}
-	if _, err := p.git(ctx, []byte(ids), "pack-objects", "-q", filepath.Join(p.dir, "objects", "pack", "pack")); err != nil {
+	// No delta search: a packed repository's objects are copied as they
+	// are, a loose one's only compressed.
+	if _, err := p.git(ctx, []byte(ids), "pack-objects", "-q", "--window=0", "--depth=0", filepath.Join(p.dir, "objects", "pack", "pack")); err != nil {
 		fail("pack-objects", err)
 		return
 	}
