@@ -669,3 +669,37 @@ func frameOf(t *testing.T, ev *eventStream) gjson.Result {
 	t.Helper()
 	return gjson.Parse(strings.TrimPrefix(strings.TrimSpace(ev.next(t)), "data: "))
 }
+
+// A hand edit between two of the session's steps that both changed a
+// file: reverting the later step puts back the hand edit; reverting both
+// would lose it, so the file is left and reported.
+func TestRevertKeepsEditsBetweenSteps(t *testing.T) {
+	sc := &script{steps: []fakeprovider.Step{
+		{Calls: []fakeprovider.Call{writeCall("c1", "a.txt", "one\n")}}, {Text: "first"},
+		{Calls: []fakeprovider.Call{call("c2", "edit", map[string]any{"filePath": "a.txt", "oldString": "hand", "newString": "hand, then agent"})}},
+		{Text: "second"},
+	}}
+	h := newRevertHarness(t, sc, nil)
+	writeFile(t, h.dir, "a.txt", "zero\n")
+	h.send("POST", "/api/session", map[string]any{"id": "ses_b"})
+	h.prompt("ses_b", "write", nil)
+	h.waitIdle("ses_b", 1)
+	writeFile(t, h.dir, "a.txt", "one\nhand\n")
+	h.prompt("ses_b", "edit", nil)
+	u := userIDs(h.waitIdle("ses_b", 2))
+	if readFile(t, h.dir, "a.txt") != "one\nhand, then agent\n" {
+		t.Fatalf("a.txt: %q", readFile(t, h.dir, "a.txt"))
+	}
+	s := h.revert("ses_b", u[0])
+	if sk := skipped(s); sk["a.txt"] != "changed-between-steps" || readFile(t, h.dir, "a.txt") != "one\nhand, then agent\n" {
+		t.Fatalf("revert of both steps: %s, a.txt %q", s.Get("revert.skipped").Raw, readFile(t, h.dir, "a.txt"))
+	}
+	s = h.revert("ses_b", u[1])
+	if len(skipped(s)) != 0 || readFile(t, h.dir, "a.txt") != "one\nhand\n" {
+		t.Fatalf("revert of the second step: %s, a.txt %q", s.Get("revert.skipped").Raw, readFile(t, h.dir, "a.txt"))
+	}
+	h.unrevert("ses_b")
+	if readFile(t, h.dir, "a.txt") != "one\nhand, then agent\n" {
+		t.Fatalf("after redo a.txt %q", readFile(t, h.dir, "a.txt"))
+	}
+}

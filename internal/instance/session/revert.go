@@ -381,11 +381,16 @@ func (s *Service) revertFiles(ctx context.Context, msgs []Message, at int, old *
 		}
 		state.Snapshot = t.Hash
 	}
+	read := map[string]map[string]snapshot.Entry{} // a step's end is often the next one's start
 	lookup := func(tree string) (map[string]snapshot.Entry, error) {
+		if e, ok := read[tree]; ok {
+			return e, nil
+		}
 		e, err := m.Lookup(ctx, root, tree, all)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot %s: %w", tree, err)
 		}
+		read[tree] = e
 		return e, nil
 	}
 	redo, err := lookup(state.Snapshot)
@@ -749,6 +754,9 @@ func (s *Service) Diff(ctx context.Context, sid, messageID string) ([]FileDiff, 
 // maxDiffContent bounds the before and after texts of a FileDiff.
 const maxDiffContent = 1 << 20
 
+// maxDiffSpans bounds the step spans a diff reads file by file.
+const maxDiffSpans = 4
+
 // diffOf is the change of the usable steps: each file from the start of
 // the first step that changed it to the end of the last.
 func (s *Service) diffOf(ctx context.Context, steps []step) ([]FileDiff, error) {
@@ -778,6 +786,20 @@ func (s *Service) diffOf(ctx context.Context, steps []step) ([]FileDiff, error) 
 	for _, f := range files {
 		k := span{first[f], last[f]}
 		groups[k] = append(groups[k], f)
+	}
+	if len(groups) > maxDiffSpans {
+		// Many steps: every file from the first step's start to the last
+		// one's end, in three git calls rather than three per span.
+		var from, to string
+		for _, st := range steps {
+			if st.snap.Usable() && st.snap.Root == root {
+				if from == "" {
+					from = st.snap.Start
+				}
+				to = st.snap.End
+			}
+		}
+		groups = map[span][]string{{from, to}: files}
 	}
 	var blobs []string
 	for k, list := range groups {
