@@ -290,7 +290,11 @@ type project struct {
 	// dirty: the index may differ from it.
 	tree  string
 	dirty bool
-	head  string // HEAD's content when tree was read
+	// headTree is the tree of HEAD's commit as this manager last wrote it
+	// (HEAD follows the index only before a status of every file);
+	// index is the snapshot index as this manager left it.
+	headTree string
+	index    indexVersion
 	// usage is the snapshot directory's size in bytes as last measured
 	// plus what was added since (-1 unknown).
 	usage  int64
@@ -404,6 +408,7 @@ const config = `[core]
 	ignorecase = false
 	fsmonitor = false
 	untrackedCache = true
+	splitIndex = true
 	quotepath = false
 	hooksPath = /dev/null
 	preloadIndex = true

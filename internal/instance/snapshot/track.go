@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -259,15 +261,16 @@ func (p *project) track(ctx context.Context) (Tree, error) {
 	full = full || p.excludeChanged
 	p.excludeChanged = false
 	// Another manager of the directory (a reloaded config, another
-	// process) may have moved HEAD: the cached tree is then not its.
-	if head := strings.TrimSpace(readSmall(filepath.Join(p.dir, "HEAD"), 4096)); head != p.head {
-		p.tree, p.head = "", head
+	// process) may have changed the index since this one's last snapshot:
+	// its cached tree and the changed paths it knows are then not enough.
+	if st := indexStat(p.dir); st != p.index || p.tree == "" {
+		p.tree, p.dirty, full = "", true, true
 	}
-	if p.tree == "" && !p.dirty {
-		if out, err := p.git(ctx, nil, "rev-parse", "-q", "--verify", "HEAD^{tree}"); err == nil {
-			p.tree = strings.TrimSpace(string(out))
-		} else {
-			p.dirty = true // no snapshot commit yet
+	if full && p.tree != "" && p.headTree != p.tree {
+		// HEAD follows the index before a status of every file, so that it
+		// compares the work tree with the index only.
+		if err := p.commitHead(ctx, p.tree); err != nil {
+			return Tree{}, err
 		}
 	}
 	if !full && len(paths) == 0 && p.tree != "" && !p.dirty {
@@ -460,28 +463,71 @@ func (p *project) track(ctx context.Context) (Tree, error) {
 			return Tree{}, err
 		}
 		tree := strings.TrimSpace(string(out))
-		if tree != p.tree {
-			// HEAD follows the index, so that the next status compares the
-			// work tree with the index only.
-			out, err := p.git(ctx, []byte("snapshot\n"), "commit-tree", tree)
-			if err != nil {
+		if full && tree != p.headTree {
+			if err := p.commitHead(ctx, tree); err != nil {
 				return Tree{}, err
 			}
-			commit := strings.TrimSpace(string(out))
-			if err := writeFile(filepath.Join(p.dir, "HEAD"), commit+"\n"); err != nil {
-				return Tree{}, err
-			}
-			p.head = commit
 		}
 		p.tree, p.dirty = tree, false
 	}
+	p.index = indexStat(p.dir)
 	t.Hash = p.tree
 	return t, nil
 }
 
-// indexEntries reads the entry count of the snapshot index's header.
+// commitHead points HEAD at a commit of the tree.
+func (p *project) commitHead(ctx context.Context, tree string) error {
+	out, err := p.git(ctx, []byte("snapshot\n"), "commit-tree", tree)
+	if err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(p.dir, "HEAD"), strings.TrimSpace(string(out))+"\n"); err != nil {
+		return err
+	}
+	p.headTree = tree
+	return nil
+}
+
+// indexStat identifies the snapshot index's current version (its size,
+// time and inode; each write replaces the file).
+type indexVersion struct {
+	size, mtime int64
+	ino         uint64
+}
+
+func indexStat(dir string) indexVersion {
+	fi, err := os.Stat(filepath.Join(dir, "index"))
+	if err != nil {
+		return indexVersion{}
+	}
+	v := indexVersion{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		v.ino = st.Ino
+	}
+	return v
+}
+
+// indexEntries is about the entry count of the snapshot index: the
+// count in its header and, as the index is split, in its newest shared
+// index's (replaced entries count twice: the file cap errs on the safe
+// side).
 func (p *project) indexEntries() int {
-	f, err := os.Open(filepath.Join(p.dir, "index"))
+	n := headerCount(filepath.Join(p.dir, "index"))
+	shared, _ := filepath.Glob(filepath.Join(p.dir, "sharedindex.*"))
+	newest, at := "", time.Time{}
+	for _, f := range shared {
+		if fi, err := os.Stat(f); err == nil && fi.ModTime().After(at) {
+			newest, at = f, fi.ModTime()
+		}
+	}
+	if newest != "" {
+		n += headerCount(newest)
+	}
+	return n
+}
+
+func headerCount(path string) int {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0
 	}

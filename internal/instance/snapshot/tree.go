@@ -302,6 +302,7 @@ func (m *Manager) Apply(ctx context.Context, root string, changes []Change) erro
 			}
 		}
 	}
-	p.dirty, p.tree = true, ""
+	p.dirty = true
+	p.index = indexStat(p.dir)
 	return nil
 }
