@@ -165,8 +165,8 @@ func runSnapshotBench(ctx context.Context, out, stamp string, files, steps int) 
 		"a git repository, here committed and packed as a cloned one is, starts from its checked-out commit: its objects are copied as a pack "+
 		"and its files are hashed to check them, not stored again).\n"+
 		"- *added per step*: two snapshots and `diff-tree`. An inotify watch tells each snapshot which paths changed since the last one: "+
-		"the one before the tools finds none and runs no git; the one after runs `git status` on the changed paths, `update-index`, "+
-		"`write-tree` and `commit-tree`. Steps whose calls cannot change files (read, grep, glob, list, webfetch, todo, question) take none.\n"+
+		"the one before the tools finds none and runs no git; the one after runs `git status` on the changed paths, `update-index` "+
+		"and `write-tree` (the snapshot index is split, so each write is small). Steps whose calls cannot change files (read, grep, glob, list, webfetch, todo, question) take none.\n"+
 		"- *unchanged snapshot*: a snapshot when nothing changed since the last one.\n"+
 		"- *one file reverted*: `ls-tree`, hashing the file on disk, `checkout` of the file.\n")
 	if out == "" {

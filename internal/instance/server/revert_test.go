@@ -703,3 +703,29 @@ func TestRevertKeepsEditsBetweenSteps(t *testing.T) {
 		t.Fatalf("after redo a.txt %q", readFile(t, h.dir, "a.txt"))
 	}
 }
+
+// The trees a collection of the project's snapshots keeps are those of
+// the live sessions: a deleted session's go with it.
+func TestSnapshotTreesFollowTheSessions(t *testing.T) {
+	sc := &script{steps: []fakeprovider.Step{{Calls: []fakeprovider.Call{writeCall("c1", "a.txt", "A2\n")}}, {Text: "done"}}}
+	h := newRevertHarness(t, sc, nil)
+	h.send("POST", "/api/session", map[string]any{"id": "ses_k"})
+	h.prompt("ses_k", "go", nil)
+	msgs := h.waitIdle("ses_k", 1)
+	snap := gjson.Get(mustJSONString(ofType(msgs, "assistant")[0]), "snapshot")
+	trees, err := h.srv.Sessions().SnapshotTrees(context.Background(), snap.Get("root").String())
+	if err != nil || !slices.Contains(trees, snap.Get("start").String()) || !slices.Contains(trees, snap.Get("end").String()) {
+		t.Fatalf("kept trees %v (%v), snapshot %s", trees, err, snap.Raw)
+	}
+	h.revert("ses_k", userIDs(msgs)[0])
+	redo := gjson.GetBytes(h.send("GET", "/api/session/ses_k", nil).body, "data.revert.snapshot").String()
+	if trees, _ := h.srv.Sessions().SnapshotTrees(context.Background(), snap.Get("root").String()); !slices.Contains(trees, redo) {
+		t.Fatalf("the redo point %s is not kept: %v", redo, trees)
+	}
+	if r := h.send("DELETE", "/api/session/ses_k", nil); r.status != 200 && r.status != 204 {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	if trees, _ := h.srv.Sessions().SnapshotTrees(context.Background(), snap.Get("root").String()); len(trees) != 0 {
+		t.Fatalf("a deleted session's trees are kept: %v", trees)
+	}
+}
