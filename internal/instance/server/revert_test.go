@@ -23,6 +23,7 @@ import (
 	"github.com/agentgate/agentgate/internal/fakeprovider"
 	"github.com/agentgate/agentgate/internal/instance/events"
 	"github.com/agentgate/agentgate/internal/instance/loop"
+	"github.com/agentgate/agentgate/internal/instance/permission"
 	"github.com/agentgate/agentgate/internal/instance/snapshot"
 	"github.com/agentgate/agentgate/internal/money"
 )
@@ -727,5 +728,35 @@ func TestSnapshotTreesFollowTheSessions(t *testing.T) {
 	}
 	if trees, _ := h.srv.Sessions().SnapshotTrees(context.Background(), snap.Get("root").String()); len(trees) != 0 {
 		t.Fatalf("a deleted session's trees are kept: %v", trees)
+	}
+}
+
+// Commands change files too: a revert puts back what a bash call in the
+// sandbox deleted and removes what it created.
+func TestRevertUndoesACommand(t *testing.T) {
+	sc := &script{steps: []fakeprovider.Step{
+		{Calls: []fakeprovider.Call{call("c1", "bash", map[string]any{"command": "rm b.txt && mkdir -p out && echo made > out/c.txt && echo more >> a.txt"})}},
+		{Text: "done"},
+	}}
+	h := newRevertHarness(t, sc, nil)
+	h.runner.SetTools(loop.ToolConfig{Rules: []permission.Rule{{Action: "bash", Resource: "*", Effect: "allow"}}})
+	writeFile(t, h.dir, "a.txt", "A\n")
+	writeFile(t, h.dir, "b.txt", "B\n")
+	h.send("POST", "/api/session", map[string]any{"id": "ses_c"})
+	h.prompt("ses_c", "go", nil)
+	msgs := h.waitIdle("ses_c", 1)
+	if p := toolParts(msgs)[0]; p.Get("state.status").String() != "completed" {
+		t.Skipf("the command did not run here: %s", p.Raw)
+	}
+	snap := gjson.Get(mustJSONString(ofType(msgs, "assistant")[0]), "snapshot")
+	if !slices.Equal(stringsOf(snap.Get("files")), []string{"a.txt", "b.txt", "out/c.txt"}) {
+		t.Fatalf("the command's snapshot: %s", snap.Raw)
+	}
+	h.revert("ses_c", userIDs(msgs)[0])
+	if readFile(t, h.dir, "a.txt") != "A\n" || readFile(t, h.dir, "b.txt") != "B\n" {
+		t.Fatal("not restored")
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, "out", "c.txt")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal("the command's file is still there")
 	}
 }
