@@ -20,6 +20,7 @@
 //	go run ./bench -quick   # about a minute, one repetition
 //	go run ./bench          # the full run, three repetitions (a few minutes)
 //	go run ./bench -sandbox # what the sandbox adds to a bash call, p50
+//	go run ./bench -snapshot # what file snapshots add to an agent step
 //
 // It writes bench/results/<date>.md and bench/results/<date>-latency.svg.
 // With taskset available and two or more CPUs, the servers (caddy, Node)
@@ -94,6 +95,7 @@ func main() {
 	dur := flag.Duration("dur", 0, "the length of each throughput measurement (default 1s with -quick, else 2s)")
 	only := flag.String("only", "", "measure only this figure (throughput or streams); for tuning, the report is not written")
 	sandboxOnly := flag.Bool("sandbox", false, "measure only what the sandbox adds to a bash call (through the binary's `agentgate sandbox bench`) and write <date>-sandbox.md")
+	snapshotOnly := flag.Bool("snapshot", false, "measure only what file snapshots add to an agent step on a generated 10,000-file project and write <date>-snapshot.md")
 	flag.Parse()
 
 	o := fullOptions()
@@ -119,7 +121,7 @@ func main() {
 
 	// Pin this process (load generator and fake provider) to core 0 by
 	// running it again under taskset.
-	if o.pin && tasksetAvailable() && os.Getenv("AGENTGATE_BENCH_PINNED") == "" {
+	if o.pin && !*snapshotOnly && tasksetAvailable() && os.Getenv("AGENTGATE_BENCH_PINNED") == "" {
 		self, err := os.Executable()
 		if err == nil {
 			args := append([]string{"taskset", "-c", "0", self}, os.Args[1:]...)
@@ -149,6 +151,19 @@ func main() {
 			calls, reps = 100, 3
 		}
 		path, err := runSandboxBench(ctx, root, o.bin, o.out, o.stamp, calls, reps)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "bench: wrote %s\n", path)
+		return
+	}
+	if *snapshotOnly {
+		steps := 200
+		if o.quick {
+			steps = 50
+		}
+		path, err := runSnapshotBench(ctx, o.out, o.stamp, 10000, steps)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)

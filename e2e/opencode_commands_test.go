@@ -18,11 +18,6 @@ import (
 	"github.com/agentgate/agentgate/internal/testenv"
 )
 
-// undoRedoRoutes says whether the server routes the v1 revert, unrevert
-// and diff behind the TUI's /undo and /redo (branch i35-snap); until it
-// does, TestOpenCodeTUICommands skips those two commands.
-const undoRedoRoutes = false
-
 // commandsScript is the agent's side of TestOpenCodeTUICommands: the first
 // prompt edits add.go, then NOTES.md (two steps), then answers with some
 // reasoning; the init prompt writes AGENTS.md; the editor's prompt and
@@ -180,8 +175,8 @@ func (m *tmuxScreen) waitGone(ctx context.Context, what, text string) string {
 // /fork, /sessions, /models, /agents, /editor (a scripted EDITOR writes
 // the prompt), /help and /new — checking what the screen shows and, where
 // the command changes it, the server's state; no screen ever shows an
-// error toast. /undo and /redo run once the server routes them (see
-// undoRedoRoutes).
+// error toast but the one that names the file /undo left because it was
+// edited by hand.
 func TestOpenCodeTUICommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real binary")
@@ -229,29 +224,25 @@ func TestOpenCodeTUICommands(t *testing.T) {
 	}
 	sid := api("/session").Get("0.id").String()
 
-	if undoRedoRoutes {
-		// ---- /undo and /redo: enabled when branch i35-snap (the v1 revert,
-		// unrevert and diff routes) is merged. A hand edit to NOTES.md
-		// since the agent's step is kept and reported; add.go goes back.
-		if err := os.WriteFile(filepath.Join(project, "NOTES.md"), []byte("ship on Tuesday\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		m.slash(ctx, "/undo", "Undo previous message")
-		m.waitFor(ctx, "/undo", "1 message reverted", "/redo to restore", "add.go +1 -1") // the files put back
-		if b, _ := os.ReadFile(filepath.Join(project, "add.go")); !strings.Contains(string(b), "return a - b") {
-			t.Fatalf("/undo did not restore add.go: %s", b)
-		}
-		if b, _ := os.ReadFile(filepath.Join(project, "NOTES.md")); string(b) != "ship on Tuesday\n" {
-			t.Fatalf("/undo overwrote the hand edit of NOTES.md: %s", b)
-		}
-		m.keys(ctx, "C-c") // the undone prompt is back in the input
-		m.slash(ctx, "/redo", "Redo")
-		m.waitGone(ctx, "/redo", "message reverted")
-		if b, _ := os.ReadFile(filepath.Join(project, "add.go")); !strings.Contains(string(b), "return a + b") {
-			t.Fatalf("/redo did not reapply add.go: %s", b)
-		}
-	} else {
-		t.Log("/undo and /redo skipped: the server routes the v1 revert, unrevert and diff once branch i35-snap is merged (undoRedoRoutes)")
+	// /undo and /redo: a hand edit to NOTES.md since the agent's step is
+	// kept and reported; add.go goes back, and /redo reapplies it.
+	if err := os.WriteFile(filepath.Join(project, "NOTES.md"), []byte("ship on Tuesday\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m.slash(ctx, "/undo", "Undo previous message")
+	m.waitFor(ctx, "/undo", "1 message reverted", "/redo to restore", "add.go +1 -1") // the files put back
+	m.waitFor(ctx, "/undo's report of the file it left", "not reverted", "NOTES.md")
+	if b, _ := os.ReadFile(filepath.Join(project, "add.go")); !strings.Contains(string(b), "return a - b") {
+		t.Fatalf("/undo did not restore add.go: %s", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(project, "NOTES.md")); string(b) != "ship on Tuesday\n" {
+		t.Fatalf("/undo overwrote the hand edit of NOTES.md: %s", b)
+	}
+	m.keys(ctx, "C-c") // the undone prompt is back in the input
+	m.slash(ctx, "/redo", "Redo")
+	m.waitGone(ctx, "/redo", "message reverted")
+	if b, _ := os.ReadFile(filepath.Join(project, "add.go")); !strings.Contains(string(b), "return a + b") {
+		t.Fatalf("/redo did not reapply add.go: %s", b)
 	}
 
 	// /timestamps shows each message's time; again hides it.

@@ -48,6 +48,7 @@ func runConformance(t *testing.T, open func(t *testing.T) Store) {
 		{"SessionItems", testSessionItems},
 		{"SessionEvents", testSessionEvents},
 		{"MoveSessionItem", testMoveSessionItem},
+		{"DeleteSessionItem", testDeleteSessionItem},
 		{"QueriesInsideIteration", testQueriesInsideIteration},
 		{"KVIterate", testKVIterate},
 		{"Close", testClose},
@@ -971,6 +972,34 @@ func testMoveSessionItem(t *testing.T, s Store) {
 		}
 		return nil
 	})
+}
+
+func testDeleteSessionItem(t *testing.T, s Store) {
+	update(t, s, func(tx Tx) error {
+		if err := tx.PutInstanceSession(&InstanceSession{Instance: "i", ID: "ses_1", Directory: "/d", ProjectID: "p", Info: []byte(`{}`)}, true); err != nil {
+			return err
+		}
+		for _, id := range []string{"msg_a", "msg_b", "msg_c"} {
+			if err := tx.AppendSessionItem("i", "ses_1", ItemMessage, id, []byte(`"`+id+`"`)); err != nil {
+				return err
+			}
+		}
+		return tx.DeleteSessionItem("i", "ses_1", "msg_b")
+	})
+	view(t, s, func(tx Tx) error {
+		var msgs []string
+		tx.SessionItems("i", "ses_1", ItemMessage, func(raw []byte) (bool, error) { msgs = append(msgs, string(raw)); return true, nil })
+		equal(t, "messages", msgs, []string{`"msg_a"`, `"msg_c"`})
+		if _, err := tx.SessionItemKind("i", "ses_1", "msg_b"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("deleted item's kind: %v", err)
+		}
+		if err := tx.DeleteSessionItem("i", "ses_1", "msg_zz"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("missing: %v", err)
+		}
+		return nil
+	})
+	// The id is free again.
+	update(t, s, func(tx Tx) error { return tx.AppendSessionItem("i", "ses_1", ItemMessage, "msg_b", []byte(`"msg_b2"`)) })
 }
 
 func testDeviceGrants(t *testing.T, s Store) {

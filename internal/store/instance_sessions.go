@@ -341,3 +341,15 @@ func (t *btx) MoveSessionItem(inst, sid, id string, kind byte, raw []byte) error
 	}
 	return t.AppendSessionItem(inst, sid, kind, id, raw)
 }
+
+func (t *btx) DeleteSessionItem(inst, sid, id string) error {
+	idKey := instKey(pInstItemID, inst, sid, id)
+	pos, err := t.value(idKey)
+	if err != nil {
+		return err
+	}
+	if err := t.del(instKey(pInstItem, inst, sid, string(pos))); err != nil {
+		return err
+	}
+	return t.del(idKey)
+}

@@ -185,6 +185,9 @@ type Tx interface {
 	// value of the given kind, placed at the end of the append order; it
 	// keeps the id reserved. ErrNotFound when there is no such item.
 	MoveSessionItem(instance, sessionID, id string, kind byte, raw []byte) error
+	// DeleteSessionItem removes an item (either kind) and frees its id;
+	// ErrNotFound when there is no such item.
+	DeleteSessionItem(instance, sessionID, id string) error
 	// AppendSessionEvent appends a durable event to the session's journal:
 	// it takes the session's next event sequence number (from 1), gets the
 	// event's bytes from frame and writes them to the session's log and,

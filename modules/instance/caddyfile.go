@@ -192,6 +192,10 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := in.unmarshalSandbox(d); err != nil {
 				return err
 			}
+		case "snapshots":
+			if err := in.unmarshalSnapshots(d); err != nil {
+				return err
+			}
 		case "plugin_host":
 			if d.NextArg() {
 				return d.ArgErr()

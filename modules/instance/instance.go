@@ -27,6 +27,7 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/pluginhost"
 	"github.com/agentgate/agentgate/internal/instance/plugins"
 	"github.com/agentgate/agentgate/internal/instance/server"
+	"github.com/agentgate/agentgate/internal/instance/snapshot"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/ratelimit"
 	"github.com/agentgate/agentgate/internal/sandbox"
@@ -262,6 +263,11 @@ type Instance struct {
 	// network but the sandbox's own loopback.
 	Sandbox *Sandbox `json:"sandbox,omitempty"`
 
+	// Snapshots configures the file snapshots taken around the agent's
+	// steps, which reverts put back. Default: on (when git is installed),
+	// files up to 2 MiB, 200,000 files and 2 GiB per project.
+	Snapshots *Snapshots `json:"snapshots,omitempty"`
+
 	// CORSOrigins are the origins (`scheme://host[:port]`) of web pages
 	// allowed to call the instance from a browser: their requests and
 	// preflights get CORS headers. Every other page's request, one a
@@ -279,6 +285,7 @@ type Instance struct {
 	logger        *zap.Logger
 	key           string
 	host          *pluginhost.Host
+	snaps         *snapshot.Manager
 	stopTap       func()
 	// undo puts back the runner's configuration from before this config
 	// when this config is cleaned up before another configured the runner
@@ -524,13 +531,14 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		in.key = ""
 		return err
 	}
+	in.snaps = in.snapshots(app)
 	opts := server.Options{
 		Auth:    &server.Auth{Username: in.Username, Password: password, Clock: clock.Real{}},
 		Pairing: st.pairing, Bus: st.bus, Limiter: st.limiter, ClientIP: agentgate.ClientIP,
 		TrustedProxy: agentgate.TrustedProxy, CORSOrigins: in.CORSOrigins,
 		DefaultDirectory: dir, AllowedRoots: roots, Agents: in.Agents,
 		Plugins: pm, Version: caddy.CustomVersion, Heartbeat: time.Duration(in.Heartbeat), Logger: in.logger,
-		Instance: in.Name, Sandbox: in.sandbox,
+		Instance: in.Name, Sandbox: in.sandbox, Snapshots: in.snaps,
 		Store: func(ctx context.Context) (store.Store, error) {
 			svc, err := app.Service(ctx)
 			if err != nil {
@@ -676,6 +684,7 @@ func (in *Instance) Cleanup() error {
 	if in.host != nil {
 		in.host.Close()
 	}
+	in.snaps.Close()
 	if in.key != "" {
 		_, err := shared.Delete(in.key)
 		in.key = ""

@@ -8,6 +8,7 @@ package loop
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
@@ -715,7 +716,12 @@ func (r *Runner) step(ctx context.Context, s svc, sid, stepID string, done int) 
 	if err != nil || res.toolsMarker == "" || ctx.Err() != nil {
 		return res, nil, false, err
 	}
+	snap := beginSnapshot(ctx, s, info, res.msg)
 	batch, stop = r.runTools(ctx, s, info, stepID, res.msg, env, policy, sp)
+	if snap != nil && !errors.Is(context.Cause(ctx), errShutdown) {
+		snap.end(ctx, s, sid)
+		batch.snap = &snap.rec
+	}
 	return res, batch, stop, nil
 }
 
@@ -804,6 +810,9 @@ func (s svc) settleInterrupted(ctx context.Context, sid string, w *work) error {
 func (s svc) settleTools(ctx context.Context, b *toolBatch, marker string, next bool) error {
 	b.flush()
 	b.mu.Lock()
+	if b.snap != nil {
+		b.msg.fields["snapshot"] = mustJSON(b.snap)
+	}
 	raw, err := b.msg.encode()
 	b.mu.Unlock()
 	if err != nil {
@@ -857,6 +866,9 @@ func (s svc) settleTools(ctx context.Context, b *toolBatch, marker string, next 
 	})
 	if err != nil {
 		return err
+	}
+	if b.snap != nil {
+		s.Publish("session.next.step.snapshot", info, map[string]any{"assistantMessageID": b.msgID, "snapshot": b.snap})
 	}
 	if len(delivered) > 0 {
 		evs := make([]session.Ev, 0, len(delivered))

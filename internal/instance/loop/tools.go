@@ -203,6 +203,9 @@ type toolBatch struct {
 	policy permission.Policy
 	// plugins are the session's plugins (nil: none).
 	plugins *sessionPlugins
+	// snap is the step's file snapshot record (nil: its calls change no
+	// files), stored with the results.
+	snap *session.StepSnapshot
 	// writing is set while persistSoon stores the running parts; dirty
 	// asks it for one more write; written is closed when it is done.
 	writing, dirty bool

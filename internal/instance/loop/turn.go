@@ -321,7 +321,9 @@ func (s svc) readStep(ctx context.Context, sid string) (*stepState, error) {
 		if st.info, err = s.Info(tx, sid); err != nil {
 			return err
 		}
-		st.msgs, err = s.Messages(tx, sid)
+		if st.msgs, err = s.Messages(tx, sid); err == nil {
+			st.msgs = session.Visible(st.info, st.msgs) // a staged revert's hidden messages are not the conversation's
+		}
 		return err
 	})
 	return st, err

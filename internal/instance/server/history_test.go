@@ -420,7 +420,7 @@ func TestFileRoutes(t *testing.T) {
 }
 
 // The released SDK's operations for features this server does not have
-// answer truthfully: no integrations, no terminals, no revert.
+// answer truthfully: no integrations, no terminals.
 func TestUnsupportedOperations(t *testing.T) {
 	h := newSessHarness(t, nil)
 	s := h.createSession(nil)
@@ -437,7 +437,7 @@ func TestUnsupportedOperations(t *testing.T) {
 		t.Fatalf("pty list: %d %s", r.status, r.body)
 	}
 	wantError(t, h.send("POST", "/api/pty", map[string]any{}), 503, "ServiceUnavailableError", nil)
-	wantError(t, h.send("POST", "/api/session/"+s.ID+"/revert/stage", map[string]any{}), 503, "ServiceUnavailableError", nil)
+	wantError(t, h.send("POST", "/api/session/"+s.ID+"/revert/stage", map[string]any{}), 400, "InvalidRequestError", nil)
 	wantError(t, h.send("POST", "/api/session/ses_none/revert/clear", nil), 404, "SessionNotFoundError", nil)
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/pluginhost"
 	"github.com/agentgate/agentgate/internal/instance/plugins"
 	"github.com/agentgate/agentgate/internal/instance/session"
+	"github.com/agentgate/agentgate/internal/instance/snapshot"
 	"github.com/agentgate/agentgate/internal/instance/webapp"
 	"github.com/agentgate/agentgate/internal/jsonio"
 	"github.com/agentgate/agentgate/internal/ratelimit"
@@ -79,6 +80,9 @@ type Options struct {
 	// and a location it refuses (/, a home directory, one holding the
 	// server's files) is refused. Default: sandbox.Default().
 	Sandbox *sandbox.Sandbox
+	// Snapshots records the projects' files around the agent's steps, for
+	// revert (nil: none are taken; GET /api/info says so).
+	Snapshots *snapshot.Manager
 }
 
 // Runner runs the sessions' agent loops: admitted prompts wake it, and
@@ -143,7 +147,7 @@ func New(opts Options) *Server {
 	s.locations = location.New(location.Options{DefaultDirectory: opts.DefaultDirectory, AllowedRoots: opts.AllowedRoots,
 		Agents: opts.Agents, Bus: opts.Bus, Refuse: func(dir string) error { return sandbox.CheckRoot(dir, hidden) }})
 	s.sessions = &session.Service{Store: opts.Store, Instance: opts.Instance, Clock: opts.Clock, Bus: opts.Bus,
-		Locations: s.locations, Logger: opts.Logger}
+		Locations: s.locations, Logger: opts.Logger, Snapshots: opts.Snapshots}
 	if opts.Runner != nil {
 		s.sessions.Drains = opts.Runner
 	}
@@ -167,6 +171,7 @@ func New(opts Options) *Server {
 	s.v1TUIRoutes(rt)
 	s.fsRoutes(rt)
 	s.unsupportedRoutes(rt)
+	s.revertRoutes(rt)
 	s.pendingRoutes(rt)
 	if opts.Runner != nil {
 		opts.Runner.Attach(s.sessions)
@@ -336,6 +341,10 @@ type ServerInfo struct {
 	// Sandbox is what confines the agent's commands and plugins: its mode
 	// (enforced, off, unavailable), layers, network and limits.
 	Sandbox sandbox.Status `json:"sandbox"`
+	// Snapshots says whether the files are snapshotted around the agent's
+	// steps (mode on, off or unavailable, and why), so that reverts can
+	// put them back.
+	Snapshots snapshot.Status `json:"snapshots"`
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request, _ router.Params) error {
@@ -353,6 +362,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request, _ router.Params) e
 	si.Paths.Tmp = os.TempDir()
 	si.Paths.Home, _ = os.UserHomeDir()
 	si.Sandbox = s.opts.Sandbox.Status()
+	si.Snapshots = s.opts.Snapshots.Status()
 	writeJSON(w, http.StatusOK, si)
 	return nil
 }

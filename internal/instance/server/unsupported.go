@@ -10,8 +10,7 @@ import (
 // unsupportedRoutes answer the released SDK's operations for features
 // this server does not have, truthfully rather than with 404 "no route":
 // provider integrations and credentials (the instance's provider is the
-// operator's `provider` block), terminals (pty) and reverting a
-// session's file changes (no file snapshots are kept).
+// operator's `provider` block) and terminals (pty).
 func (s *Server) unsupportedRoutes(rt *router.Router) {
 	noIntegrations := errs.InvalidRequest("payload", "this server has no provider integrations: its provider is configured by the operator")
 	fail := func(err error) router.Handler {
@@ -39,14 +38,4 @@ func (s *Server) unsupportedRoutes(rt *router.Router) {
 	}
 	rt.Handle("POST", "/api/pty/{ptyID}/connect-token", fail(noPty))
 	rt.Handle("GET", "/api/pty/{ptyID}/connect", fail(noPty))
-
-	noRevert := errs.Unavailable("revert", "reverting a session's file changes is not available on this server")
-	for _, op := range []string{"stage", "clear", "commit"} {
-		rt.Handle("POST", "/api/session/{sessionID}/revert/"+op, func(w http.ResponseWriter, r *http.Request, p router.Params) error {
-			if _, err := s.existingSession(r, p); err != nil {
-				return err
-			}
-			return noRevert
-		})
-	}
 }

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -304,6 +306,12 @@ func (s *Server) v1Abort(w http.ResponseWriter, r *http.Request, p router.Params
 	if err := s.sessions.Interrupt(r.Context(), sid); err != nil {
 		return err
 	}
+	// As the released server's, the answer comes once the turn stopped
+	// (the TUI's /undo aborts a running turn, then reverts), or after a
+	// few seconds at most.
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	s.sessions.Wait(ctx, sid)
 	writeJSON(w, http.StatusOK, true)
 	return nil
 }

@@ -309,11 +309,14 @@ func (s *Server) v1GlobalEvents(w http.ResponseWriter, r *http.Request, _ router
 	return nil
 }
 
-// v1Diff is a session's file changes; this server records none.
+// v1Diff is a session's file changes as v1 FileDiff records, from its
+// steps' snapshots: those of one message's turn (?messageID=), or of the
+// whole session.
 func (s *Server) v1Diff(w http.ResponseWriter, r *http.Request, p router.Params) error {
-	if _, err := s.existingSession(r, p); err != nil {
+	sid, err := pathSession(p)
+	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, []any{})
-	return nil
+	d, err := s.sessions.Diff(r.Context(), sid, r.URL.Query().Get("messageID"))
+	return jsonOf(w, d, err)
 }

@@ -78,13 +78,21 @@ func (s *Service) ListMessages(ctx context.Context, sid, order, cursor string, l
 	var msgs []Message
 	err := s.ReadTx(ctx, func(tx store.Tx) error {
 		msgs = msgs[:0]
-		if _, err := s.Info(tx, sid); err != nil {
+		info, err := s.Info(tx, sid)
+		if err != nil {
 			return err
 		}
-		err := tx.SessionItemsFrom(s.InstanceName(), sid, store.ItemMessage, from, reverse, func(raw []byte) (bool, error) {
+		hidden, err := s.hiddenIDs(tx, info)
+		if err != nil {
+			return err
+		}
+		err = tx.SessionItemsFrom(s.InstanceName(), sid, store.ItemMessage, from, reverse, func(raw []byte) (bool, error) {
 			h, err := parseHeader(raw)
 			if err != nil {
 				return false, fmt.Errorf("%w: session %s: %v", errUndecodable, sid, err)
+			}
+			if hidden[h.ID] {
+				return true, nil // a staged revert hides it
 			}
 			msgs = append(msgs, Message{h, raw})
 			return len(msgs) < limit, nil
@@ -146,10 +154,11 @@ func (s *Service) Message(ctx context.Context, sid, mid string) (json.RawMessage
 // Context is the messages the agent's next step starts from: those from
 // the last completed compaction on (all of them when there is none).
 func (s *Service) Context(ctx context.Context, sid string) ([]json.RawMessage, error) {
-	_, msgs, err := s.Read(ctx, sid)
+	info, msgs, err := s.Read(ctx, sid)
 	if err != nil {
 		return nil, err
 	}
+	msgs = Visible(info, msgs)
 	from := 0
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Header.Type == "compaction" && msgs[i].Header.Status == "completed" {
@@ -192,8 +201,18 @@ func (s *Service) Compact(ctx context.Context, sid string) error {
 	if err != nil {
 		return err
 	}
-	err = s.WriteTx(ctx, func(tx store.Tx) error {
-		if _, err := s.Info(tx, sid); err != nil {
+	if s.Reverting(sid) {
+		return errs.SessionBusy(sid)
+	}
+	var info *Info
+	var removed []string
+	var point string
+	err = s.WriteTx(ctx, func(tx store.Tx) (err error) {
+		if info, err = s.Info(tx, sid); err != nil {
+			return err
+		}
+		// A staged revert is committed first, as at a prompt.
+		if removed, point, err = s.commitRevertTx(tx, info); err != nil {
 			return err
 		}
 		return tx.AppendSessionItem(s.InstanceName(), sid, store.ItemInbox, id, raw)
@@ -201,6 +220,31 @@ func (s *Service) Compact(ctx context.Context, sid string) error {
 	if err != nil {
 		return err
 	}
+	s.publishCommit(info, point, removed)
 	s.Drains.Schedule(sid)
 	return nil
+}
+
+// hiddenIDs are the ids of the messages a staged revert hides: its
+// message and those after it.
+func (s *Service) hiddenIDs(tx store.Tx, info *Info) (map[string]bool, error) {
+	r := RevertOf(info)
+	if r == nil {
+		return nil, nil
+	}
+	out := map[string]bool{}
+	err := tx.SessionItemsFrom(s.InstanceName(), info.ID, store.ItemMessage, r.MessageID, false, func(raw []byte) (bool, error) {
+		var h struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(raw, &h) == nil {
+			out[h.ID] = true
+		}
+		return true, nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil // the point's message is gone: nothing is hidden
+	}
+	out[r.MessageID] = true
+	return out, err
 }

@@ -287,8 +287,17 @@ func (s *Service) Prompt(ctx context.Context, sid string, in PromptInput) (*Admi
 	if err != nil {
 		return nil, err
 	}
+	if s.Reverting(sid) {
+		return nil, errs.SessionBusy(sid)
+	}
+	var removed []string
+	var point string
 	err = s.WriteTx(ctx, func(tx store.Tx) (err error) {
 		if info, err = s.Info(tx, sid); err != nil {
+			return err
+		}
+		// A staged revert is committed: the messages it hides are dropped.
+		if removed, point, err = s.commitRevertTx(tx, info); err != nil {
 			return err
 		}
 		if err := tx.AppendSessionItem(s.InstanceName(), sid, store.ItemInbox, item.ID, raw); err != nil {
@@ -303,6 +312,7 @@ func (s *Service) Prompt(ctx context.Context, sid string, in PromptInput) (*Admi
 	if err != nil {
 		return nil, err
 	}
+	s.publishCommit(info, point, removed)
 	out := &Admitted{InboxUser: item, Prompt: PromptOf(item), TimeCreated: now}
 	seqs := s.PublishDurable(info,
 		Ev{"session.next.prompt.admitted", map[string]any{"messageID": item.ID, "prompt": out.Prompt, "delivery": item.Delivery}},

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -23,6 +24,7 @@ import (
 	"github.com/agentgate/agentgate/internal/instance/events"
 	"github.com/agentgate/agentgate/internal/instance/ids"
 	"github.com/agentgate/agentgate/internal/instance/location"
+	"github.com/agentgate/agentgate/internal/instance/snapshot"
 	"github.com/agentgate/agentgate/internal/store"
 )
 
@@ -43,6 +45,11 @@ type Service struct {
 	// EventRetention is how long reconnecting event streams can replay
 	// durable events (default DefaultEventRetention).
 	EventRetention time.Duration
+	// Snapshots records the projects' files before and after the steps
+	// that may change them, for revert and the file diffs (nil: none).
+	Snapshots *snapshot.Manager
+	// reverting holds the sessions a revert works on (revert.go).
+	reverting sync.Map
 }
 
 // Drains is what the session operations need of the agent loop.

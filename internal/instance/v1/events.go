@@ -229,6 +229,13 @@ func (t *Translator) Translate(raw []byte) (out []Event, dir string) {
 			a["error"] = errorOf(data.Get("error"))
 		}
 		emit("message.updated", map[string]any{"sessionID": sid, "info": a})
+	case "session.next.step.snapshot":
+		// The step's files are recorded once its tools ran: its patch part.
+		if p := patchPart(sid, msgID, data.Get("snapshot")); p != nil {
+			part(p)
+		}
+	case "session.diff", "message.removed":
+		emit(typ, json.RawMessage(orEmpty(data.Raw)))
 	case "session.status", "session.idle", "permission.asked", "permission.replied", "question.asked", "question.replied",
 		"question.rejected", "todo.updated", "tui.toast.show":
 		emit(typ, json.RawMessage(orEmpty(data.Raw)))

@@ -59,6 +59,9 @@ func Session(info *session.Info) map[string]any {
 		}
 		out["permission"] = rules
 	}
+	if r := revert(info); r != nil {
+		out["revert"] = r
+	}
 	return out
 }
 
@@ -256,6 +259,10 @@ func assistantParts(sid, id string, raw gjson.Result) []map[string]any {
 	}
 	created, completed := raw.Get("time.created").Int(), raw.Get("time.completed").Int()
 	parts := []map[string]any{base("s", "step-start")}
+	snap := raw.Get("snapshot")
+	if v := snap.Get("start"); v.Exists() {
+		parts[0]["snapshot"] = v.String()
+	}
 	for _, c := range raw.Get("content").Array() {
 		switch c.Get("type").String() {
 		case "text", "reasoning":
@@ -273,6 +280,12 @@ func assistantParts(sid, id string, raw gjson.Result) []map[string]any {
 		p["reason"] = f.String()
 		p["cost"] = raw.Get("cost").Float()
 		p["tokens"] = tokensOf(raw.Get("tokens"))
+		if v := snap.Get("end"); v.Exists() {
+			p["snapshot"] = v.String()
+		}
+		parts = append(parts, p)
+	}
+	if p := patchPart(sid, id, snap); p != nil {
 		parts = append(parts, p)
 	}
 	return parts

@@ -31,6 +31,7 @@ type sessionData struct {
 	Agents      []agents.Agent
 	Models      []Model
 	NoLoop      bool
+	Revert      *revertView // a staged revert (undo)
 }
 
 // sessionPage is a session: its transcript, the pending asks and forms,
@@ -83,6 +84,7 @@ func (a *App) sessionData(r *http.Request, info *session.Info) (*sessionData, er
 	}
 	d.Messages = decodeMessages(raws)
 	d.Live = cursor == ""
+	d.Revert = revertOf(r, sess, info)
 	if len(raws) > 0 {
 		// Cursors are of the newest-first list: "next" goes to older
 		// messages, "previous" to newer ones.

@@ -138,6 +138,8 @@ func New(opts Options) *App {
 	mx.HandleFunc("POST /ui/session/{id}/agent", a.sessionForm(a.switchAgent))
 	mx.HandleFunc("POST /ui/session/{id}/model", a.sessionForm(a.switchModel))
 	mx.HandleFunc("POST /ui/session/{id}/interrupt", a.sessionForm(a.interrupt))
+	mx.HandleFunc("POST /ui/session/{id}/undo", a.sessionForm(a.undo))
+	mx.HandleFunc("POST /ui/session/{id}/redo", a.sessionForm(a.redo))
 	mx.HandleFunc("POST /ui/session/{id}/permission/{req}", a.sessionForm(a.replyPermission))
 	mx.HandleFunc("POST /ui/session/{id}/question/{req}", a.sessionForm(a.answerQuestion))
 	mx.HandleFunc("GET /ui/stats", a.statsPage)
