@@ -22,7 +22,7 @@ import (
 // download writes a tarball to f and checks it against the sha512 sums.
 // Each read has the request timeout (a registry that stops sending fails
 // the download), the whole download pluginDownloadTimeout.
-func (m *Manager) download(ctx context.Context, tarball string, f *os.File, sums [][]byte) error {
+func (m *Manager) download(ctx context.Context, tarball string, f *os.File, sums [][]byte, max int64) error {
 	ctx, cancel := context.WithTimeout(ctx, pluginDownloadTimeout)
 	defer cancel()
 	ctx, guard, stop := guarded(ctx, m.requestTimeout)
@@ -40,15 +40,15 @@ func (m *Manager) download(ctx context.Context, tarball string, f *os.File, sums
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("tarball download answered %s%s", resp.Status, registryMessage(guard))
 	}
-	if resp.ContentLength > m.maxTarball {
+	if resp.ContentLength > max {
 		return errors.New("tarball is too large")
 	}
 	h := sha512.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(guard, m.maxTarball+1))
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(guard, max+1))
 	if err != nil {
 		return fmt.Errorf("downloading tarball: %v", registryError(ctx, err, m.requestTimeout))
 	}
-	if n > m.maxTarball {
+	if n > max {
 		return errors.New("tarball is too large")
 	}
 	got := h.Sum(nil)

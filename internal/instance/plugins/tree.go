@@ -78,9 +78,9 @@ type installRoot struct {
 	name, version string
 	meta          *npmVersion
 	virtual       bool
-	// integrity, when set, is the sha512 SRI the root's tarball must have,
-	// whatever the registry says (a package pinned in this binary).
-	integrity string
+	// maxSize, when set, bounds the tree instead of the manager's limit
+	// (the runtime's own packages: Bun alone unpacks to 100 MB).
+	maxSize int64
 }
 
 // treeNode is one package of a tree.
@@ -363,6 +363,7 @@ func (r *resolver) place(top *treeNode, e edge) (*treeNode, error) {
 // budget bounds what the packages of one tree unpack to, together.
 type budget struct {
 	maxSize, maxEntries int64
+	maxTarball          int64
 	size, entries       atomic.Int64
 }
 
@@ -411,9 +412,13 @@ func (m *Manager) installTree(ctx context.Context, root installRoot, dest string
 			known += n.meta.Dist.UnpackedSize
 		}
 	}
-	if known > m.maxUnpacked {
+	limit, maxTarball := m.maxUnpacked, m.maxTarball
+	if root.maxSize > 0 {
+		limit, maxTarball = root.maxSize, root.maxSize
+	}
+	if known > limit {
 		return nil, fmt.Errorf("the package and its dependencies unpack to %s (%d packages), over the size limit of %s",
-			humanize.IBytes(uint64(known)), len(nodes), humanize.IBytes(uint64(m.maxUnpacked)))
+			humanize.IBytes(uint64(known)), len(nodes), humanize.IBytes(uint64(limit)))
 	}
 	parent := filepath.Dir(dest)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
@@ -424,7 +429,7 @@ func (m *Manager) installTree(ctx context.Context, root installRoot, dest string
 		return nil, fmt.Errorf("creating unpack directory: %v", err)
 	}
 	defer os.RemoveAll(tmp)
-	b := &budget{maxSize: m.maxUnpacked, maxEntries: int64(m.maxEntries)}
+	b := &budget{maxSize: limit, maxEntries: int64(m.maxEntries), maxTarball: maxTarball}
 	lock := &treeLock{LockfileVersion: 1, Name: root.name, Version: root.version, Packages: map[string]lockEntry{}, Notes: notes}
 	var (
 		wg    sync.WaitGroup
@@ -447,9 +452,11 @@ func (m *Manager) installTree(ctx context.Context, root installRoot, dest string
 		if n.meta.HasInstallScript {
 			lock.Notes = append(lock.Notes, fmt.Sprintf("%s@%s has an install script; it was not run", n.name, n.version))
 		}
+		// A package this binary pins must have the pinned tarball,
+		// whatever the registry says.
 		integrity := n.meta.Dist.Integrity
-		if n.dir == "" && root.integrity != "" {
-			integrity = root.integrity
+		if pin := pinnedIntegrity(n.name, n.version); pin != "" {
+			integrity = pin
 		}
 		wg.Add(1)
 		go func() {
@@ -549,7 +556,7 @@ func (m *Manager) fetchInto(ctx context.Context, n *treeNode, integrity, dir, pa
 		archive.Close()
 		os.Remove(archive.Name())
 	}()
-	if err := m.download(ctx, tarball, archive, sums); err != nil {
+	if err := m.download(ctx, tarball, archive, sums, b.maxTarball); err != nil {
 		return err
 	}
 	if _, err := archive.Seek(0, 0); err != nil {
