@@ -182,3 +182,28 @@ func TestInstallRuntimeModules(t *testing.T) {
 		}
 	}
 }
+
+// TestNPMRegistry: without a Caddyfile registry, npm's own configuration
+// names one: its environment variable, the user's .npmrc, or npm itself
+// (a stand-in npm here, run outside any project).
+func TestNPMRegistry(t *testing.T) {
+	ctx := context.Background()
+	home := t.TempDir()
+	if got, err := npmRegistry(ctx, []string{"NPM_CONFIG_REGISTRY=http://env.invalid/", "HOME=" + home}, "no-such-npm"); err != nil || got != "http://env.invalid/" {
+		t.Errorf("from the environment: %q, %v", got, err)
+	}
+	os.WriteFile(filepath.Join(home, ".npmrc"), []byte("; comment\n@acme:registry=http://scoped.invalid/\nregistry = \"http://rc.invalid/\"\n"), 0o600)
+	if got, err := npmRegistry(ctx, []string{"HOME=" + home}, "no-such-npm"); err != nil || got != "http://rc.invalid/" {
+		t.Errorf("from .npmrc: %q, %v", got, err)
+	}
+	bin := t.TempDir()
+	fake := filepath.Join(bin, "npm")
+	os.WriteFile(fake, []byte("#!/bin/sh\n[ \"$1 $2 $3\" = \"config get registry\" ] && pwd\n"), 0o755)
+	empty := t.TempDir()
+	if got, err := npmRegistry(ctx, []string{"HOME=" + empty, "PATH=/usr/bin:/bin"}, fake); err != nil || got != "/" {
+		t.Errorf("from npm: %q, %v (want the directory it ran in, /)", got, err)
+	}
+	if _, err := npmRegistry(ctx, []string{"HOME=" + empty}, "no-such-npm"); err == nil || !strings.Contains(err.Error(), "npm is not installed") {
+		t.Errorf("without npm: %v", err)
+	}
+}

@@ -529,29 +529,31 @@ func (m *Manager) load(ctx context.Context, loc Location) (*locPlan, []pluginhos
 	m.mu.Lock()
 	lp, gen, rt := m.locs[loc.Dir], m.gen, m.rt
 	m.mu.Unlock()
-	host, herr := m.hostFor(ctx)
-	if lp == nil || lp.gen != gen || lp.pending {
+	if lp != nil && lp.gen == gen && !lp.pending {
+		if h := m.currentHost(); h != nil && len(lp.specs()) > 0 {
+			if st, ok := h.Loaded(loc.Dir); ok {
+				return lp, st, nil
+			}
+		}
+	} else {
 		next := m.plan(ctx, loc)
-		if lp != nil && host != nil && !samePlan(lp, next) {
+		if h := m.currentHost(); h != nil && lp != nil && !samePlan(lp, next) {
 			// What the location loads changed (an install finished): its
 			// process starts again with the new set.
-			host.Forget(loc.Dir)
+			h.Forget(loc.Dir)
 		}
 		lp = next
 		m.mu.Lock()
 		m.locs[loc.Dir] = lp
 		m.mu.Unlock()
-	} else if herr == nil {
-		if st, ok := host.Loaded(loc.Dir); ok {
-			return lp, st, nil
-		}
-	}
-	if herr != nil {
-		return lp, nil, herr
 	}
 	specs := lp.specs()
 	if len(specs) == 0 {
-		return lp, nil, nil // no plugin: the host is not started for nothing
+		return lp, nil, nil // no plugin: the host is not started (nor Bun installed) for nothing
+	}
+	host, err := m.hostFor(ctx)
+	if err != nil {
+		return lp, nil, err
 	}
 	st, err := host.Load(ctx, loc.Dir, func() pluginhost.LoadInput {
 		in := pluginhost.LoadInput{Directory: loc.Dir, Worktree: loc.ProjectDir, Plugins: specs,
