@@ -128,6 +128,24 @@ async function makeClient(p) {
   return mod.createOpencodeClient({ baseUrl: CLIENT_URL, headers, directory: p.directory, fetch: rpcFetch });
 }
 
+// serverPlugins are a module's plugin functions, as OpenCode reads them: a
+// default export {id?, server} (the plugin module of newer plugins) is one
+// plugin, its server function; otherwise every exported function, and
+// every exported object with a server function, is one, each once.
+function serverPlugins(mod) {
+  const d = mod.default;
+  if (d && typeof d === "object" && typeof d.server === "function") return [d.server.bind(d)];
+  const seen = new Set();
+  const out = [];
+  for (const v of Object.values(mod)) {
+    const fn = typeof v === "function" ? v : v && typeof v === "object" && typeof v.server === "function" ? v.server.bind(v) : null;
+    if (!fn || seen.has(v)) continue;
+    seen.add(v);
+    out.push(fn);
+  }
+  return out;
+}
+
 async function load(p) {
   const client = await makeClient(p).catch(() => null);
   const $ = Bun.$.cwd(p.directory);
@@ -140,13 +158,12 @@ async function load(p) {
     try {
       if (spec.error) throw new Error(spec.error);
       const mod = await import(pathToFileURL(spec.entry).href);
-      const seen = new Set();
       const hooksList = [];
-      for (const [name, fn] of Object.entries(mod)) {
-        if (typeof fn !== "function" || seen.has(fn)) continue;
-        seen.add(fn);
+      for (const fn of serverPlugins(mod)) {
         const hooks = await fn(input);
-        if (hooks && typeof hooks === "object") hooksList.push(hooks);
+        // A helper a module exports beside its plugin may hand back what
+        // it was given: that is no set of hooks.
+        if (hooks && typeof hooks === "object" && hooks !== input) hooksList.push(hooks);
       }
       if (hooksList.length === 0) throw new Error("the module exports no plugin function");
       const tools = [];

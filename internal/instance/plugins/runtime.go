@@ -469,8 +469,9 @@ func fileEntry(p string) (string, error) {
 }
 
 // packageEntry is an installed package's entry module: package.json's
-// exports (".": a path, or its import or default condition), module or
-// main, else index.js; it must be a file inside the package.
+// exports ("./server", then ".": a path, or its import or default
+// condition), module or main, else index.js; it must be a file inside the
+// package.
 func packageEntry(dir string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "package.json"))
 	if err != nil {
@@ -489,17 +490,21 @@ func packageEntry(dir string) (string, error) {
 		case string:
 			cands = append(cands, e)
 		case map[string]any:
-			dot := any(e)
-			if d, ok := e["."]; ok {
-				dot = d
-			}
-			switch d := dot.(type) {
-			case string:
-				cands = append(cands, d)
-			case map[string]any:
-				for _, k := range []string{"import", "bun", "default", "node", "require"} {
-					if v, ok := d[k].(string); ok {
-						cands = append(cands, v)
+			// "./server" is a plugin's server entry (OpenCode reads it
+			// first), then ".".
+			for _, key := range []string{"./server", "."} {
+				dot, ok := e[key]
+				if !ok && key == "." {
+					dot = any(e)
+				}
+				switch d := dot.(type) {
+				case string:
+					cands = append(cands, d)
+				case map[string]any:
+					for _, k := range []string{"import", "bun", "default", "node", "require"} {
+						if v, ok := d[k].(string); ok {
+							cands = append(cands, v)
+						}
 					}
 				}
 			}

@@ -348,6 +348,9 @@ func (r *resolver) place(top *treeNode, e edge) (*treeNode, error) {
 		return nil, err
 	}
 	if !r.plat.allows(meta) {
+		if e.optional {
+			return nil, nil // another platform's build, as npm skips it
+		}
 		return nil, fmt.Errorf("%s@%s does not run on %s/%s", e.name, version, r.plat.os, r.plat.cpu)
 	}
 	r.count++
