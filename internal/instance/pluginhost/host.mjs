@@ -147,6 +147,9 @@ function serverPlugins(mod) {
 }
 
 async function load(p) {
+  // A process serves one location: plugins resolve relative paths (and
+  // process.cwd()) in it, as in OpenCode, which runs in the project.
+  try { process.chdir(p.directory); } catch {}
   const client = await makeClient(p).catch(() => null);
   const $ = Bun.$.cwd(p.directory);
   let serverUrl;

@@ -182,13 +182,13 @@ export const P = async () => ({});`,
 // ({id, server}) loads its server function only; a module exporting a
 // helper function beside its plugin gets the plugin's hooks, not the
 // input the helper hands back; an object export with a server function
-// is a plugin.
+// is a plugin. The process works in the location's directory.
 func TestHostModuleShapes(t *testing.T) {
 	h := newTestHost(t, "", nil)
 	dir := t.TempDir()
 	specs := writePlugins(t, dir, map[string]string{
 		"v1.js": `export const helperNotCalled = () => { throw new Error("the default module's siblings are not plugins"); };
-export default { id: "v1", server: async () => ({ tool: { v1: { description: "v1", args: {}, execute: async () => "from v1" } } }) };`,
+export default { id: "v1", server: async () => ({ tool: { v1: { description: "v1", args: {}, execute: async () => "from v1 in " + process.cwd() } } }) };`,
 		"helper.js": `export const resolveFolder = (worktree) => worktree;
 export const plugin = async () => ({ event: async () => {} });
 export default plugin;`,
@@ -204,7 +204,8 @@ export default plugin;`,
 	if s := st["obj"]; !s.OK || strings.Join(s.Hooks, ",") != "chat.params" {
 		t.Fatalf("obj: %+v", s)
 	}
-	if res, err := h.Tool(t.Context(), dir, dir, "v1", "v1", json.RawMessage(`{}`), ToolContext{}); err != nil || res.Output != "from v1" {
+	// The process works in its location, as OpenCode does in its project.
+	if res, err := h.Tool(t.Context(), dir, dir, "v1", "v1", json.RawMessage(`{}`), ToolContext{}); err != nil || res.Output != "from v1 in "+dir {
 		t.Fatalf("v1 tool: %+v %v", res, err)
 	}
 }
