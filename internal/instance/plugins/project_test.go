@@ -448,3 +448,26 @@ func TestConfiguredPluginInstallsAtStart(t *testing.T) {
 		t.Errorf("dep = %q", v)
 	}
 }
+
+// TestRunningShowsCheckFlags: a check's outdated flag shows in the
+// running listing of a location planned before it.
+func TestRunningShowsCheckFlags(t *testing.T) {
+	reg := startRegistry(t)
+	publish(reg, "alpha", "1.0.0", nil)
+	m, err := New(Options{Registry: reg.URL, Dir: t.TempDir(), Targets: []string{"alpha@1.0.0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noHost(m).InstallConfigured()
+	loc := Location{Dir: t.TempDir()}
+	if p := byID(m.Running(context.Background(), loc))["alpha"]; p.Source.Version != "1.0.0" || p.Source.Outdated {
+		t.Fatalf("before = %+v", p)
+	}
+	publish(reg, "alpha", "1.1.0", nil)
+	if _, err := m.Check(context.Background(), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if p := byID(m.Running(context.Background(), loc))["alpha"]; !p.Source.Outdated {
+		t.Fatalf("after the check = %+v", p)
+	}
+}

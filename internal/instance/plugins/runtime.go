@@ -593,6 +593,15 @@ func (m *Manager) Running(ctx context.Context, loc Location) []Info {
 	for _, it := range lp.items {
 		info := it.info
 		info.Features = maps.Clone(info.Features)
+		if info.Source.Type == "package" {
+			// check and update change a Caddyfile package's flags
+			// between plans.
+			m.mu.Lock()
+			if p := m.byName[info.ID]; p != nil {
+				info.Source.Outdated, info.Source.Updating = p.outdated, p.updaters > 0 || p.installing != nil
+			}
+			m.mu.Unlock()
+		}
 		if it.spec != nil {
 			s, ok := st[it.spec.ID]
 			switch {
