@@ -176,7 +176,8 @@ func TestTreeInstall(t *testing.T) {
 	}
 }
 
-// TestProjectPluginsLockAndReinstall: a project's list resolves once; a
+// TestProjectPluginsLockAndReinstall: a project's list resolves once
+// (from the server's registry, whatever the project's .npmrc says); a
 // new manager over the same data directory loads the locked versions
 // without asking the registry; a changed entry is resolved again, the
 // others are not.
@@ -191,6 +192,8 @@ func TestProjectPluginsLockAndReinstall(t *testing.T) {
 		".opencode/opencode.json":  `{"plugin": ["./tools/mine.js", "alpha@^1.0.0"]}`,
 		".opencode/tools/mine.js":  "export default async () => ({})",
 		".opencode/plugin/more.js": "export default async () => ({})",
+		// A project's .npmrc names no registry for the server.
+		".npmrc": "registry=http://127.0.0.1:1/\n",
 	})
 	loc := Location{Dir: project, ProjectDir: project}
 	newM := func() *Manager {
