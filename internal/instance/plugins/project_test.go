@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -472,5 +473,26 @@ func TestRunningShowsCheckFlags(t *testing.T) {
 	}
 	if p := byID(m.Running(context.Background(), loc))["alpha"]; !p.Source.Outdated {
 		t.Fatalf("after the check = %+v", p)
+	}
+}
+
+// TestProjectPluginNoRegistry: with no registry configured and none in
+// npm's configuration, a project's package is not installed and says why;
+// one already installed (and locked) still loads.
+func TestProjectPluginNoRegistry(t *testing.T) {
+	dir := t.TempDir()
+	writeInstalled(t, dir, "there", "1.0.0", "there", "1.0.0", true)
+	os.WriteFile(filepath.Join(dir, "there", "1.0.0", "index.js"), []byte("export default async () => ({})"), 0o644)
+	m, err := New(Options{Dir: dir, RegistryFallback: func() (string, error) { return "", errors.New("npm is not installed") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	project := writeProject(t, map[string]string{"opencode.json": `{"plugin": ["missing@^1", "there@1.0.0"]}`})
+	list := byID(noHost(m).Running(context.Background(), Location{Dir: project, ProjectDir: project}))
+	if p := list["missing"]; p.State.Error != "not installed: no plugin registry is configured, and npm's configuration names none: npm is not installed" {
+		t.Errorf("missing = %+v", p)
+	}
+	if p := list["there"]; p.Source.Version != "1.0.0" || p.State.Error != "no plugin host (test)" {
+		t.Errorf("there = %+v", p)
 	}
 }

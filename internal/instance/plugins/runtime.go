@@ -359,8 +359,11 @@ func (m *Manager) plan(ctx context.Context, loc Location) *locPlan {
 				}
 			}
 			if version == "" {
-				_, err := m.registryBase()
-				fail("not installed: "+err.Error(), "")
+				msg := "not installed"
+				if _, err := m.registryBase(); err != nil {
+					msg += ": " + err.Error()
+				}
+				fail(msg, "")
 				continue
 			}
 			lock[e.name+"@"+e.spec] = version
