@@ -58,11 +58,12 @@ const (
 	pluginMaxEntries      = maxTreeEntries
 	pluginCheckParallel   = 8
 	pluginMaxLocal        = 256
-	// retryFailedInstall is how long a failed install of a project's
-	// plugin stands before the next load tries again (a location reload
-	// tries at once).
-	retryFailedInstall = time.Minute
 )
+
+// retryFailedInstall is how long a failed install of a project's plugin
+// stands before the next load tries again (a location reload tries at
+// once).
+var retryFailedInstall = time.Minute
 
 // builtinPlugins are compiled into the gateway and always active.
 var builtinPlugins = []string{"agentgate.gateway-auth"}

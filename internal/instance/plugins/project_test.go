@@ -496,3 +496,28 @@ func TestProjectPluginNoRegistry(t *testing.T) {
 		t.Errorf("there = %+v", p)
 	}
 }
+
+// TestProjectPluginRetried: a failed install stands for a while, then
+// the location's next load tries again, with no reload.
+func TestProjectPluginRetried(t *testing.T) {
+	reg := startRegistry(t)
+	m, err := New(Options{Registry: reg.URL, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	project := writeProject(t, map[string]string{"opencode.json": `{"plugin": ["late@^1"]}`})
+	loc := Location{Dir: project, ProjectDir: project}
+	if p := byID(noHost(m).Running(context.Background(), loc))["late"]; p.State.Error != "install failed: package not found in the registry" {
+		t.Fatalf("before it is published = %+v", p)
+	}
+	publish(reg, "late", "1.0.0", nil)
+	if p := byID(m.Running(context.Background(), loc))["late"]; !strings.HasPrefix(p.State.Error, "install failed:") {
+		t.Fatalf("the failure did not stand: %+v", p)
+	}
+	saved := retryFailedInstall
+	retryFailedInstall = 0
+	t.Cleanup(func() { retryFailedInstall = saved })
+	if p := byID(m.Running(context.Background(), loc))["late"]; p.Source.Version != "1.0.0" || p.State.Error != "no plugin host (test)" {
+		t.Fatalf("after the wait = %+v", p)
+	}
+}

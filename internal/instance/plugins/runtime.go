@@ -156,7 +156,9 @@ type item struct {
 type locPlan struct {
 	gen   uint64
 	items []item
-	// pending: a package was still installing when the plan was made.
+	// pending: a package was still installing when the plan was made,
+	// or its install had failed (the next load tries again once the
+	// failure is old enough).
 	pending bool
 }
 
@@ -317,7 +319,7 @@ func (m *Manager) plan(ctx context.Context, loc Location) *locPlan {
 	wait(ctx, waits)
 
 	files := map[string]bool{}
-	complete := true
+	complete, failed := true, false
 	lock := map[string]string{}
 	for i, e := range entries {
 		info := Info{ID: e.name, Source: Source{Type: "package", Target: e.name}, Features: map[string]any{}, State: State{Status: "active"}}
@@ -347,6 +349,7 @@ func (m *Manager) plan(ctx context.Context, loc Location) *locPlan {
 				select {
 				case <-j.done:
 					if j.err != nil {
+						failed = true
 						fail("install failed: "+j.err.Error(), j.ref)
 						continue
 					}
@@ -392,7 +395,7 @@ func (m *Manager) plan(ctx context.Context, loc Location) *locPlan {
 			lp.items = append(lp.items, item{info: info, spec: &sp})
 		}
 	}
-	lp.pending = !complete
+	lp.pending = !complete || failed
 	if complete && loc.ProjectDir != "" && !sameStrings(lock, locked) {
 		if err := m.writeProjectLock(loc.ProjectDir, lock); err != nil {
 			m.logger().Warn("writing the project's plugin lock failed", zap.String("project", loc.ProjectDir), zap.Error(err))
