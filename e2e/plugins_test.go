@@ -30,10 +30,11 @@ func bunBinary(t *testing.T, ctx context.Context) string {
 }
 
 // TestRealPluginPackageRuns: a released OpenCode plugin from the npm
-// registry, pinned (opencode-copilot-auth 0.0.9, no dependencies), is
-// installed by plugin.update with its integrity checked, loads in the
-// plugin host (in the sandbox) and reports active with the hooks it
-// defines; before the install it is failed.
+// registry, pinned (opencode-copilot-auth 0.0.9, no dependencies), named
+// in the Caddyfile, is installed at start with its integrity checked (no
+// plugin.update), loads in the plugin host (in the sandbox) and reports
+// active with the hooks it defines; plugin.update then finds it up to
+// date.
 func TestRealPluginPackageRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the real binary and reaches the npm registry")
@@ -92,12 +93,7 @@ http://%s {
 		t.Fatalf("%s is not listed: %s", pkg, b)
 		return plugin{}
 	}
-	if p := list(); p.State.Status != "failed" {
-		t.Fatalf("before the install: %+v", p)
-	}
-	if st, b, _ := call(ctx, httpClient, "POST", base+"/api/plugin/update", auth, map[string]any{"targets": []string{pkg}}); st != 204 {
-		t.Fatalf("update: %d %s", st, b)
-	}
+	// Installed at start, with no plugin.update: the listing waits for it.
 	p := list()
 	hooks, _ := p.Features["hooks"].([]any)
 	if p.State.Status != "active" || p.Source.Version != version || p.Features["server"] != true || len(hooks) == 0 || hooks[0] != "auth" {
@@ -106,5 +102,12 @@ http://%s {
 	// It runs in the sandbox, its installed package bound read-only.
 	if p.Features["sandbox"] != "enforced" {
 		t.Fatalf("the plugin does not run sandboxed: %+v", p)
+	}
+	// plugin.update finds it up to date.
+	if st, b, _ := call(ctx, httpClient, "POST", base+"/api/plugin/update", auth, map[string]any{"targets": []string{pkg}}); st != 204 {
+		t.Fatalf("update: %d %s", st, b)
+	}
+	if p := list(); p.State.Status != "active" || p.Source.Version != version {
+		t.Fatalf("after the update: %+v", p)
 	}
 }

@@ -2,6 +2,7 @@ package instance
 
 import (
 	"encoding/json"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,14 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		cors_origins <origins...>
 //		plugin <name@version...>
 //		registry <npm registry url>
+//		plugins_from_projects allow|deny
+//		plugin_packages <glob...>
+//		plugin_packages_deny <glob...>
+//		plugin_install {
+//			max_size <size>
+//			request_timeout <duration>
+//			downloads <n>
+//		}
 //		plugin_host {
 //			bun <path to bun>
 //			node_modules <directory>
@@ -138,6 +147,35 @@ func (in *Instance) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "registry":
 			if !d.AllArgs(&in.Registry) {
 				return d.ArgErr()
+			}
+		case "plugins_from_projects":
+			var v string
+			if !d.AllArgs(&v) {
+				return d.ArgErr()
+			}
+			if v != "allow" && v != "deny" {
+				return d.Errf("plugins_from_projects must be allow or deny, not '%s'", v)
+			}
+			in.PluginsFromProjects = v
+		case "plugin_packages", "plugin_packages_deny":
+			key := d.Val()
+			pats := d.RemainingArgs()
+			if len(pats) == 0 {
+				return d.ArgErr()
+			}
+			for _, p := range pats {
+				if _, err := path.Match(p, ""); err != nil {
+					return d.Errf("%s: '%s' is not a valid glob: %v", key, p, err)
+				}
+			}
+			if key == "plugin_packages" {
+				in.PluginPackages = append(in.PluginPackages, pats...)
+			} else {
+				in.PluginPackagesDeny = append(in.PluginPackagesDeny, pats...)
+			}
+		case "plugin_install":
+			if err := in.unmarshalPluginInstall(d); err != nil {
+				return err
 			}
 		case "heartbeat":
 			var s string
@@ -394,6 +432,46 @@ func knownFormat(name string) bool {
 }
 
 // unmarshalSandbox reads `sandbox off` or a sandbox block.
+func (in *Instance) unmarshalPluginInstall(d *caddyfile.Dispenser) error {
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	if in.PluginInstall != nil {
+		return d.Err("plugin_install is declared twice")
+	}
+	in.PluginInstall = &PluginInstall{}
+	for n := d.Nesting(); d.NextBlock(n); {
+		key := d.Val()
+		var v string
+		if !d.AllArgs(&v) {
+			return d.ArgErr()
+		}
+		switch key {
+		case "max_size":
+			b, err := humanize.ParseBytes(v)
+			if err != nil || b == 0 || b > 1<<40 {
+				return d.Errf("max_size: a size such as 200MiB, got '%s'", v)
+			}
+			in.PluginInstall.MaxSize = int64(b)
+		case "request_timeout":
+			dur, err := caddy.ParseDuration(v)
+			if err != nil || dur <= 0 {
+				return d.Errf("request_timeout: a positive duration, got '%s'", v)
+			}
+			in.PluginInstall.RequestTimeout = caddy.Duration(dur)
+		case "downloads":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 64 {
+				return d.Errf("downloads: a whole number from 1 to 64, got '%s'", v)
+			}
+			in.PluginInstall.Downloads = n
+		default:
+			return d.Errf("unknown plugin_install option '%s'", key)
+		}
+	}
+	return nil
+}
+
 func (in *Instance) unmarshalSandbox(d *caddyfile.Dispenser) error {
 	if in.Sandbox != nil {
 		return d.Err("sandbox is declared twice")

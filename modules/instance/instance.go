@@ -183,11 +183,36 @@ type Instance struct {
 	// color, steps, hidden, permission…).
 	Agents map[string]json.RawMessage `json:"agents,omitempty"`
 
-	// Plugins are package plugins, as `name@version` targets.
+	// Plugins are package plugins, as `name@version` targets (a version,
+	// a range or a dist-tag). Each is installed with its dependencies in
+	// the background at start when it is not installed yet.
 	Plugins []string `json:"plugins,omitempty"`
 
-	// Registry is the npm registry URL that plugin check and update ask.
+	// Registry is the npm registry URL plugins are installed from: the
+	// Caddyfile's plugins, the projects' (their opencode.json(c) "plugin"
+	// lists), plugin check and update, and Bun when the plugin host has
+	// none. Default: npm's configured registry (the npm_config_registry
+	// variable, the user's .npmrc, or `npm config get registry`).
 	Registry string `json:"registry,omitempty"`
+
+	// PluginsFromProjects is "allow" (default) or "deny": whether the
+	// plugins a project names — the packages of its opencode.json(c)
+	// "plugin" list and its plugin files — load. They run in the agent's
+	// sandbox, with what it can reach; deny them on a server shared by
+	// people who do not trust each other's repositories.
+	PluginsFromProjects string `json:"plugins_from_projects,omitempty"`
+
+	// PluginPackages, when set, are the only package names a project may
+	// install as plugins: globs as Go's path.Match reads them
+	// ("opencode-*", "@acme/*").
+	PluginPackages []string `json:"plugin_packages,omitempty"`
+
+	// PluginPackagesDeny are package names (globs) never installed, as a
+	// plugin of a project or of the Caddyfile, or as a dependency of one.
+	PluginPackagesDeny []string `json:"plugin_packages_deny,omitempty"`
+
+	// PluginInstall bounds plugin installs.
+	PluginInstall *PluginInstall `json:"plugin_install,omitempty"`
 
 	// Heartbeat is the event-stream heartbeat interval. Default: 15s.
 	Heartbeat caddy.Duration `json:"heartbeat,omitempty"`
@@ -285,6 +310,7 @@ type Instance struct {
 	logger        *zap.Logger
 	key           string
 	host          *pluginhost.Host
+	plugins       *plugins.Manager
 	snaps         *snapshot.Manager
 	stopTap       func()
 	// undo puts back the runner's configuration from before this config
@@ -396,6 +422,20 @@ type PluginHost struct {
 	// service need it while commands may stay off the network). Default:
 	// the sandbox's.
 	Network string `json:"network,omitempty"`
+}
+
+// PluginInstall bounds the installs of plugins from the registry.
+type PluginInstall struct {
+	// MaxSize bounds what one plugin and its dependencies unpack to, in
+	// bytes. Default: 200 MiB.
+	MaxSize int64 `json:"max_size,omitempty"`
+	// RequestTimeout is how long each registry request may wait for an
+	// answer, or for more of one: a registry that hangs fails the
+	// install after it. Default: 30s.
+	RequestTimeout caddy.Duration `json:"request_timeout,omitempty"`
+	// Downloads bounds the registry requests of one install at once.
+	// Default: 8.
+	Downloads int `json:"downloads,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -522,9 +562,16 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 		BashTimeout: time.Duration(in.BashTimeout), MaxSteps: in.MaxSteps, Sandbox: in.sandbox,
 		Secrets: func() []string { return append([]string{password}, app.SecretValues()...) }})
 	in.runner = runner
+	inst := in.PluginInstall
+	if inst == nil {
+		inst = &PluginInstall{}
+	}
 	pm, err := plugins.New(plugins.Options{
 		Targets: in.Plugins, Registry: repl.ReplaceAll(in.Registry, ""),
-		Dir: filepath.Join(app.DataDir(), "plugins", in.Name), Logger: in.logger.Named("plugins"),
+		RegistryFallback: func() (string, error) { return plugins.NPMRegistry(context.Background()) },
+		Dir:              filepath.Join(app.DataDir(), "plugins", in.Name), Logger: in.logger.Named("plugins"),
+		Policy:      plugins.Policy{DenyProjects: in.PluginsFromProjects == "deny", Allow: in.PluginPackages, Deny: in.PluginPackagesDeny},
+		MaxTreeSize: inst.MaxSize, RequestTimeout: time.Duration(inst.RequestTimeout), Downloads: inst.Downloads,
 	})
 	if err != nil {
 		shared.Delete(in.key)
@@ -549,7 +596,8 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 	}
 	opts.Runner = runner
 	in.server = server.New(opts)
-	rt, err := in.pluginRuntime(app, repl)
+	in.plugins = pm
+	rt, err := in.pluginRuntime(app, repl, pm)
 	if err != nil {
 		shared.Delete(in.key)
 		in.key = ""
@@ -558,6 +606,7 @@ func (in *Instance) Provision(ctx caddy.Context) error {
 	pm.SetRuntime(rt)
 	runner.SetPlugins(pm)
 	in.stopTap = st.bus.Tap(pm.Event)
+	pm.InstallConfigured()
 	return nil
 }
 
@@ -580,40 +629,78 @@ func (in *Instance) logSandbox() {
 	}
 }
 
-// pluginRuntime starts (lazily) the plugin host: Bun from the config or
-// PATH, its files in a private directory under the data directory, a
-// process per location in the instance's sandbox (with the sandbox off,
-// plain processes with the environment a command gets: an allow-list,
-// never the server's own). The plugins' client talks to this
-// instance's handler over the host's stdio with a token scoped to its
-// location: no instance credential reaches a plugin.
-func (in *Instance) pluginRuntime(app *agentgate.App, repl *caddy.Replacer) (*plugins.Runtime, error) {
+// pluginRuntime makes what runs the plugins: a process per location in
+// the instance's sandbox (with the sandbox off, plain processes with the
+// environment a command gets: an allow-list, never the server's own), its
+// files in a private directory under the data directory. Bun is the
+// configured one, else the one on PATH, else the pinned build the server
+// installs from the registry the first time a location has plugins to
+// load (into plugin-runtime/ in the data directory); the shared modules
+// are the configured node_modules, else the pinned runtime modules
+// installed the same way (the SDK whose client the plugins get). The
+// plugins' client talks to this instance's handler over the host's
+// stdio with a token scoped to its location: no instance credential
+// reaches a plugin.
+func (in *Instance) pluginRuntime(app *agentgate.App, repl *caddy.Replacer, pm *plugins.Manager) (*plugins.Runtime, error) {
 	cfg := in.PluginHost
 	if cfg == nil {
 		cfg = &PluginHost{}
 	}
 	bun := repl.ReplaceAll(cfg.Bun, "")
+	modules := repl.ReplaceAll(cfg.NodeModules, "")
 	if bun == "" {
-		p, err := exec.LookPath("bun")
-		if err != nil {
-			return &plugins.Runtime{NoHost: "no plugin host: Bun is not on PATH (set plugin_host { bun <path> })"}, nil
+		if p, err := exec.LookPath("bun"); err == nil {
+			bun = p
 		}
-		bun = p
 	}
-	host, err := pluginhost.New(pluginhost.Options{Bun: bun, Modules: repl.ReplaceAll(cfg.NodeModules, ""),
-		Dir:     filepath.Join(app.DataDir(), "plugin-host", in.Name),
-		Sandbox: in.pluginSandbox, Handler: in.server,
-		CallTimeout: time.Duration(cfg.CallTimeout), ToolTimeout: time.Duration(cfg.ToolTimeout), Logger: in.logger.Named("plugins")})
-	if err != nil {
-		return nil, fmt.Errorf("plugin host: %v", err)
+	newHost := func(bun, modules string) (*pluginhost.Host, error) {
+		h, err := pluginhost.New(pluginhost.Options{Bun: bun, Modules: modules,
+			Dir:     filepath.Join(app.DataDir(), "plugin-host", in.Name),
+			Sandbox: in.pluginSandbox, Handler: in.server,
+			CallTimeout: time.Duration(cfg.CallTimeout), ToolTimeout: time.Duration(cfg.ToolTimeout), Logger: in.logger.Named("plugins")})
+		if err != nil {
+			return nil, fmt.Errorf("plugin host: %v", err)
+		}
+		return h, nil
 	}
-	in.host = host
-	return &plugins.Runtime{Host: host,
+	rt := &plugins.Runtime{
 		Auth: func(dir string) string { return "Bearer " + server.ScopedToken(dir, server.TokenTTL) },
 		Config: func(loc plugins.Location) any {
 			return map[string]any{"agent": in.Agents, "plugin": in.Plugins, "directory": loc.Dir}
 		},
-	}, nil
+	}
+	if bun != "" && modules != "" {
+		host, err := newHost(bun, modules)
+		if err != nil {
+			return nil, err
+		}
+		in.host, rt.Host = host, host
+		return rt, nil
+	}
+	runtimeDir := filepath.Join(app.DataDir(), "plugin-runtime")
+	log := in.logger.Named("plugins")
+	rt.Start = func(ctx context.Context) (*pluginhost.Host, error) {
+		b := bun
+		if b == "" {
+			log.Info("no Bun is configured or on PATH: installing the pinned Bun from the registry", zap.String("version", plugins.BunVersion))
+			exe, err := pm.InstallBun(ctx, runtimeDir)
+			if err != nil {
+				return nil, fmt.Errorf("no plugin host: Bun is not configured (plugin_host { bun <path> }) nor on PATH, and %v", err)
+			}
+			b = exe
+		}
+		mods := modules
+		if mods == "" {
+			dir, err := pm.InstallRuntimeModules(ctx, runtimeDir)
+			if err != nil {
+				log.Warn("plugins run without the SDK client and zod (configure plugin_host { node_modules <dir> })", zap.Error(err))
+			} else {
+				mods = dir
+			}
+		}
+		return newHost(b, mods)
+	}
+	return rt, nil
 }
 
 // checkModels checks where the models come from: a workspace or a
@@ -652,6 +739,17 @@ func (in *Instance) Validate() error {
 			return fmt.Errorf("cors_origins: %q is not an origin: %v", o, err)
 		}
 	}
+	switch in.PluginsFromProjects {
+	case "", "allow", "deny":
+	default:
+		return fmt.Errorf("plugins_from_projects must be allow or deny, not %q", in.PluginsFromProjects)
+	}
+	if err := (plugins.Policy{Allow: in.PluginPackages, Deny: in.PluginPackagesDeny}).Validate(); err != nil {
+		return err
+	}
+	if pi := in.PluginInstall; pi != nil && (pi.MaxSize < 0 || pi.RequestTimeout < 0 || pi.Downloads < 0) {
+		return errors.New("plugin_install limits must not be negative")
+	}
 	return nil
 }
 
@@ -685,6 +783,9 @@ func (in *Instance) Cleanup() error {
 		in.host.Close()
 	}
 	in.snaps.Close()
+	if in.plugins != nil {
+		in.plugins.Close()
+	}
 	if in.key != "" {
 		_, err := shared.Delete(in.key)
 		in.key = ""

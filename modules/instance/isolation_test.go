@@ -11,5 +11,5 @@ import (
 // instance calling the gateway in-process) with an
 // empty home and empty XDG and temporary directories: all stay empty.
 func TestInstanceWritesOnlyTempDirs(t *testing.T) {
-	testenv.RunIsolated(t, "^(TestPairingSurvivesReload|TestServeHTTPRouting|TestDirectoryAndAgents|TestProvisionErrors|TestMemberTurns)$")
+	testenv.RunIsolated(t, "^(TestPairingSurvivesReload|TestServeHTTPRouting|TestDirectoryAndAgents|TestProvisionErrors|TestMemberTurns|TestPluginsArriveWithoutManualSteps)$")
 }

@@ -982,6 +982,22 @@ func (h *Host) Reload() {
 // disposeTimeout bounds the dispose hooks of a location's plugins.
 const disposeTimeout = 2 * time.Second
 
+// Forget stops one location's process (and what its plugins started): the
+// location loads its plugins afresh on its next use.
+func (h *Host) Forget(dir string) {
+	h.mu.Lock()
+	s := h.slots[dir]
+	delete(h.slots, dir)
+	var p *proc
+	if s != nil {
+		p, s.proc = s.proc, nil
+	}
+	h.mu.Unlock()
+	if p != nil {
+		p.kill()
+	}
+}
+
 // Close stops the host for good.
 func (h *Host) Close() {
 	h.mu.Lock()

@@ -133,12 +133,41 @@ async function makeClient(p) {
   return mod.createOpencodeClient({ baseUrl: CLIENT_URL, headers, directory: p.directory, fetch: rpcFetch });
 }
 
-// A plugin module exports plugin functions (`async (input, options) =>
-// hooks`) or a module object {id?, server, tui?} whose server is one. The
-// parts of the released contract this server does not serve are collected
-// per plugin and reported as not used: a v2 plugin object ({id, effect} or
-// {id, setup}), a tui export, experimental_workspace registrations.
+// serverPlugins are a module's plugin functions, as OpenCode reads them: a
+// default export {id?, server, tui?} (the plugin module of newer plugins)
+// is one plugin, its server function; otherwise every exported function
+// (`async (input, options) => hooks`), and every exported object with a
+// server function, is one, each once. The parts of the released contract
+// this server does not serve are recorded in unused and reported as not
+// used: a v2 plugin object ({id, effect} or {id, setup}), a tui export.
+function serverPlugins(mod, unused) {
+  const note = (v) => {
+    if (typeof v.server !== "function" && (typeof v.effect === "function" || typeof v.setup === "function")) {
+      unused[`v2 plugin ${String(v.id ?? "").slice(0, 64)}`.trim()] = "the v2 plugin API (effect or promise) is not served by this server";
+    }
+    if (v.tui !== undefined && v.tui !== null) unused.tui = "this server has no TUI of its own to extend";
+  };
+  const d = mod.default;
+  if (d && typeof d === "object" && typeof d.server === "function") {
+    note(d);
+    return [d.server.bind(d)];
+  }
+  const seen = new Set();
+  const out = [];
+  for (const v of Object.values(mod)) {
+    if (seen.has(v)) continue;
+    seen.add(v);
+    if (v && typeof v === "object") note(v);
+    const fn = typeof v === "function" ? v : v && typeof v === "object" && typeof v.server === "function" ? v.server.bind(v) : null;
+    if (fn) out.push(fn);
+  }
+  return out;
+}
+
 async function load(p) {
+  // A process serves one location: plugins resolve relative paths (and
+  // process.cwd()) in it, as in OpenCode, which runs in the project.
+  try { process.chdir(p.directory); } catch {}
   const client = await makeClient(p).catch(() => null);
   const $ = Bun.$.cwd(p.directory);
   let serverUrl;
@@ -154,23 +183,12 @@ async function load(p) {
     try {
       if (spec.error) throw new Error(spec.error);
       const mod = await import(pathToFileURL(spec.entry).href);
-      const seen = new Set();
       const hooksList = [];
-      for (const value of Object.values(mod)) {
-        if (seen.has(value)) continue;
-        seen.add(value);
-        let fn = null;
-        if (typeof value === "function") fn = value;
-        else if (value && typeof value === "object") {
-          if (typeof value.server === "function") fn = value.server;
-          else if (typeof value.effect === "function" || typeof value.setup === "function") {
-            unused[`v2 plugin ${String(value.id ?? "").slice(0, 64)}`.trim()] = "the v2 plugin API (effect or promise) is not served by this server";
-          }
-          if (value.tui !== undefined && value.tui !== null) unused.tui = "this server has no TUI of its own to extend";
-        }
-        if (!fn) continue;
+      for (const fn of serverPlugins(mod, unused)) {
         const hooks = await fn(input, spec.options ?? undefined);
-        if (hooks && typeof hooks === "object") hooksList.push(hooks);
+        // A helper a module exports beside its plugin may hand back what
+        // it was given: that is no set of hooks.
+        if (hooks && typeof hooks === "object" && hooks !== input) hooksList.push(hooks);
       }
       if (hooksList.length === 0 && Object.keys(unused).length === 0) throw new Error("the module exports no plugin function");
       const tools = [];

@@ -178,6 +178,38 @@ export const P = async () => ({});`,
 	}
 }
 
+// TestHostModuleShapes: a module whose default export is a plugin module
+// ({id, server}) loads its server function only; a module exporting a
+// helper function beside its plugin gets the plugin's hooks, not the
+// input the helper hands back; an object export with a server function
+// is a plugin. The process works in the location's directory.
+func TestHostModuleShapes(t *testing.T) {
+	h := newTestHost(t, "", nil)
+	dir := t.TempDir()
+	specs := writePlugins(t, dir, map[string]string{
+		"v1.js": `export const helperNotCalled = () => { throw new Error("the default module's siblings are not plugins"); };
+export default { id: "v1", server: async () => ({ tool: { v1: { description: "v1", args: {}, execute: async () => "from v1 in " + process.cwd() } } }) };`,
+		"helper.js": `export const resolveFolder = (worktree) => worktree;
+export const plugin = async () => ({ event: async () => {} });
+export default plugin;`,
+		"obj.js": `export const P = { server: async () => ({ "chat.params": async () => {} }) };`,
+	})
+	st := load(t, h, dir, specs)
+	if s := st["v1"]; !s.OK || len(s.Tools) != 1 || s.Tools[0].Name != "v1" {
+		t.Fatalf("v1: %+v", s)
+	}
+	if s := st["helper"]; !s.OK || strings.Join(s.Hooks, ",") != "event" {
+		t.Fatalf("helper: %+v", s)
+	}
+	if s := st["obj"]; !s.OK || strings.Join(s.Hooks, ",") != "chat.params" {
+		t.Fatalf("obj: %+v", s)
+	}
+	// The process works in its location, as OpenCode does in its project.
+	if res, err := h.Tool(t.Context(), dir, dir, "v1", "v1", json.RawMessage(`{}`), ToolContext{}); err != nil || res.Output != "from v1 in "+dir {
+		t.Fatalf("v1 tool: %+v %v", res, err)
+	}
+}
+
 // TestHostSurvivesHangsGarbageAndExits: a hook that never returns fails
 // that call at its deadline; a hook that blocks the host gets it killed
 // and started again; stdout garbage is dropped; a plugin that exits the

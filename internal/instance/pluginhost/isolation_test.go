@@ -11,5 +11,5 @@ import (
 // empty XDG and temporary directories: all stay empty.
 func TestPluginHostWritesOnlyTempDirs(t *testing.T) {
 	bunPath(t)
-	testenv.RunIsolated(t, "^(TestHostLoadsToolsAndHooks|TestHostBadPlugins|TestHostRealPluginPackage|TestHostPluginsSeeNoSecrets|TestHostKillsWhatPluginsStart|TestHostClientOverStdio)$")
+	testenv.RunIsolated(t, "^(TestHostLoadsToolsAndHooks|TestHostBadPlugins|TestHostRealPluginPackage|TestHostPluginsSeeNoSecrets|TestHostKillsWhatPluginsStart|TestHostClientOverStdio|TestHostModuleShapes)$")
 }

@@ -121,7 +121,7 @@ func (m *Manager) reportHookErrors(hook string, errs []pluginhost.HookError) {
 // and shown on every plugin of the location that has the hook.
 func (m *Manager) HookFailed(ctx context.Context, loc Location, hook, msg string) {
 	m = m.self()
-	loaded, _ := m.load(ctx, loc)
+	_, loaded, _ := m.load(ctx, loc)
 	var errs []pluginhost.HookError
 	for _, s := range loaded {
 		for _, h := range s.Hooks {
@@ -136,31 +136,31 @@ func (m *Manager) HookFailed(ctx context.Context, loc Location, hook, msg string
 // HasHook reports whether a plugin of a location has a hook.
 func (m *Manager) HasHook(ctx context.Context, loc Location, hook string) bool {
 	m = m.self()
-	rt := m.runtime()
-	if rt == nil || rt.Host == nil {
+	if _, _, err := m.load(ctx, loc); err != nil {
 		return false
 	}
-	if _, err := m.load(ctx, loc); err != nil {
-		return false
-	}
-	return rt.Host.HasHook(loc.Dir, hook)
+	h := m.currentHost()
+	return h != nil && h.HasHook(loc.Dir, hook)
 }
 
 // Definitions lets tool.definition change the tools a step offers (their
 // descriptions and parameters); a failure leaves them as they were.
 func (m *Manager) Definitions(ctx context.Context, loc Location, defs []pluginhost.Definition) []pluginhost.Definition {
 	m = m.self()
-	rt := m.runtime()
-	if rt == nil || rt.Host == nil || len(defs) == 0 {
+	if len(defs) == 0 {
 		return defs
 	}
-	if _, err := m.load(ctx, loc); err != nil {
+	if _, _, err := m.load(ctx, loc); err != nil {
 		return defs
 	}
-	out, errs, err := rt.Host.Definitions(ctx, loc.Dir, defs)
+	h := m.currentHost()
+	if h == nil {
+		return defs
+	}
+	out, errs, err := h.Definitions(ctx, loc.Dir, defs)
 	m.reportHookErrors("tool.definition", errs)
 	if err != nil {
-		m.log.Warn("plugin hook failed", zap.String("hook", "tool.definition"), zap.String("error", clip(err.Error())))
+		m.logger().Warn("plugin hook failed", zap.String("hook", "tool.definition"), zap.String("error", clip(err.Error())))
 		return defs
 	}
 	return out
@@ -200,9 +200,9 @@ func (m *Manager) eventsFor(record []byte) []json.RawMessage {
 
 // features is an active plugin's features: its hooks and tools, what it
 // uses that is not served, and the hooks that failed since it loaded.
-func (m *Manager) features(s pluginhost.Status, rt *Runtime) map[string]any {
-	f := map[string]any{"server": true, "hooks": nonNil(s.Hooks), "tools": toolNames(s.Tools), "sandbox": sandboxMode(rt)}
-	if n := rt.Host.Network(); n != "" {
+func (m *Manager) features(s pluginhost.Status, h *pluginhost.Host) map[string]any {
+	f := map[string]any{"server": true, "hooks": nonNil(s.Hooks), "tools": toolNames(s.Tools), "sandbox": sandboxMode(h)}
+	if n := h.Network(); n != "" {
 		f["network"] = n
 	}
 	if u := unusedOf(s); len(u) > 0 {

@@ -19,84 +19,36 @@ import (
 	"strings"
 )
 
-// install downloads, verifies and unpacks name@version into dest. Nothing is
-// unpacked before the tarball matches its sha512 integrity; the package is
-// unpacked into a temporary directory next to dest and renamed into place.
-func (m *Manager) install(ctx context.Context, name, version string, dist npmDist, dest string) error {
-	sums, err := parseIntegrity(dist.Integrity)
-	if err != nil {
-		return err
-	}
-	tu, err := url.Parse(dist.Tarball)
-	if err != nil || (tu.Scheme != "http" && tu.Scheme != "https") || tu.Host == "" {
-		return errors.New("registry gave no usable tarball URL")
-	}
-	parent := filepath.Dir(dest)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return fmt.Errorf("creating plugin directory: %v", err)
-	}
-	archive, err := os.CreateTemp(parent, ".download-*.tgz")
-	if err != nil {
-		return fmt.Errorf("creating download file: %v", err)
-	}
-	defer func() {
-		archive.Close()
-		os.Remove(archive.Name())
-	}()
-	if err := m.download(ctx, tu.String(), archive, sums); err != nil {
-		return err
-	}
-	if _, err := archive.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("reading download: %v", err)
-	}
-	tmp, err := os.MkdirTemp(parent, ".install-"+version+"-*")
-	if err != nil {
-		return fmt.Errorf("creating unpack directory: %v", err)
-	}
-	defer os.RemoveAll(tmp)
-	if err := m.unpack(archive, tmp); err != nil {
-		return err
-	}
-	if err := verifyInstalled(tmp, name, version); err != nil {
-		return fmt.Errorf("unpacked package: %v", err)
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return fmt.Errorf("unpacked package: %v", err)
-	}
-	if err := os.RemoveAll(dest); err != nil {
-		return fmt.Errorf("removing broken install: %v", err)
-	}
-	if err := os.Rename(tmp, dest); err != nil {
-		return fmt.Errorf("moving package into place: %v", err)
-	}
-	return nil
-}
-
-// download writes the tarball to f and checks it against the sha512 sums.
-func (m *Manager) download(ctx context.Context, tarball string, f *os.File, sums [][]byte) error {
+// download writes a tarball to f and checks it against the sha512 sums.
+// Each read has the request timeout (a registry that stops sending fails
+// the download), the whole download pluginDownloadTimeout.
+func (m *Manager) download(ctx context.Context, tarball string, f *os.File, sums [][]byte, max int64) error {
 	ctx, cancel := context.WithTimeout(ctx, pluginDownloadTimeout)
 	defer cancel()
+	ctx, guard, stop := guarded(ctx, m.requestTimeout)
+	defer stop()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, tarball, nil)
 	if err != nil {
 		return fmt.Errorf("building tarball request: %v", err)
 	}
 	resp, err := m.client.Do(req)
 	if err != nil {
-		return registryError(ctx, err)
+		return registryError(ctx, err, m.requestTimeout)
 	}
 	defer resp.Body.Close()
+	guard.r = resp.Body
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("tarball download answered %s", resp.Status)
+		return fmt.Errorf("tarball download answered %s%s", resp.Status, registryMessage(guard))
 	}
-	if resp.ContentLength > m.maxTarball {
+	if resp.ContentLength > max {
 		return errors.New("tarball is too large")
 	}
 	h := sha512.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(resp.Body, m.maxTarball+1))
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(guard, max+1))
 	if err != nil {
-		return fmt.Errorf("downloading tarball: %v", registryError(ctx, err))
+		return fmt.Errorf("downloading tarball: %v", registryError(ctx, err, m.requestTimeout))
 	}
-	if n > m.maxTarball {
+	if n > max {
 		return errors.New("tarball is too large")
 	}
 	got := h.Sum(nil)
@@ -106,6 +58,11 @@ func (m *Manager) download(ctx context.Context, tarball string, f *os.File, sums
 		}
 	}
 	return errors.New("tarball does not match its sha512 integrity")
+}
+
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 // parseIntegrity returns the sha512 digests of an SRI string.
@@ -134,9 +91,9 @@ func parseIntegrity(sri string) ([][]byte, error) {
 // unpack extracts an npm .tgz into root, dropping the leading directory
 // ("package/"). It refuses the whole archive on an entry that would land
 // outside root, a link pointing outside, a device or other special file, or
-// when the size or entry caps are exceeded. Links that stay inside are
-// skipped, as npm does.
-func (m *Manager) unpack(r io.Reader, root string) error {
+// when the tree's size or entry caps (b) are exceeded. Links that stay
+// inside are skipped, as npm does.
+func (m *Manager) unpack(r io.Reader, root string, b *budget) error {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return fmt.Errorf("tarball is not gzip: %v", err)
@@ -149,9 +106,8 @@ func (m *Manager) unpack(r io.Reader, root string) error {
 	defer rt.Close()
 	// Headers, padding and PAX records are bounded by the entry cap; this
 	// bounds the decompressed stream as a whole.
-	tr := tar.NewReader(io.LimitReader(gz, 2*m.maxUnpacked+int64(m.maxEntries)*2048))
-	var total int64
-	for entries := 0; ; entries++ {
+	tr := tar.NewReader(io.LimitReader(gz, 2*b.maxSize+b.maxEntries*2048))
+	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
 			return nil
@@ -159,8 +115,8 @@ func (m *Manager) unpack(r io.Reader, root string) error {
 		if err != nil {
 			return fmt.Errorf("reading tarball: %v", err)
 		}
-		if entries >= m.maxEntries {
-			return errors.New("tarball has too many entries")
+		if err := b.entry(); err != nil {
+			return err
 		}
 		if hdr.Typeflag == tar.TypeXGlobalHeader {
 			continue
@@ -177,9 +133,8 @@ func (m *Manager) unpack(r io.Reader, root string) error {
 				}
 			}
 		case tar.TypeReg:
-			total += hdr.Size
-			if total > m.maxUnpacked {
-				return errors.New("tarball unpacks to more than the size limit")
+			if err := b.file(hdr.Size); err != nil {
+				return err
 			}
 			if rel == "" {
 				continue

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +18,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/agentgate/agentgate/internal/instance/errs"
+	"github.com/agentgate/agentgate/internal/instance/ids"
+	"github.com/agentgate/agentgate/internal/instance/pluginhost"
 	v1 "github.com/agentgate/agentgate/internal/instance/v1"
 )
 
@@ -50,48 +51,69 @@ type State struct {
 
 // Limits and timeouts of the registry client and the unpacker.
 const (
-	pluginMetaTimeout     = 30 * time.Second
-	pluginDownloadTimeout = 5 * time.Minute
-	pluginMaxPackument    = 32 << 20
-	pluginMaxTarball      = 64 << 20
-	pluginMaxUnpacked     = 64 << 20
-	pluginMaxEntries      = 20000
+	// DefaultRequestTimeout is how long a registry request may go without
+	// an answer (or without receiving more of one).
+	DefaultRequestTimeout = 30 * time.Second
+	pluginDownloadTimeout = 10 * time.Minute
+	pluginMaxPackument    = 64 << 20
+	pluginMaxEntries      = maxTreeEntries
 	pluginCheckParallel   = 8
 	pluginMaxLocal        = 256
 )
 
+// retryFailedInstall is how long a failed install of a project's plugin
+// stands before the next load tries again (a location reload tries at
+// once).
+var retryFailedInstall = time.Minute
+
 // builtinPlugins are compiled into the gateway and always active.
 var builtinPlugins = []string{"agentgate.gateway-auth"}
 
-// pluginPackage is one package plugin of the inventory.
+// pluginPackage is one package plugin of the Caddyfile.
 type pluginPackage struct {
 	name string // the npm package name; identifies the target
 	spec string // the configured version: an exact version, a range or a dist-tag
 
 	// Guarded by Manager.mu.
-	version   string // installed (or pinned) version
-	installed bool   // Dir/<name>/<version> holds the package
-	err       string // why the plugin is not active
-	outdated  bool
-	updaters  int
+	version    string // installed (or pinned) version
+	installed  bool   // Dir/<name>/<version> holds the package and its tree
+	err        string // why the plugin is not active
+	ref        string // the log line of err, when it is an install's
+	outdated   bool
+	updaters   int
+	installing chan struct{} // closed when the install at start ends
 
 	install sync.Mutex // serialises installs of this package
 }
 
 // Manager keeps the plugin inventory: the built-in plugins, the
-// package plugins of the configuration (installed under Dir/<name>/<version>
-// from an npm registry) and the local plugin files of a project.
+// package plugins of the configuration and of each project (installed
+// with their dependency trees under Dir/<name>/<version> from an npm
+// registry) and the local plugin files of a project.
 type Manager struct {
-	registry string // base URL without trailing slash; "" = none
-	dir      string
-	log      *zap.Logger
-	client   *http.Client
+	registry         string // base URL without trailing slash; "" = none
+	registryFallback func() (string, error)
+	fallbackOnce     sync.Once
+	fallbackURL      string
+	fallbackErr      error
 
-	maxTarball  int64
-	maxUnpacked int64
-	maxEntries  int
+	dir    string
+	client *http.Client
+	policy Policy
+
+	maxTarball     int64
+	maxUnpacked    int64 // of a whole tree
+	maxEntries     int   // of a whole tree
+	requestTimeout time.Duration
+	downloads      int
+
+	// ctx bounds the installs the manager runs in the background; Close
+	// cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
+	log    *zap.Logger
 	pkgs   []*pluginPackage
 	byName map[string]*pluginPackage
 	rt     *Runtime // what runs the plugins (see Running)
@@ -99,6 +121,13 @@ type Manager struct {
 	failures hookFailures // the hooks that failed since the plugins loaded
 	trMu     sync.Mutex
 	tr       *v1.Translator // the v1 form of the events the event hooks get
+	// gen counts finished installs: a location planned before the last
+	// one plans its plugins again on its next load.
+	gen   uint64
+	jobs  map[string]*job     // project installs by name@spec
+	locs  map[string]*locPlan // by location directory
+	start *hostStart          // the plugin host being made (Runtime.Start)
+	host  *pluginhost.Host    // the host Runtime.Start made
 }
 
 // Options configure a Manager.
@@ -107,23 +136,57 @@ type Options struct {
 	Targets []string
 	// Registry is the npm registry base URL.
 	Registry string
+	// RegistryFallback, when Registry is empty, names one on first need
+	// (npm's configured registry).
+	RegistryFallback func() (string, error)
 	// Dir is where packages are unpacked.
-	Dir    string
-	Logger *zap.Logger
+	Dir string
+	// Policy says which plugins projects may bring.
+	Policy Policy
+	// MaxTreeSize bounds what a plugin and its dependencies unpack to,
+	// together (default DefaultMaxTreeSize).
+	MaxTreeSize int64
+	// RequestTimeout bounds each registry request's wait for an answer
+	// and for each part of it (default DefaultRequestTimeout).
+	RequestTimeout time.Duration
+	// Downloads bounds the registry requests one install runs at once
+	// (default DefaultDownloads).
+	Downloads int
+	Logger    *zap.Logger
 }
 
 // New builds the inventory. It reads what is installed under
-// Dir but does no network I/O: packages are installed by Update.
+// Dir but does no network I/O: packages are installed by Update,
+// InstallConfigured and on a location's first load.
 func New(opts Options) (*Manager, error) {
 	m := &Manager{
-		dir:         opts.Dir,
-		log:         opts.Logger,
-		client:      &http.Client{},
-		maxTarball:  pluginMaxTarball,
-		maxUnpacked: pluginMaxUnpacked,
-		maxEntries:  pluginMaxEntries,
-		byName:      map[string]*pluginPackage{},
+		dir:              opts.Dir,
+		log:              opts.Logger,
+		client:           &http.Client{},
+		policy:           opts.Policy,
+		registryFallback: opts.RegistryFallback,
+		maxTarball:       opts.MaxTreeSize,
+		maxUnpacked:      opts.MaxTreeSize,
+		maxEntries:       pluginMaxEntries,
+		requestTimeout:   opts.RequestTimeout,
+		downloads:        opts.Downloads,
+		byName:           map[string]*pluginPackage{},
+		jobs:             map[string]*job{},
+		locs:             map[string]*locPlan{},
 	}
+	if m.maxUnpacked <= 0 {
+		m.maxTarball, m.maxUnpacked = DefaultMaxTreeSize, DefaultMaxTreeSize
+	}
+	if m.requestTimeout <= 0 {
+		m.requestTimeout = DefaultRequestTimeout
+	}
+	if m.downloads <= 0 {
+		m.downloads = DefaultDownloads
+	}
+	if err := m.policy.Validate(); err != nil {
+		return nil, err
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if m.log == nil {
 		m.log = zap.NewNop()
 	}
@@ -131,11 +194,11 @@ func New(opts Options) (*Manager, error) {
 		m.dir = filepath.Clean(m.dir)
 	}
 	if reg := strings.TrimSpace(opts.Registry); reg != "" {
-		u, err := url.Parse(reg)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("plugin registry must be an http(s) URL, got %q", reg)
+		r, err := checkRegistryURL(reg)
+		if err != nil {
+			return nil, err
 		}
-		m.registry = strings.TrimRight(reg, "/")
+		m.registry = r
 	}
 	for _, t := range opts.Targets {
 		name, spec, err := parsePluginTarget(t)
@@ -154,7 +217,10 @@ func New(opts Options) (*Manager, error) {
 }
 
 // noPlugins stands in for a nil manager.
-var noPlugins = &Manager{log: zap.NewNop(), byName: map[string]*pluginPackage{}}
+var noPlugins = func() *Manager {
+	m, _ := New(Options{})
+	return m
+}()
 
 func (m *Manager) self() *Manager {
 	if m == nil {
@@ -169,13 +235,21 @@ func (m *Manager) resolveInstalled(p *pluginPackage) {
 	p.err = "not installed"
 	if _, ok := parseSemver(p.spec); ok {
 		p.version = p.spec
+		if why := m.policy.denied(p.name); why != "" {
+			p.err = why
+			return
+		}
 		if m.dir != "" {
-			if err := verifyInstalled(m.versionDir(p.name, p.spec), p.name, p.spec); err == nil {
+			if _, err := readTreeLock(m.versionDir(p.name, p.spec), p.name, p.spec, false); err == nil {
 				p.installed, p.err = true, ""
 			} else if !errors.Is(err, os.ErrNotExist) {
 				p.err = err.Error()
 			}
 		}
+		return
+	}
+	if why := m.policy.denied(p.name); why != "" {
+		p.err = why
 		return
 	}
 	if m.dir == "" {
@@ -192,7 +266,7 @@ func (m *Manager) resolveInstalled(p *pluginPackage) {
 		if !ok || !e.IsDir() || (best != "" && v.Compare(bestV) <= 0) {
 			continue
 		}
-		if verifyInstalled(m.versionDir(p.name, e.Name()), p.name, e.Name()) == nil {
+		if _, err := readTreeLock(m.versionDir(p.name, e.Name()), p.name, e.Name(), false); err == nil {
 			best, bestV = e.Name(), v
 		}
 	}
@@ -218,22 +292,30 @@ func (m *Manager) List(projectDir string) []Info {
 	}
 	m.mu.Lock()
 	for _, p := range m.pkgs {
-		info := Info{
-			ID: p.name,
-			Source: Source{Type: "package", Target: p.name, Version: p.version,
-				Outdated: p.outdated, Updating: p.updaters > 0},
-			Features: map[string]any{},
-			State:    State{Status: "active"},
-		}
-		if p.installed {
-			info.Features["server"] = true
-		} else {
-			info.State = State{Status: "failed", Error: p.err}
-		}
-		out = append(out, info)
+		out = append(out, p.info())
 	}
 	m.mu.Unlock()
 	return append(out, localPlugins(projectDir)...)
+}
+
+// info is a Caddyfile package's record before it loads (m.mu held).
+func (p *pluginPackage) info() Info {
+	info := Info{
+		ID: p.name,
+		Source: Source{Type: "package", Target: p.name, Version: p.version,
+			Outdated: p.outdated, Updating: p.updaters > 0 || p.installing != nil},
+		Features: map[string]any{},
+		State:    State{Status: "active"},
+	}
+	switch {
+	case p.installed:
+		info.Features["server"] = true
+	case p.installing != nil:
+		info.State = State{Status: "failed", Error: "installing"}
+	default:
+		info.State = State{Status: "failed", Error: p.err, Ref: p.ref}
+	}
+	return info
 }
 
 // localPlugins lists the plugin files of a project's .opencode/plugin and
@@ -299,9 +381,9 @@ func (m *Manager) Check(ctx context.Context, projectDir, target string) ([]Info,
 		}
 		pkgs = []*pluginPackage{p}
 	}
-	if m.registry == "" {
+	if _, err := m.registryBase(); err != nil {
 		if len(pkgs) > 0 {
-			m.log.Warn("plugin check skipped: no registry configured")
+			m.logger().Warn("plugin check skipped", zap.Error(err))
 		}
 		return m.List(projectDir), nil
 	}
@@ -314,12 +396,12 @@ func (m *Manager) Check(ctx context.Context, projectDir, target string) ([]Info,
 			defer func() { <-sem; wg.Done() }()
 			pk, err := m.fetchPackument(ctx, p.name)
 			if err != nil {
-				m.log.Warn("plugin check failed", zap.String("target", p.name), zap.Error(err))
+				m.logger().Warn("plugin check failed", zap.String("target", p.name), zap.Error(err))
 				return
 			}
 			want := pk.pick(p.spec)
 			if want == "" {
-				m.log.Warn("plugin check: registry names no usable version", zap.String("target", p.name))
+				m.logger().Warn("plugin check: registry names no usable version", zap.String("target", p.name))
 				return
 			}
 			m.mu.Lock()
@@ -372,7 +454,7 @@ func (m *Manager) Update(ctx context.Context, targets []string) ([]string, error
 	var updated, failures []string
 	for i, p := range pkgs {
 		if failed[i] != nil {
-			m.log.Error("plugin update failed", zap.String("target", p.name), zap.Error(failed[i]))
+			m.logger().Error("plugin update failed", zap.String("target", p.name), zap.Error(failed[i]))
 			failures = append(failures, p.name+": "+failed[i].Error())
 		} else if changed[i] {
 			updated = append(updated, p.name)
@@ -395,44 +477,140 @@ func clip(msg string) string {
 // updateOne brings one package to the registry's newest version. It reports
 // whether the inventory changed.
 func (m *Manager) updateOne(ctx context.Context, p *pluginPackage) (bool, error) {
+	return m.installPackage(ctx, p, true)
+}
+
+// installPackage installs a Caddyfile package: with latest, the version
+// an update moves to (pick); else the version its spec names (resolve).
+// It reports whether the inventory changed.
+func (m *Manager) installPackage(ctx context.Context, p *pluginPackage, latest bool) (bool, error) {
 	p.install.Lock()
 	defer p.install.Unlock()
-	if m.registry == "" {
-		return false, errors.New("no plugin registry is configured")
+	if _, err := m.registryBase(); err != nil {
+		return false, err
 	}
 	if m.dir == "" {
 		return false, errors.New("no plugin directory is configured")
+	}
+	if why := m.policy.denied(p.name); why != "" {
+		return false, errors.New(why)
 	}
 	pk, err := m.fetchPackument(ctx, p.name)
 	if err != nil {
 		return false, err
 	}
-	want := pk.pick(p.spec)
-	if want == "" {
-		return false, errors.New("registry names no usable latest version")
+	var want string
+	if latest {
+		if want = pk.pick(p.spec); want == "" {
+			return false, errors.New("registry names no usable latest version")
+		}
+	} else if want, err = pk.resolve(p.spec); err != nil {
+		return false, err
 	}
 	m.mu.Lock()
 	current, installed := p.version, p.installed
 	m.mu.Unlock()
-	if installed && !isNewer(want, current) {
+	if installed && (current == want || (latest && !isNewer(want, current))) {
 		m.mu.Lock()
 		p.outdated = false
 		m.mu.Unlock()
 		return false, nil
 	}
-	meta, ok := pk.Versions[want]
-	if !ok {
-		return false, fmt.Errorf("registry lists no version %s", want)
+	meta, err := pk.version(want)
+	if err != nil {
+		return false, err
 	}
-	dest := m.versionDir(p.name, want)
-	if verifyInstalled(dest, p.name, want) != nil {
-		if err := m.install(ctx, p.name, want, meta.Dist, dest); err != nil {
-			return false, err
-		}
+	if _, err := m.installTree(ctx, installRoot{name: p.name, version: want, meta: meta}, m.versionDir(p.name, want)); err != nil {
+		return false, err
 	}
 	m.mu.Lock()
-	p.version, p.installed, p.err, p.outdated = want, true, "", false
+	p.version, p.installed, p.err, p.ref, p.outdated = want, true, "", "", false
 	m.mu.Unlock()
-	m.log.Info("plugin updated", zap.String("target", p.name), zap.String("from", current), zap.String("to", want))
+	m.logger().Info("plugin installed", zap.String("target", p.name), zap.String("from", current), zap.String("to", want))
 	return true, nil
+}
+
+// InstallConfigured installs, in the background, the Caddyfile's package
+// plugins that are not installed yet (the version each names): meanwhile
+// they are listed failed with "installing" and source.updating, and a
+// location's load waits for them. Failures are logged with a ref the
+// plugin's status carries.
+func (m *Manager) InstallConfigured() {
+	m = m.self()
+	if _, err := m.registryBaseQuiet(); err != nil {
+		if !errors.Is(err, errNothingToInstall) {
+			m.mu.Lock()
+			for _, p := range m.pkgs {
+				if !p.installed && p.err == "not installed" {
+					p.err = "not installed: " + err.Error()
+				}
+			}
+			m.mu.Unlock()
+		}
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.pkgs {
+		if p.installed || p.installing != nil || m.policy.denied(p.name) != "" {
+			continue
+		}
+		done := make(chan struct{})
+		p.installing = done
+		go func() {
+			_, err := m.installPackage(m.ctx, p, false)
+			m.mu.Lock()
+			if err != nil {
+				p.ref = ids.New("ref", false, time.Now())
+				p.err = clip("install failed: " + err.Error())
+				m.log.Error("plugin install failed", zap.String("target", p.name+"@"+p.spec), zap.String("ref", p.ref), zap.Error(err))
+			}
+			p.installing = nil
+			m.gen++
+			m.mu.Unlock()
+			close(done)
+		}()
+	}
+}
+
+var errNothingToInstall = errors.New("nothing to install")
+
+// registryBaseQuiet is registryBase without asking npm when there is no
+// fallback; it exists so that InstallConfigured with nothing to install
+// asks nobody.
+func (m *Manager) registryBaseQuiet() (string, error) {
+	need := false
+	m.mu.Lock()
+	for _, p := range m.pkgs {
+		if !p.installed {
+			need = true
+		}
+	}
+	m.mu.Unlock()
+	if !need {
+		return "", errNothingToInstall
+	}
+	return m.registryBase()
+}
+
+// Close stops the background installs and the plugin host the manager
+// started.
+func (m *Manager) Close() {
+	if m == nil {
+		return
+	}
+	m.cancel()
+	m.mu.Lock()
+	h := m.host
+	m.host = nil
+	m.mu.Unlock()
+	if h != nil {
+		h.Close()
+	}
+}
+
+func (m *Manager) logger() *zap.Logger {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.log
 }

@@ -394,18 +394,31 @@ func TestPluginList(t *testing.T) {
 	}
 }
 
+// writeInstalled writes what an install leaves in dir/<name>/<version>:
+// the package's package.json (naming pjName@pjVersion) and, with lock,
+// the tree's lock file.
+func writeInstalled(t *testing.T, dir, name, version, pjName, pjVersion string, lock bool) {
+	t.Helper()
+	d := filepath.Join(dir, filepath.FromSlash(name), version)
+	os.MkdirAll(filepath.Join(d, "node_modules"), 0o755)
+	pj, _ := json.Marshal(map[string]string{"name": pjName, "version": pjVersion})
+	os.WriteFile(filepath.Join(d, "package.json"), pj, 0o644)
+	if lock {
+		lk, _ := json.Marshal(treeLock{LockfileVersion: 1, Name: name, Version: version, Packages: map[string]lockEntry{"": {Name: name, Version: version}}})
+		os.WriteFile(filepath.Join(d, filepath.FromSlash(lockFile)), lk, 0o644)
+	}
+}
+
 func TestPluginListInstalledAtStart(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, version, pjName, pjVersion string) {
-		d := filepath.Join(dir, filepath.FromSlash(name), version)
-		os.MkdirAll(d, 0o755)
-		pj, _ := json.Marshal(map[string]string{"name": pjName, "version": pjVersion})
-		os.WriteFile(filepath.Join(d, "package.json"), pj, 0o644)
+		writeInstalled(t, dir, name, version, pjName, pjVersion, true)
 	}
 	write("alpha", "1.0.0", "alpha", "1.0.0")
 	write("@scope/beta", "1.0.0", "@scope/beta", "1.0.0")
 	write("@scope/beta", "1.4.0", "@scope/beta", "1.4.0")
-	write("@scope/beta", "1.9.0", "@scope/beta", "9.9.9") // broken: ignored
+	write("@scope/beta", "1.9.0", "@scope/beta", "9.9.9")                         // broken: ignored
+	writeInstalled(t, dir, "@scope/beta", "1.8.0", "@scope/beta", "1.8.0", false) // no lock: an install cut short
 	write("gamma", "2.0.0", "other", "2.0.0")
 	m := newTestManager(t, "", dir, "alpha@1.0.0", "@scope/beta@^1.0.0", "gamma@2.0.0")
 	list := m.List("")
@@ -525,7 +538,7 @@ func TestPluginUpdateInstalls(t *testing.T) {
 			t.Errorf("%s: package/ prefix not stripped", name)
 		}
 	}
-	if got := listTree(t, filepath.Join(dir, "alpha")); !slices.Equal(got, []string{"1.1.0", "1.1.0/index.js", "1.1.0/lib", "1.1.0/lib/util.js", "1.1.0/package.json"}) {
+	if got := listTree(t, filepath.Join(dir, "alpha")); !slices.Equal(got, []string{"1.1.0", "1.1.0/index.js", "1.1.0/lib", "1.1.0/lib/util.js", "1.1.0/node_modules", "1.1.0/node_modules/.agentgate-lock.json", "1.1.0/package.json"}) {
 		t.Errorf("alpha tree = %v", got)
 	}
 	list := m.List("")
