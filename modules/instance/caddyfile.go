@@ -431,7 +431,8 @@ func knownFormat(name string) bool {
 	return ok
 }
 
-// unmarshalSandbox reads `sandbox off` or a sandbox block.
+// unmarshalPluginInstall reads a plugin_install block (max_size,
+// request_timeout, downloads).
 func (in *Instance) unmarshalPluginInstall(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
@@ -472,6 +473,7 @@ func (in *Instance) unmarshalPluginInstall(d *caddyfile.Dispenser) error {
 	return nil
 }
 
+// unmarshalSandbox reads `sandbox off` or a sandbox block.
 func (in *Instance) unmarshalSandbox(d *caddyfile.Dispenser) error {
 	if in.Sandbox != nil {
 		return d.Err("sandbox is declared twice")
