@@ -147,17 +147,16 @@ function serverPlugins(mod, unused) {
     }
     if (v.tui !== undefined && v.tui !== null) unused.tui = "this server has no TUI of its own to extend";
   };
-  const d = mod.default;
-  if (d && typeof d === "object" && typeof d.server === "function") {
-    note(d);
-    return [d.server.bind(d)];
+  for (const v of new Set(Object.values(mod))) {
+    if (v && typeof v === "object") note(v);
   }
+  const d = mod.default;
+  if (d && typeof d === "object" && typeof d.server === "function") return [d.server.bind(d)];
   const seen = new Set();
   const out = [];
   for (const v of Object.values(mod)) {
     if (seen.has(v)) continue;
     seen.add(v);
-    if (v && typeof v === "object") note(v);
     const fn = typeof v === "function" ? v : v && typeof v === "object" && typeof v.server === "function" ? v.server.bind(v) : null;
     if (fn) out.push(fn);
   }
