@@ -110,6 +110,17 @@ func (s *Server) v1ModelIn(providerID, modelID *string) (*agents.ModelRef, error
 	return nil, errs.Field("modelID", "model "+loop.ProviderID+"/"+*modelID+" is not one of this instance's models")
 }
 
+// v1SessionModel reads the session a body names a model for, and that
+// model (v1ModelIn).
+func (s *Server) v1SessionModel(r *http.Request, sid string, providerID, modelID *string) (*session.Info, *agents.ModelRef, error) {
+	info, err := s.sessions.Get(r.Context(), sid)
+	if err != nil {
+		return nil, nil, err
+	}
+	model, err := s.v1ModelIn(providerID, modelID)
+	return info, model, err
+}
+
 // useModel switches the session to model unless it uses it already.
 func (s *Server) useModel(r *http.Request, info *session.Info, model *agents.ModelRef) error {
 	if model == nil || (info.Model != nil && info.Model.ID == model.ID && info.Model.ProviderID == model.ProviderID) {
@@ -137,11 +148,7 @@ func (s *Server) v1Summarize(w http.ResponseWriter, r *http.Request, p router.Pa
 	if err := decodeBody(w, r, &in); err != nil {
 		return err
 	}
-	info, err := s.sessions.Get(r.Context(), sid)
-	if err != nil {
-		return err
-	}
-	model, err := s.v1ModelIn(in.ProviderID, in.ModelID)
+	info, model, err := s.v1SessionModel(r, sid, in.ProviderID, in.ModelID)
 	if err != nil {
 		return err
 	}
@@ -173,11 +180,7 @@ func (s *Server) v1Init(w http.ResponseWriter, r *http.Request, p router.Params)
 	if err := decodeBody(w, r, &in); err != nil {
 		return err
 	}
-	info, err := s.sessions.Get(r.Context(), sid)
-	if err != nil {
-		return err
-	}
-	model, err := s.v1ModelIn(in.ProviderID, in.ModelID)
+	info, model, err := s.v1SessionModel(r, sid, in.ProviderID, in.ModelID)
 	if err != nil {
 		return err
 	}
