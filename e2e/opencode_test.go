@@ -251,28 +251,9 @@ func TestOpenCodeTUIJourney(t *testing.T) {
 	project := calcProject(t)
 	gi := s.gatewayInstance(t, ctx, tn, p, secret, project, "", goSandbox(t))
 
-	// The TUI runs from a script that sets its isolated environment.
-	script := filepath.Join(t.TempDir(), "tui.sh")
-	var b strings.Builder
-	b.WriteString("#!/bin/sh\n")
-	for _, kv := range opencodeEnv(t) {
-		k, v, _ := strings.Cut(kv, "=")
-		if k == "NO_COLOR" {
-			continue
-		}
-		b.WriteString("export " + k + "='" + strings.ReplaceAll(v, "'", `'\''`) + "'\n")
-	}
-	b.WriteString("cd '" + project + "'\nexec '" + oc + "' attach '" + gi.base + "' -p pw-e2e\n")
-	if err := os.WriteFile(script, []byte(b.String()), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	m := &tmuxScreen{t: t, socket: filepath.Join(t.TempDir(), "tmux.sock"), env: testenv.ToolEnv(t)}
-	m.run(ctx, "new-session", "-d", "-s", "tui", "-x", "160", "-y", "45", script)
-	t.Cleanup(func() {
-		kill := exec.Command("tmux", "-S", m.socket, "kill-server")
-		kill.Env = m.env
-		kill.Run()
-	})
+	// The TUI as the commands test starts it (its error-toast watcher is
+	// not consulted here: a rejected call shows its error by design).
+	m, _ := startTUI(t, ctx, oc, project, gi.base)
 
 	m.waitFor(ctx, "the TUI opens", "Ask anything", "gpt-4o")
 	m.run(ctx, "send-keys", "-t", "tui", "-l", "make the failing test pass")
