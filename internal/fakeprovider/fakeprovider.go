@@ -164,6 +164,20 @@ func (p *Provider) Received() []Received {
 	return out
 }
 
+// Take returns a copy of the requests seen so far and forgets them, keeping
+// the behavior: a long run counts what it received without the list
+// growing for the whole run.
+func (p *Provider) Take() []Received {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Received, len(p.received))
+	for i, r := range p.received {
+		out[i] = *r
+	}
+	p.received = nil
+	return out
+}
+
 // Last returns the last request seen, or the zero value.
 func (p *Provider) Last() Received {
 	rs := p.Received()
