@@ -21,6 +21,7 @@
 //	go run ./bench          # the full run, three repetitions (a few minutes)
 //	go run ./bench -sandbox # what the sandbox adds to a bash call, p50
 //	go run ./bench -snapshot # what file snapshots add to an agent step
+//	go run ./bench -soak 1h  # an hour of steady mixed load: leaks, lost events, usage (soak.go)
 //
 // It writes bench/results/<date>.md and bench/results/<date>-latency.svg.
 // With taskset available and two or more CPUs, the servers (caddy, Node)
@@ -95,6 +96,8 @@ func main() {
 	dur := flag.Duration("dur", 0, "the length of each throughput measurement (default 1s with -quick, else 2s)")
 	only := flag.String("only", "", "measure only this figure (throughput or streams); for tuning, the report is not written")
 	sandboxOnly := flag.Bool("sandbox", false, "measure only what the sandbox adds to a bash call (through the binary's `agentgate sandbox bench`) and write <date>-sandbox.md")
+	soakDur := flag.Duration("soak", 0, "run the soak for this long (e.g. 1h) and write <date>-soak.md and <date>-soak.svg; 0: no soak")
+	soakRate := flag.Int("soak-rate", 0, "the soak's gateway rate, requests per second (default: half the capacity measured at its start)")
 	snapshotOnly := flag.Bool("snapshot", false, "measure only what file snapshots add to an agent step on a generated 10,000-file project and write <date>-snapshot.md")
 	flag.Parse()
 
@@ -145,6 +148,9 @@ func main() {
 		o.stamp += "-quick"
 	}
 	ctx := context.Background()
+	if *soakDur > 0 {
+		os.Exit(soakMain(ctx, o, root, *soakDur, *soakRate))
+	}
 	if *sandboxOnly {
 		calls, reps := 300, 5
 		if o.quick {
