@@ -97,6 +97,7 @@ type Provider struct {
 	sent map[string][]time.Time
 
 	behavior Behavior
+	conns    map[net.Conn]http.ConnState
 }
 
 // StreamIDHeader names a stream for SentTimes.
@@ -119,7 +120,7 @@ func Start(credential string) (*Provider, error) {
 		return nil, err
 	}
 	p := &Provider{Credential: credential, URL: "http://" + ln.Addr().String(), ln: ln}
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, ConnState: p.connState}
 	go p.srv.Serve(ln)
 	return p, nil
 }
@@ -129,6 +130,7 @@ func Start(credential string) (*Provider, error) {
 func StartTLS(credential string) (*Provider, []byte, error) {
 	p := &Provider{Credential: credential}
 	ts := httptest.NewUnstartedServer(p)
+	ts.Config.ConnState = p.connState
 	ts.StartTLS()
 	p.URL = ts.URL
 	p.srv = ts.Config
@@ -176,6 +178,35 @@ func (p *Provider) Take() []Received {
 	}
 	p.received = nil
 	return out
+}
+
+// CloseIdleConnections closes the connections that carry no request now:
+// idle keep-alive ones, and new ones no request has arrived on yet (a
+// client's transport may dial one it then leaves in its pool). Call it
+// when no request is on its way; later requests open new connections.
+func (p *Provider) CloseIdleConnections() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c, st := range p.conns {
+		if st == http.StateIdle || st == http.StateNew {
+			c.Close()
+		}
+	}
+}
+
+// connState follows the server's connections for CloseIdleConnections.
+func (p *Provider) connState(c net.Conn, st http.ConnState) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		p.conns = map[net.Conn]http.ConnState{}
+	}
+	switch st {
+	case http.StateClosed, http.StateHijacked:
+		delete(p.conns, c)
+	default:
+		p.conns[c] = st
+	}
 }
 
 // Last returns the last request seen, or the zero value.
