@@ -100,7 +100,47 @@ type soakRig struct {
 	instSA                 string
 	reloads                int
 	reloadAt               atomic.Int64 // when the last reload ended (unix ns)
+	q                      quietGate
 }
+
+// quietGate pauses the load for a sample. Read under load, goroutines,
+// descriptors and live heap go up and down by hundreds with the requests,
+// sessions and streams in flight (and the keep-alive connections the
+// load's peaks opened), which would swamp a slope of a few per hour. At
+// each sample the load stops starting work, the work in flight finishes,
+// the clients close their idle connections, and the reading is the
+// server's floor: what it holds with nothing to do but the long-lived
+// event streams and the sessions kept. A leak raises that floor.
+type quietGate struct {
+	paused      atomic.Bool
+	busy        atomic.Int64 // gateway requests, sessions and short-lived event clients in progress
+	pausedTicks atomic.Int64 // gateway ticks not sent because the load was paused
+}
+
+// quiet pauses the load, waits (at most 20 s) for the work in flight,
+// closes the idle connections on both sides of the server and waits a
+// moment for it to drop them; resume ends the pause. waited is how long it took.
+func (r *soakRig) quiet() (waited time.Duration, drained bool) {
+	t0 := time.Now()
+	r.q.paused.Store(true)
+	deadline := t0.Add(20 * time.Second)
+	for r.q.busy.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	drained = r.q.busy.Load() == 0
+	soakClient.CloseIdleConnections()
+	eventHTTP.CloseIdleConnections()
+	// The gateway's own keep-alive connections to the providers (two
+	// goroutines each in its transport) are closed from the providers'
+	// side.
+	for _, p := range []*fakeprovider.Provider{r.good, r.bad, r.slow, r.agent} {
+		p.CloseIdleConnections()
+	}
+	time.Sleep(300 * time.Millisecond)
+	return time.Since(t0), drained
+}
+
+func (r *soakRig) resume() { r.q.paused.Store(false) }
 
 // sinceReload is how long before t the last reload ended (0 when one
 // is under way or ended after t).
@@ -574,6 +614,10 @@ func (r *soakRig) gateway(ctx context.Context, rate int, counts map[string]*soak
 			return
 		case <-t.C:
 		}
+		if r.q.paused.Load() {
+			r.q.pausedTicks.Add(1)
+			continue
+		}
 		k := &kinds[i%len(kinds)]
 		switch i % 50 {
 		case 17:
@@ -590,8 +634,10 @@ func (r *soakRig) gateway(ctx context.Context, rate int, counts map[string]*soak
 		c := counts[k.name]
 		c.sent.Add(1)
 		wg.Add(1)
+		r.q.busy.Add(1)
 		go func() {
 			defer wg.Done()
+			defer r.q.busy.Add(-1)
 			defer func() { <-sem }()
 			// Requests in flight when the soak ends finish on their own
 			// context, so that none is counted as a client disconnect.
@@ -680,7 +726,13 @@ func (s *sessionStats) fail(err error) {
 func (r *soakRig) sessions(ctx context.Context, w int, o soakOptions, st *sessionStats) {
 	var live []string
 	for n := 1; ctx.Err() == nil; n++ {
-		if err := r.oneSession(ctx, w, n, st, &live, o.keep); err != nil && ctx.Err() == nil {
+		for r.q.paused.Load() && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+		r.q.busy.Add(1)
+		err := r.oneSession(ctx, w, n, st, &live, o.keep)
+		r.q.busy.Add(-1)
+		if err != nil && ctx.Err() == nil {
 			st.fail(err)
 		}
 		select {
@@ -913,10 +965,15 @@ func (r *soakRig) churn(ctx context.Context, gap time.Duration, n *atomic.Int64,
 			return
 		case <-t.C:
 		}
+		if r.q.paused.Load() {
+			continue
+		}
 		wg.Add(1)
 		n.Add(1)
+		r.q.busy.Add(1)
 		go func() {
 			defer wg.Done()
+			defer r.q.busy.Add(-1)
 			life := time.Duration(randInt(3000)) * time.Millisecond
 			cctx, cancel := context.WithTimeout(ctx, life)
 			defer cancel()
@@ -940,8 +997,10 @@ type soakSample struct {
 	rssKB               int64
 	heapInuse, heapLive int64 // bytes, after a forced GC
 	goroutines          int64
-	fds, files          int   // open descriptors; those that are files (not sockets, pipes or other kernel objects)
-	storeBytes          int64 // the Badger directory's size on disk
+	fds, files          int           // open descriptors; those that are files (not sockets, pipes or other kernel objects)
+	storeBytes          int64         // the Badger directory's size on disk
+	quiet               time.Duration // how long the load took to drain before the reading
+	drained             bool          // false: work was still in flight at the reading
 }
 
 // sample reads the server process three times, 300 ms apart, and keeps
@@ -1084,6 +1143,7 @@ type soakResult struct {
 	reloads, reloadErrs int
 	reloadErr           string
 	samples             []soakSample
+	paused              time.Duration // the load's pauses for the samples, in all
 	tally               providerTally
 
 	spent, reserved, want     money.Pico // main service account
@@ -1170,7 +1230,16 @@ func runSoak(ctx context.Context, o soakOptions) (*soakResult, error) {
 	// Sample at the start of the load and every o.sample after.
 	end := loadStart.Add(o.dur)
 	for {
-		s := r.sample(ctx, time.Since(loadStart))
+		at := time.Since(loadStart)
+		waited, drained := r.quiet()
+		s := r.sample(ctx, at)
+		if d := os.Getenv("SOAK_DEBUG_DUMP"); d != "" && s.goroutines > 46 {
+			_, b, _ := r.n.admin(ctx, "GET", "/debug/pprof/goroutine?debug=1", nil)
+			os.WriteFile(fmt.Sprintf("%s/g-%d.txt", d, len(res.samples)), b, 0o644)
+		}
+		r.resume()
+		s.quiet, s.drained = waited, drained
+		res.paused += time.Since(loadStart) - at
 		res.samples = append(res.samples, s)
 		res.tally.take(r)
 		o.logf("sample %v: RSS %.1f MB, heap %.1f MB, %d goroutines, %d fds (%d files), store %.1f MB; %d sessions, %d gateway requests",
@@ -1310,5 +1379,5 @@ func soakMain(ctx context.Context, bo options, root string, dur time.Duration, r
 // tens of thousands an hour, one descriptor per session or per event
 // client thousands, and one turn's worth of memory per turn hundreds of
 // MB.
-var shortLimits = soakLimits{heapMB: 200, goroutines: 2000, fds: 600,
-	why: "a short soak's (one minute of fit: 200 MB, 2,000 goroutines and 600 descriptors per hour, set above one minute's noise and below a leak per request, session or event client)"}
+var shortLimits = soakLimits{heapMB: 500, goroutines: 2000, fds: 600,
+	why: "a short soak's (one minute of fit: 500 MB, 2,000 goroutines and 600 descriptors per hour, set above one minute's noise and warm-up and below a leak per request, session or event client)"}

@@ -185,8 +185,9 @@ func (res *soakResult) markdown(svgName string) string {
 	} else {
 		w("Gateway rate given with -soak-rate: **%d req/s** open loop ", res.rate)
 	}
-	achieved := float64(res.sent) / res.loadFor.Seconds()
-	w("(a ticker that drops missed ticks; at most 512 in flight). Achieved: **%.1f req/s** (%d sent, %d ticks skipped for want of room).\n\n", achieved, res.sent, res.skipped)
+	achieved := float64(res.sent) / (res.loadFor - res.paused).Seconds()
+	w("(a ticker that drops missed ticks; at most 512 in flight). Achieved: **%.1f req/s** while the load ran (%d sent, %d ticks skipped for want of room; "+
+		"the load paused %v in all for the %d samples, see Samples).\n\n", achieved, res.sent, res.skipped, res.paused.Round(100*time.Millisecond), len(res.samples))
 	w("| Gateway traffic | Sent | Answered as expected | Errors | First error | Cut by a reload (expected) |\n|---|---|---|---|---|---|\n")
 	for _, k := range res.kinds {
 		c := res.counts[k]
@@ -228,10 +229,17 @@ func (res *soakResult) markdown(svgName string) string {
 	if svgName != "" {
 		w("\n![RSS, heap, goroutines and open files over the soak](%s)\n", svgName)
 	}
-	w("\n## Samples\n\nEach after a forced GC (the admin API's `/debug/pprof/heap?gc=1`); heap and goroutines from Caddy's `/metrics`, RSS and descriptors from /proc.\n\n")
-	w("| Time | RSS MB | Heap in use MB | Heap live MB | Goroutines | Open fds | Of which files | Store MB |\n|---|---|---|---|---|---|---|---|\n")
+	w("\n## Samples\n\nAt each sample the load pauses: no new gateway request, session or short-lived event client starts; the work in flight " +
+		"finishes (the Drain column: how long it took); the clients close their idle connections; then three readings 300 ms apart, each " +
+		"after a forced GC (the admin API's `/debug/pprof/heap?gc=1`), keep each figure's lowest. Heap and goroutines from Caddy's `/metrics`, " +
+		"RSS and descriptors from /proc. The two long-lived event clients and the sessions kept stay throughout.\n\n")
+	w("| Time | Drain | RSS MB | Heap in use MB | Heap live MB | Goroutines | Open fds | Of which files | Store MB |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range res.samples {
-		w("| %v | %.1f | %.1f | %.1f | %d | %d | %d | %.1f |\n", x.at.Round(time.Second), float64(x.rssKB)/1024, float64(x.heapInuse)/(1<<20),
+		drain := x.quiet.Round(10 * time.Millisecond).String()
+		if !x.drained {
+			drain += " (not drained)"
+		}
+		w("| %v | %s | %.1f | %.1f | %.1f | %d | %d | %d | %.1f |\n", x.at.Round(time.Second), drain, float64(x.rssKB)/1024, float64(x.heapInuse)/(1<<20),
 			float64(x.heapLive)/(1<<20), x.goroutines, x.fds, x.files, float64(x.storeBytes)/(1<<20))
 	}
 	if res.goroutineDump != "" {

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSoak is the two-minute soak: the same process, load and checks as
+// `go run ./bench -soak 1h` (gateway traffic in every format at half the
+// measured capacity, instance sessions with tool calls and compaction,
+// reloads every 30 s, event clients that come and go and two that stay),
+// sampled every 5 s, with the short soak's limits (shortLimits: a leak
+// per request, session or event client fails them, a minute's noise does
+// not). No durable event may be lost, usage must be exact and no request
+// may fail unexpectedly. AGENTGATE_BENCH_BIN skips the build.
+func TestSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts the real binary and runs for two minutes")
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := soakDefaults(2 * time.Minute)
+	o.sample, o.reload, o.capDur, o.limits = 5*time.Second, 30*time.Second, 3*time.Second, shortLimits
+	o.pin, o.bin, o.root = false, os.Getenv("AGENTGATE_BENCH_BIN"), root
+	o.logf = func(format string, a ...any) {
+		if testing.Verbose() {
+			t.Logf(format, a...)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := runSoak(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", res.summary())
+	for _, v := range res.verdicts() {
+		if !v.met {
+			t.Errorf("%s: %s, want %s", v.name, v.got, v.want)
+		}
+	}
+	if res.sessions.turns == 0 || res.sessions.compactions == 0 || res.reloads == 0 || res.churned == 0 || res.tally.bad == 0 || res.tally.slowCut == 0 {
+		t.Errorf("some traffic did not run: %d turns, %d compactions, %d reloads, %d short-lived event clients, %d fallbacks, %d disconnects",
+			res.sessions.turns, res.sessions.compactions, res.reloads, res.churned, res.tally.bad, res.tally.slowCut)
+	}
+	if t.Failed() {
+		t.Logf("report:\n%s", res.markdown(""))
+	}
+}
+
+// TestSoakSlopes: the fit over the second half finds a leak's slope per
+// hour and ignores the first half's warm-up; a flat series is flat.
+func TestSoakSlopes(t *testing.T) {
+	res := &soakResult{o: soakOptions{limits: shortLimits}, loadFor: 2 * time.Minute, sessions: &sessionStats{}, counts: map[string]*soakCounts{}}
+	for i := range 25 {
+		at := time.Duration(i) * 5 * time.Second
+		s := soakSample{at: at, goroutines: 40, fds: 25, heapInuse: 40 << 20}
+		if at < time.Minute {
+			s.goroutines += int64(i * 10) // warm-up: ignored
+		}
+		if at >= time.Minute {
+			// One goroutine and one descriptor left per 100 ms: 36,000 an hour.
+			s.goroutines += int64(at/(100*time.Millisecond)) - 600
+			s.fds += int(at/(100*time.Millisecond)) - 600
+		}
+		res.samples = append(res.samples, s)
+	}
+	g := res.fit(func(s soakSample) float64 { return float64(s.goroutines) })
+	f := res.fit(func(s soakSample) float64 { return float64(s.fds) })
+	h := res.fit(func(s soakSample) float64 { return float64(s.heapInuse) })
+	if g.n != 13 || g.slope < 35999 || g.slope > 36001 || f.slope < 35999 || h.slope != 0 {
+		t.Fatalf("fits: goroutines %+v, fds %+v, heap %+v", g, f, h)
+	}
+	var failed []string
+	for _, v := range res.verdicts() {
+		if !v.met {
+			failed = append(failed, v.name)
+		}
+	}
+	if got := strings.Join(failed, "; "); !strings.Contains(got, "Goroutines slope") || !strings.Contains(got, "Open files") || strings.Contains(got, "heap") {
+		t.Fatalf("verdicts not met: %s", got)
+	}
+}
