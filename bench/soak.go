@@ -1003,26 +1003,33 @@ type soakSample struct {
 	drained             bool          // false: work was still in flight at the reading
 }
 
-// sample reads the server process three times, 300 ms apart, and keeps
-// each figure's lowest reading: the requests and streams in flight at a
-// reading add goroutines, descriptors and live heap that come and go,
-// while a leak raises the floor. Each reading forces a GC first through
-// the admin API's pprof handler (heap?gc=1), then reads Caddy's /metrics
+// sample reads the server process 300 ms apart, at least three times
+// and until two readings in a row agree (at most six), and keeps each
+// figure's lowest reading: a reading can catch the tail of the work that
+// just drained (a connection not yet dropped, the store flushing a
+// memtable, which holds a second one in the heap for a moment), while a
+// leak raises the floor. Each reading forces a GC first through the
+// admin API's pprof handler (heap?gc=1), then reads Caddy's /metrics
 // (Go's heap and goroutines) and /proc.
 func (r *soakRig) sample(ctx context.Context, at time.Duration) soakSample {
-	var s soakSample
-	for i := range 3 {
+	var s, prev soakSample
+	for i := range 6 {
 		if i > 0 {
 			time.Sleep(300 * time.Millisecond)
 		}
 		x := r.reading(ctx)
 		if i == 0 {
-			s = x
+			s, prev = x, x
 			continue
 		}
 		s.rssKB = min(s.rssKB, x.rssKB)
 		s.heapInuse, s.heapLive = min(s.heapInuse, x.heapInuse), min(s.heapLive, x.heapLive)
 		s.goroutines, s.fds, s.files = min(s.goroutines, x.goroutines), min(s.fds, x.fds), min(s.files, x.files)
+		agree := x.goroutines == prev.goroutines && x.fds == prev.fds && abs64(x.heapInuse-prev.heapInuse) < 1<<20
+		prev = x
+		if i >= 2 && agree {
+			break
+		}
 	}
 	s.at = at
 	filepath.WalkDir(r.dataDir, func(_ string, d os.DirEntry, err error) error {
@@ -1034,6 +1041,13 @@ func (r *soakRig) sample(ctx context.Context, at time.Duration) soakSample {
 		return nil
 	})
 	return s
+}
+
+func abs64(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
 }
 
 func (r *soakRig) reading(ctx context.Context) soakSample {
@@ -1233,10 +1247,6 @@ func runSoak(ctx context.Context, o soakOptions) (*soakResult, error) {
 		at := time.Since(loadStart)
 		waited, drained := r.quiet()
 		s := r.sample(ctx, at)
-		if d := os.Getenv("SOAK_DEBUG_DUMP"); d != "" && s.goroutines > 46 {
-			_, b, _ := r.n.admin(ctx, "GET", "/debug/pprof/goroutine?debug=1", nil)
-			os.WriteFile(fmt.Sprintf("%s/g-%d.txt", d, len(res.samples)), b, 0o644)
-		}
 		r.resume()
 		s.quiet, s.drained = waited, drained
 		res.paused += time.Since(loadStart) - at

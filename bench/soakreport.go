@@ -230,8 +230,8 @@ func (res *soakResult) markdown(svgName string) string {
 		w("\n![RSS, heap, goroutines and open files over the soak](%s)\n", svgName)
 	}
 	w("\n## Samples\n\nAt each sample the load pauses: no new gateway request, session or short-lived event client starts; the work in flight " +
-		"finishes (the Drain column: how long it took); the clients close their idle connections; then three readings 300 ms apart, each " +
-		"after a forced GC (the admin API's `/debug/pprof/heap?gc=1`), keep each figure's lowest. Heap and goroutines from Caddy's `/metrics`, " +
+		"finishes (the Drain column: how long it took); the idle connections on both sides of the server are closed; then readings 300 ms " +
+		"apart (three or more, until two agree, at most six), each after a forced GC (the admin API's `/debug/pprof/heap?gc=1`), keep each figure's lowest. Heap and goroutines from Caddy's `/metrics`, " +
 		"RSS and descriptors from /proc. The two long-lived event clients and the sessions kept stay throughout.\n\n")
 	w("| Time | Drain | RSS MB | Heap in use MB | Heap live MB | Goroutines | Open fds | Of which files | Store MB |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range res.samples {
