@@ -115,6 +115,7 @@ type quietGate struct {
 	paused      atomic.Bool
 	busy        atomic.Int64 // gateway requests, sessions and short-lived event clients in progress
 	pausedTicks atomic.Int64 // gateway ticks not sent because the load was paused
+	ticks       atomic.Int64 // gateway ticks received (the ticker drops those the generator is too busy to take)
 }
 
 // quiet pauses the load, waits (at most 20 s) for the work in flight,
@@ -614,6 +615,7 @@ func (r *soakRig) gateway(ctx context.Context, rate int, counts map[string]*soak
 			return
 		case <-t.C:
 		}
+		r.q.ticks.Add(1)
 		if r.q.paused.Load() {
 			r.q.pausedTicks.Add(1)
 			continue
@@ -1311,7 +1313,7 @@ func runSoak(ctx context.Context, o soakOptions) (*soakResult, error) {
 		c.mu.Unlock()
 	}
 	res.elapsed = time.Since(started)
-	if f := res.fit(func(s soakSample) float64 { return float64(s.goroutines) }); f.slope > o.limits.goroutines {
+	if f := res.fit(func(s soakSample) float64 { return float64(s.goroutines) }); f.robust > o.limits.goroutines {
 		if st, b, err := r.n.admin(ctx, "GET", "/debug/pprof/goroutine?debug=1", nil); err == nil && st == 200 {
 			res.goroutineDump = string(b)
 		}
