@@ -9,8 +9,8 @@ package formats
 //
 // Memory is bounded: an SSE stream keeps at most the current event (and the
 // current line), a JSON-array stream the current array element, each up to
-// MaxEventBytes; a non-stream JSON body is kept up to MaxBodyBytes and
-// parsed at the end.
+// MaxEventBytes; a non-stream JSON body is read as it passes, never kept
+// (bodyscan.go), up to MaxBodyBytes.
 
 import (
 	"errors"
@@ -161,9 +161,9 @@ type Meter struct {
 
 	sse  sseState
 	arr  arrayState
-	body []byte
+	scan bodyScan
 	// bodyBytes counts the bytes of a non-stream body; bodyOver is set
-	// when it went over the cap, and win keeps its ends from then on.
+	// when it went over the cap, and win keeps its last bytes.
 	bodyBytes int64
 	bodyOver  bool
 	win       window
@@ -203,6 +203,9 @@ func NewMeter(dst io.Writer, opts MeterOptions) *Meter {
 		m.mode = modeBody
 	}
 	m.drop = opts.DropUsageChunk && m.wire.dropsUsageChunk() && m.mode == modeSSE
+	if m.mode == modeBody {
+		m.scan.reset(m.wire.bodyReader())
+	}
 	return m
 }
 
@@ -242,18 +245,7 @@ func (m *Meter) Write(p []byte) (int, error) {
 		return n, err
 	default:
 		n, err := m.forward(p)
-		m.bodyBytes += int64(len(p))
-		switch {
-		case m.bodyOver:
-			m.win.write(p)
-		case len(m.body)+len(p) > m.maxBody:
-			m.bodyOver = true
-			m.win.write(m.body)
-			m.win.write(p)
-			m.body = nil
-		default:
-			m.body = append(m.body, p...)
-		}
+		m.writeBody(p)
 		return n, err
 	}
 }
