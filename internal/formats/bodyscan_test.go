@@ -3,6 +3,7 @@ package formats
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -363,4 +364,44 @@ func FuzzBodyMeter(f *testing.F) {
 			t.Fatalf("got %+v, want %+v", got, want)
 		}
 	})
+}
+
+// BenchmarkMeterBody reads non-stream answers (the Chat fixture, and a
+// 64 KB one) written in 16 KB pieces; "oracle" is the same read kept whole
+// and parsed at the end, as it was.
+func BenchmarkMeterBody(b *testing.B) {
+	long := []byte(`{"model":"m","choices":[{"message":{"content":"` + strings.Repeat("lorem ipsum \u00e9 ", 4096) +
+		`"}}],"usage":{"prompt_tokens":7,"completion_tokens":9}}`)
+	for _, in := range []struct {
+		name string
+		body []byte
+	}{{"chat.json", fixture(b, "chat.json")}, {"64KB", long}} {
+		opts := MeterOptions{Format: Chat, ContentType: "application/json"}
+		b.Run(in.name+"/scan", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(in.body)))
+			for b.Loop() {
+				m := NewMeter(io.Discard, opts)
+				for p := in.body; len(p) > 0; p = p[min(len(p), 16<<10):] {
+					m.Write(p[:min(len(p), 16<<10)])
+				}
+				if !m.Result().Complete {
+					b.Fatal("incomplete")
+				}
+			}
+		})
+		b.Run(in.name+"/oracle", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(in.body)))
+			for b.Loop() {
+				var kept []byte
+				for p := in.body; len(p) > 0; p = p[min(len(p), 16<<10):] {
+					kept = append(kept, p[:min(len(p), 16<<10)]...)
+				}
+				if !oracleBody(kept, opts).Complete {
+					b.Fatal("incomplete")
+				}
+			}
+		})
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/store"
@@ -182,9 +183,13 @@ type Meter struct {
 	res MeterResult
 }
 
-// NewMeter returns a Meter forwarding to dst.
+// NewMeter returns a Meter forwarding to dst. Release gives it back for
+// reuse once its result is read.
 func NewMeter(dst io.Writer, opts MeterOptions) *Meter {
-	m := &Meter{dst: dst, opts: opts, wire: opts.Format.w(), maxEvent: opts.MaxEventBytes, maxBody: opts.MaxBodyBytes}
+	m := meterPool.Get().(*Meter)
+	kept := m.buffers()
+	*m = Meter{dst: dst, opts: opts, wire: opts.Format.w(), maxEvent: opts.MaxEventBytes, maxBody: opts.MaxBodyBytes}
+	m.setBuffers(kept)
 	if m.maxEvent <= 0 {
 		m.maxEvent = DefaultMaxEventBytes
 	}
@@ -207,6 +212,49 @@ func NewMeter(dst io.Writer, opts MeterOptions) *Meter {
 		m.scan.reset(m.wire.bodyReader())
 	}
 	return m
+}
+
+// meterPool recycles meters and their buffers: the gateway meters every
+// answer, and a meter's state and first buffers would otherwise be fresh
+// allocations per request.
+var meterPool = sync.Pool{New: func() any { return new(Meter) }}
+
+// Release closes m and gives it back for reuse. Neither m nor anything it
+// returned but its result may be used afterwards, and nothing may still
+// write to it.
+func (m *Meter) Release() {
+	m.Close()
+	kept := m.buffers()
+	*m = Meter{}
+	m.setBuffers(kept)
+	meterPool.Put(m)
+}
+
+// meterBuffers are the buffers a recycled meter keeps (emptied; none
+// that grew for a big event or value).
+type meterBuffers struct {
+	line, data, name, hold, capBuf []byte
+	stack                          []bodyFrame
+}
+
+func (m *Meter) buffers() meterBuffers {
+	small := func(b []byte) []byte {
+		if cap(b) > 64<<10 {
+			return nil
+		}
+		return b[:0]
+	}
+	stack := m.scan.stack[:0]
+	if cap(stack) > 1024 {
+		stack = nil
+	}
+	return meterBuffers{line: small(m.sse.line), data: small(m.sse.data), name: small(m.sse.name), hold: small(m.sse.hold),
+		capBuf: small(m.scan.capBuf), stack: stack}
+}
+
+func (m *Meter) setBuffers(b meterBuffers) {
+	m.sse.line, m.sse.data, m.sse.name, m.sse.hold = b.line, b.data, b.name, b.hold
+	m.scan.capBuf, m.scan.stack = b.capBuf, b.stack
 }
 
 func mediaType(ct string) string {
