@@ -301,6 +301,17 @@ func (s *bodyScan) write(m *Meter, p []byte) {
 			}
 			continue
 		case bsMinus, bsZero, bsInt, bsDot, bsFrac, bsExp, bsExpSign, bsExpDigits:
+			if s.st == bsInt || s.st == bsFrac || s.st == bsExpDigits {
+				// The fast path: a run of digits.
+				j := i
+				for j < len(p) && p[j] >= '0' && p[j] <= '9' {
+					j++
+				}
+				if j > i {
+					i = j
+					continue
+				}
+			}
 			if s.number(c) {
 				i++
 				continue
@@ -325,7 +336,8 @@ func (s *bodyScan) write(m *Meter, p []byte) {
 		}
 		// Structure.
 		if isSpace(c) {
-			i++
+			for i++; i < len(p) && isSpace(p[i]); i++ {
+			}
 			continue
 		}
 		switch s.st {

@@ -186,10 +186,8 @@ type Meter struct {
 // NewMeter returns a Meter forwarding to dst. Release gives it back for
 // reuse once its result is read.
 func NewMeter(dst io.Writer, opts MeterOptions) *Meter {
-	m := meterPool.Get().(*Meter)
-	kept := m.buffers()
-	*m = Meter{dst: dst, opts: opts, wire: opts.Format.w(), maxEvent: opts.MaxEventBytes, maxBody: opts.MaxBodyBytes}
-	m.setBuffers(kept)
+	m := meterPool.Get().(*Meter) // zero but for its kept buffers (Release)
+	m.dst, m.opts, m.wire, m.maxEvent, m.maxBody = dst, opts, opts.Format.w(), opts.MaxEventBytes, opts.MaxBodyBytes
 	if m.maxEvent <= 0 {
 		m.maxEvent = DefaultMaxEventBytes
 	}
