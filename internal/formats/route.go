@@ -106,18 +106,23 @@ func ParseRoute(escapedPath string) (Route, *ParseError) {
 	if strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") || strings.Contains(rest, "\\") || strings.Contains(lower, "%2e") {
 		return rt, &ParseError{Status: http.StatusBadRequest, Message: "encoded slashes and dots are not allowed in gateway paths"}
 	}
-	conn, tail, ok := strings.Cut(rest, "/")
+	// The tail is the path from the slash after the connection id on
+	// (sliced, not built: ParseRoute runs on every request).
+	conn, _, ok := strings.Cut(rest, "/")
 	if !rt.Inference {
 		if !ok || !validID(conn) {
 			return rt, &ParseError{Status: http.StatusNotFound, Message: "unknown connection"}
 		}
 		rt.Connection = conn
 	}
-	tail = "/" + tail
+	tail := "/"
+	if ok {
+		tail = rest[len(conn):]
+	}
 	version := ""
 	for _, v := range versionPrefixes {
-		if t, ok := strings.CutPrefix(tail, v+"/"); ok {
-			tail, version = "/"+t, v
+		if len(tail) > len(v) && tail[len(v)] == '/' && strings.HasPrefix(tail, v) {
+			tail, version = tail[len(v):], v
 			break
 		}
 	}
@@ -128,10 +133,15 @@ func ParseRoute(escapedPath string) (Route, *ParseError) {
 	perr := func(status int, msg string) (Route, *ParseError) {
 		return rt, &ParseError{Status: status, Message: msg, Format: rt.Format}
 	}
-	for _, seg := range strings.Split(tail[1:], "/") {
+	for segs := tail[1:]; ; {
+		seg, more, found := strings.Cut(segs, "/")
 		if seg == "." || seg == ".." || seg == "" {
 			return perr(http.StatusBadRequest, "dot or empty segments are not allowed in gateway paths")
 		}
+		if !found {
+			break
+		}
+		segs = more
 	}
 	for _, f := range All() {
 		op, model, method, e, ok := registry[f].match(tail)
