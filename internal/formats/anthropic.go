@@ -197,24 +197,20 @@ func anthropicUsage(m *Meter, u gjson.Result, final bool) {
 	m.usageSeen = true
 }
 
-func (anthropicWire) body(m *Meter, v gjson.Result) {
-	if !v.IsObject() {
-		return
-	}
-	m.setModel(v.Get("model"))
-	if u := v.Get("usage"); u.IsObject() {
-		anthropicUsage(m, u, true)
-	}
-	var text int64
-	v.Get("content").ForEach(func(_, c gjson.Result) bool {
-		text += textLen(c.Get("text")) + textLen(c.Get("thinking"))
-		if in := c.Get("input"); in.Exists() {
-			text += int64(len(in.Raw))
-		}
-		return true
-	})
-	m.textBytes += text
-}
+// bodyReader: a Messages answer's model, its usage (final), and for the
+// estimate each content block's text and thinking, and the JSON text of a
+// tool call's input.
+func (anthropicWire) bodyReader() *bodyNode { return anthropicBody }
+
+var anthropicBody = newBodyNode(&bodyNode{fields: []bodyField{
+	{key: "model", node: modelNode},
+	{key: "usage", node: &bodyNode{gate: '{', read: func(m *Meter, u gjson.Result) { anthropicUsage(m, u, true) }}},
+	{key: "content", node: &bodyNode{each: &bodyNode{fields: []bodyField{
+		{key: "text", node: textNode},
+		{key: "thinking", node: textNode},
+		{key: "input", node: &bodyNode{raw: true}},
+	}}}},
+}})
 
 func (anthropicWire) salvage(m *Meter, name []byte, w *window, body bool) {
 	typ := headType(w, name)

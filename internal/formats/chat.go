@@ -216,35 +216,26 @@ func chatUsage(m *Meter, u gjson.Result) {
 	m.inputSeen, m.usageSeen, m.complete = true, true, true
 }
 
-func (chatWire) body(m *Meter, v gjson.Result) {
-	if !v.IsObject() {
-		return
-	}
-	// One pass over the answer's members (the first of a repeated name
-	// counts, as with Get).
-	var text int64
-	var model, usage, choices bool
-	v.ForEach(func(k, val gjson.Result) bool {
-		switch {
-		case k.Str == "model" && !model:
-			model = true
-			m.setModel(val)
-		case k.Str == "usage" && !usage:
-			usage = true
-			if val.IsObject() {
-				chatUsage(m, val)
-			}
-		case k.Str == "choices" && !choices:
-			choices = true
-			val.ForEach(func(_, ch gjson.Result) bool {
-				text += chatDeltaText(ch.Get("message"))
-				return true
-			})
-		}
-		return true
-	})
-	m.textBytes += text
-}
+// bodyReader: a Chat answer's model, its usage, and for the estimate the
+// text of each choice's message (content, refusal, reasoning_content,
+// reasoning, and each tool call's function.arguments); the first of a
+// repeated top-level member counts.
+func (chatWire) bodyReader() *bodyNode { return chatBody }
+
+var chatBody = newBodyNode(&bodyNode{fields: []bodyField{
+	{key: "model", node: modelNode},
+	{key: "usage", node: &bodyNode{gate: '{', read: chatUsage}},
+	{key: "choices", node: &bodyNode{each: &bodyNode{fields: []bodyField{
+		{key: "message", node: &bodyNode{fields: []bodyField{
+			{key: "content", all: true, node: textNode},
+			{key: "refusal", all: true, node: textNode},
+			{key: "reasoning_content", all: true, node: textNode},
+			{key: "reasoning", all: true, node: textNode},
+			{key: "tool_calls", all: true, node: &bodyNode{each: &bodyNode{fields: []bodyField{
+				{key: "function", inner: "arguments", node: textNode}}}}},
+		}}},
+	}}}},
+}})
 
 func (chatWire) salvage(m *Meter, _ []byte, w *window, _ bool) {
 	if u, ok := lastObject(w.last(), `"usage":`); ok {

@@ -197,8 +197,9 @@ type meterer interface {
 	// element); usageOnly marks an event that carries usage and nothing
 	// for the client.
 	event(m *Meter, name []byte, v gjson.Result) (usageOnly bool)
-	// body reads a whole non-stream answer.
-	body(m *Meter, v gjson.Result)
+	// bodyReader says what is read of a whole non-stream answer, as its
+	// bytes pass (bodyscan.go).
+	bodyReader() *bodyNode
 	// salvage reads the usage of an event or body too big to parse from
 	// its first and last bytes.
 	salvage(m *Meter, name []byte, w *window, body bool)

@@ -298,20 +298,26 @@ func googleUsage(m *Meter, u gjson.Result) {
 	m.usageSeen = true
 }
 
-// body reads a whole answer: one response, or a streamed array read whole.
-func (googleWire) body(m *Meter, v gjson.Result) {
-	switch {
-	case v.IsArray():
-		v.ForEach(func(_, el gjson.Result) bool {
-			if el.IsObject() {
-				googleChunk(m, el, true)
-			}
-			return true
-		})
-	case v.IsObject():
-		googleChunk(m, v, true)
-	}
+// bodyReader: a whole answer, one response or a streamed array read
+// whole, each response as googleChunk reads it: every usageMetadata (the
+// last one wins; the usage of a body is complete as is), every
+// modelVersion, and for the estimate the text of each candidate's
+// content.parts. What says a candidate finished does not change a body's
+// result and is not read.
+func (googleWire) bodyReader() *bodyNode { return googleBody }
+
+var googleResponse = []bodyField{
+	{key: "usageMetadata", all: true, node: &bodyNode{gate: '{', read: func(m *Meter, u gjson.Result) {
+		googleUsage(m, u)
+		m.complete = true
+	}}},
+	{key: "modelVersion", all: true, node: modelNode},
+	{key: "candidates", all: true, node: &bodyNode{each: &bodyNode{fields: []bodyField{
+		{key: "content", inner: "parts", node: &bodyNode{each: &bodyNode{fields: []bodyField{{key: "text", node: textNode}}}}},
+	}}}},
 }
+
+var googleBody = newBodyNode(&bodyNode{fields: googleResponse, elems: &bodyNode{fields: googleResponse}})
 
 func (googleWire) salvage(m *Meter, _ []byte, w *window, body bool) {
 	tail := w.last()

@@ -9,8 +9,8 @@ package formats
 //
 // Memory is bounded: an SSE stream keeps at most the current event (and the
 // current line), a JSON-array stream the current array element, each up to
-// MaxEventBytes; a non-stream JSON body is kept up to MaxBodyBytes and
-// parsed at the end.
+// MaxEventBytes; a non-stream JSON body is read as it passes, never kept
+// (bodyscan.go), up to MaxBodyBytes.
 
 import (
 	"errors"
@@ -18,6 +18,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/store"
@@ -161,9 +162,9 @@ type Meter struct {
 
 	sse  sseState
 	arr  arrayState
-	body []byte
+	scan bodyScan
 	// bodyBytes counts the bytes of a non-stream body; bodyOver is set
-	// when it went over the cap, and win keeps its ends from then on.
+	// when it went over the cap, and win keeps its last bytes.
 	bodyBytes int64
 	bodyOver  bool
 	win       window
@@ -182,9 +183,11 @@ type Meter struct {
 	res MeterResult
 }
 
-// NewMeter returns a Meter forwarding to dst.
+// NewMeter returns a Meter forwarding to dst. Release gives it back for
+// reuse once its result is read.
 func NewMeter(dst io.Writer, opts MeterOptions) *Meter {
-	m := &Meter{dst: dst, opts: opts, wire: opts.Format.w(), maxEvent: opts.MaxEventBytes, maxBody: opts.MaxBodyBytes}
+	m := meterPool.Get().(*Meter) // zero but for its kept buffers (Release)
+	m.dst, m.opts, m.wire, m.maxEvent, m.maxBody = dst, opts, opts.Format.w(), opts.MaxEventBytes, opts.MaxBodyBytes
 	if m.maxEvent <= 0 {
 		m.maxEvent = DefaultMaxEventBytes
 	}
@@ -203,7 +206,53 @@ func NewMeter(dst io.Writer, opts MeterOptions) *Meter {
 		m.mode = modeBody
 	}
 	m.drop = opts.DropUsageChunk && m.wire.dropsUsageChunk() && m.mode == modeSSE
+	if m.mode == modeBody {
+		m.scan.reset(m.wire.bodyReader())
+	}
 	return m
+}
+
+// meterPool recycles meters and their buffers: the gateway meters every
+// answer, and a meter's state and first buffers would otherwise be fresh
+// allocations per request.
+var meterPool = sync.Pool{New: func() any { return new(Meter) }}
+
+// Release closes m and gives it back for reuse. Neither m nor anything it
+// returned but its result may be used afterwards, and nothing may still
+// write to it.
+func (m *Meter) Release() {
+	m.Close()
+	kept := m.buffers()
+	*m = Meter{}
+	m.setBuffers(kept)
+	meterPool.Put(m)
+}
+
+// meterBuffers are the buffers a recycled meter keeps (emptied; none
+// that grew for a big event or value).
+type meterBuffers struct {
+	line, data, name, hold, capBuf []byte
+	stack                          []bodyFrame
+}
+
+func (m *Meter) buffers() meterBuffers {
+	small := func(b []byte) []byte {
+		if cap(b) > 64<<10 {
+			return nil
+		}
+		return b[:0]
+	}
+	stack := m.scan.stack[:0]
+	if cap(stack) > 1024 {
+		stack = nil
+	}
+	return meterBuffers{line: small(m.sse.line), data: small(m.sse.data), name: small(m.sse.name), hold: small(m.sse.hold),
+		capBuf: small(m.scan.capBuf), stack: stack}
+}
+
+func (m *Meter) setBuffers(b meterBuffers) {
+	m.sse.line, m.sse.data, m.sse.name, m.sse.hold = b.line, b.data, b.name, b.hold
+	m.scan.capBuf, m.scan.stack = b.capBuf, b.stack
 }
 
 func mediaType(ct string) string {
@@ -242,18 +291,7 @@ func (m *Meter) Write(p []byte) (int, error) {
 		return n, err
 	default:
 		n, err := m.forward(p)
-		m.bodyBytes += int64(len(p))
-		switch {
-		case m.bodyOver:
-			m.win.write(p)
-		case len(m.body)+len(p) > m.maxBody:
-			m.bodyOver = true
-			m.win.write(m.body)
-			m.win.write(p)
-			m.body = nil
-		default:
-			m.body = append(m.body, p...)
-		}
+		m.writeBody(p)
 		return n, err
 	}
 }

@@ -836,6 +836,7 @@ func BenchmarkMeterChatStream(b *testing.B) {
 				if m.Result().Tokens.Input != 176 {
 					b.Fatal("wrong result")
 				}
+				m.Release() // as the gateway does
 			}
 		})
 	}

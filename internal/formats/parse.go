@@ -97,6 +97,43 @@ func headType(w *window, name []byte) string {
 
 // Non-stream bodies.
 
+// modelNode reads a reported model (a string); textNode counts a string
+// as answer text.
+var (
+	modelNode = &bodyNode{gate: '"', read: (*Meter).setModel}
+	textNode  = &bodyNode{text: true}
+)
+
+// writeBody reads the next bytes of a non-stream body. A body over the cap
+// is not read: its ends are kept for salvage, from the last windowTail
+// bytes under the cap on (the only ones its window can end with), so that
+// a body under the cap is never copied.
+func (m *Meter) writeBody(p []byte) {
+	from := m.bodyBytes
+	m.bodyBytes += int64(len(p))
+	if m.bodyOver {
+		m.win.write(p)
+		return
+	}
+	if keep := int64(m.maxBody) + 1 - windowTail; m.bodyBytes > keep {
+		m.win.write(p[max(keep-from, 0):])
+	}
+	if m.bodyBytes > int64(m.maxBody) {
+		m.bodyOver = true
+		m.unread()
+		return
+	}
+	m.scan.write(m, p)
+}
+
+// unread drops what the body reader took from a body that is not read
+// after all (over the cap, or not valid JSON).
+func (m *Meter) unread() {
+	m.tok, m.model = Tokens{}, ""
+	m.inputSeen, m.usageSeen, m.complete, m.finished = false, false, false, false
+	m.scan.reset(nil)
+}
+
 func (m *Meter) endBody() {
 	if m.bodyOver {
 		m.salvage(nil, &m.win, true)
@@ -106,11 +143,11 @@ func (m *Meter) endBody() {
 		m.win = window{}
 		return
 	}
-	js := str(m.body)
-	if gjson.Valid(js) {
-		m.wire.body(m, gjson.Parse(js))
+	if m.scan.finish(m) {
+		m.textBytes += m.scan.text
+	} else {
+		m.unread()
 	}
-	m.body = nil
 }
 
 // salvage reads the usage of an event or body too big to parse from its

@@ -106,29 +106,20 @@ func responsesUsage(m *Meter, u gjson.Result) {
 	m.inputSeen, m.usageSeen, m.complete = true, true, true
 }
 
-func (responsesWire) body(m *Meter, v gjson.Result) {
-	if !v.IsObject() {
-		return
-	}
-	m.setModel(v.Get("model"))
-	if u := v.Get("usage"); u.IsObject() {
-		responsesUsage(m, u)
-	}
-	var text int64
-	v.Get("output").ForEach(func(_, item gjson.Result) bool {
-		text += textLen(item.Get("arguments"))
-		item.Get("content").ForEach(func(_, c gjson.Result) bool {
-			text += textLen(c.Get("text"))
-			return true
-		})
-		item.Get("summary").ForEach(func(_, c gjson.Result) bool {
-			text += textLen(c.Get("text"))
-			return true
-		})
-		return true
-	})
-	m.textBytes += text
-}
+// bodyReader: a Responses answer's model, its usage, and for the estimate
+// the text of each output item (its arguments, and the text of each part
+// of its content and its summary).
+func (responsesWire) bodyReader() *bodyNode { return responsesBody }
+
+var responsesBody = newBodyNode(&bodyNode{fields: []bodyField{
+	{key: "model", node: modelNode},
+	{key: "usage", node: &bodyNode{gate: '{', read: responsesUsage}},
+	{key: "output", node: &bodyNode{each: &bodyNode{fields: []bodyField{
+		{key: "arguments", node: textNode},
+		{key: "content", node: &bodyNode{each: &bodyNode{fields: []bodyField{{key: "text", node: textNode}}}}},
+		{key: "summary", node: &bodyNode{each: &bodyNode{fields: []bodyField{{key: "text", node: textNode}}}}},
+	}}}},
+}})
 
 func (responsesWire) salvage(m *Meter, name []byte, w *window, body bool) {
 	if body || isResponsesFinal(headType(w, name)) {

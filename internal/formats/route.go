@@ -102,22 +102,26 @@ func ParseRoute(escapedPath string) (Route, *ParseError) {
 			return rt, &ParseError{Status: http.StatusNotFound, Message: "not a gateway route"}
 		}
 	}
-	lower := strings.ToLower(rest)
-	if strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") || strings.Contains(rest, "\\") || strings.Contains(lower, "%2e") {
+	if encodedSlashOrDot(rest) || strings.Contains(rest, "\\") {
 		return rt, &ParseError{Status: http.StatusBadRequest, Message: "encoded slashes and dots are not allowed in gateway paths"}
 	}
-	conn, tail, ok := strings.Cut(rest, "/")
+	// The tail is the path from the slash after the connection id on
+	// (sliced, not built: ParseRoute runs on every request).
+	conn, _, ok := strings.Cut(rest, "/")
 	if !rt.Inference {
 		if !ok || !validID(conn) {
 			return rt, &ParseError{Status: http.StatusNotFound, Message: "unknown connection"}
 		}
 		rt.Connection = conn
 	}
-	tail = "/" + tail
+	tail := "/"
+	if ok {
+		tail = rest[len(conn):]
+	}
 	version := ""
 	for _, v := range versionPrefixes {
-		if t, ok := strings.CutPrefix(tail, v+"/"); ok {
-			tail, version = "/"+t, v
+		if len(tail) > len(v) && tail[len(v)] == '/' && strings.HasPrefix(tail, v) {
+			tail, version = tail[len(v):], v
 			break
 		}
 	}
@@ -128,10 +132,15 @@ func ParseRoute(escapedPath string) (Route, *ParseError) {
 	perr := func(status int, msg string) (Route, *ParseError) {
 		return rt, &ParseError{Status: status, Message: msg, Format: rt.Format}
 	}
-	for _, seg := range strings.Split(tail[1:], "/") {
+	for segs := tail[1:]; ; {
+		seg, more, found := strings.Cut(segs, "/")
 		if seg == "." || seg == ".." || seg == "" {
 			return perr(http.StatusBadRequest, "dot or empty segments are not allowed in gateway paths")
 		}
+		if !found {
+			break
+		}
+		segs = more
 	}
 	for _, f := range All() {
 		op, model, method, e, ok := registry[f].match(tail)
@@ -162,6 +171,22 @@ func ParseRoute(escapedPath string) (Route, *ParseError) {
 	}
 	return perr(http.StatusNotFound, "unknown gateway route: use /chat/completions, /responses, /messages, "+
 		"/messages/count_tokens, /models/<model>:generateContent, :streamGenerateContent or :countTokens, or GET /models")
+}
+
+// encodedSlashOrDot reports whether an escaped path holds %2F, %5C or %2E
+// in either case (without lowering a copy of the path).
+func encodedSlashOrDot(path string) bool {
+	for i := strings.IndexByte(path, '%'); i >= 0 && i+2 < len(path); {
+		if hi, lo := path[i+1], path[i+2]|0x20; (hi == '2' && (lo == 'f' || lo == 'e')) || (hi == '5' && lo == 'c') {
+			return true
+		}
+		j := strings.IndexByte(path[i+1:], '%')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	return false
 }
 
 // pathFormat is the format a path (after the version prefix) suggests: the

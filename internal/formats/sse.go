@@ -282,5 +282,7 @@ func (m *Meter) endSSE() {
 	if s.hasData || len(s.hold) > 0 {
 		m.dispatch(true)
 	}
-	s.data, s.hold, s.line, s.win = nil, nil, nil, window{}
+	// Emptied, not dropped: a released meter keeps them for the next
+	// answer (Release keeps only small ones).
+	s.data, s.hold, s.line, s.name, s.win = s.data[:0], s.hold[:0], s.line[:0], s.name[:0], window{}
 }

@@ -109,12 +109,16 @@ func (w *meterWriter) ReadFrom(r io.Reader) (int64, error) {
 
 type writerOnly struct{ io.Writer }
 
+// result closes the meter and returns what it read; the meter goes back
+// for reuse (the forwarder returned: nothing writes to it any more).
 func (w *meterWriter) result() (formats.MeterResult, bool) {
 	if w.meter == nil {
 		return formats.MeterResult{}, false
 	}
-	w.meter.Close()
-	return w.meter.Result(), true
+	res := w.meter.Result()
+	w.meter.Release()
+	w.meter = nil
+	return res, true
 }
 
 // Metrics are the gateway's Prometheus collectors.
@@ -249,6 +253,9 @@ func (z zapRecord) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddBool("estimated", z.Estimated)
 	if z.Session != "" {
 		enc.AddString("session", z.Session)
+	}
+	if z.RequestID != "" {
+		enc.AddString("request_id", z.RequestID)
 	}
 	return nil
 }

@@ -136,6 +136,9 @@ type call struct {
 	// ticket holds the request's counts against policy limits, settled
 	// with its tokens when it finishes.
 	ticket *quota.Ticket
+
+	// mw is the answer's writer (forward), part of the pooled call.
+	mw meterWriter
 }
 
 // serve answers the request. The credential is checked before anything
@@ -214,7 +217,9 @@ func (c *call) reserveAndForward(p *service.Principal, amount money.Pico) *apier
 // carries instead (WithMember).
 func (c *call) authenticate() (*service.Principal, *apierr.Error) {
 	r := c.r
-	c.query = r.URL.Query()
+	if r.URL.RawQuery != "" {
+		c.query = r.URL.Query() // nil otherwise: the common request has no query to parse
+	}
 	cred, conflict := formats.ClientCredential(r.Header, c.query[formats.QueryKey])
 	if !c.envelope.Valid() {
 		c.envelope = formats.CredentialFormat(r.Header, c.query.Get(formats.QueryKey))
@@ -352,7 +357,8 @@ func (c *call) forward(res *ledger.Reservation) (fe *apierr.Error) {
 	counting := route.Op == formats.CountTokens
 	opts := formats.MeterOptions{Format: route.Format, StreamRequested: !counting && (route.Stream() || c.fields.Stream()),
 		RequestBytes: int64(len(c.body))}
-	mw := &meterWriter{ResponseWriter: c.w, start: time.Now(), unmetered: counting}
+	mw := &c.mw
+	*mw = meterWriter{ResponseWriter: c.w, start: time.Now(), unmetered: counting}
 	// Account in a deferred call: a forwarder aborts a response cut by
 	// either side with a panic (http.ErrAbortHandler), and such a request
 	// must be recorded and charged too.

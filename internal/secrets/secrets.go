@@ -13,9 +13,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // MasterKeySize is the length in bytes of the master key.
@@ -28,6 +30,17 @@ type Keys struct {
 	cursor []byte      // HMAC key for list cursors
 	aead   cipher.AEAD // AES-256-GCM for provider credentials
 	id     string      // a fingerprint of the master key, safe to store
+
+	// macs recycles keyed HMAC states (*macState) for MAC, which every
+	// authenticated request computes: a fresh one costs several
+	// allocations.
+	macs sync.Pool
+}
+
+// macState is a keyed HMAC and a buffer for the secret it reads.
+type macState struct {
+	h   hash.Hash
+	buf []byte
 }
 
 // ErrBadMasterKey is returned for a master key that cannot be parsed.
@@ -135,9 +148,18 @@ func (k *Keys) Fingerprint() string { return k.id }
 // MAC returns the HMAC-SHA-256 of a secret. Only MACs of key and token secrets
 // are ever stored.
 func (k *Keys) MAC(secret string) []byte {
-	m := hmac.New(sha256.New, k.mac)
-	m.Write([]byte(secret))
-	return m.Sum(nil)
+	st, _ := k.macs.Get().(*macState)
+	if st == nil {
+		st = &macState{h: hmac.New(sha256.New, k.mac)}
+	}
+	st.buf = append(st.buf[:0], secret...)
+	st.h.Write(st.buf)
+	sum := st.h.Sum(make([]byte, 0, sha256.Size))
+	st.h.Reset()
+	if cap(st.buf) <= 1024 {
+		k.macs.Put(st)
+	}
+	return sum
 }
 
 // CursorMAC returns the HMAC-SHA-256 of a list cursor's contents, under a

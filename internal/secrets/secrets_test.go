@@ -2,6 +2,8 @@ package secrets
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -372,4 +374,30 @@ func TestCursorMAC(t *testing.T) {
 	if Equal(a.CursorMAC(msg), a.MAC(string(msg))) {
 		t.Fatal("cursor MACs share the secret MAC key")
 	}
+}
+
+// MAC reuses its HMAC states: every call, from any goroutine, is the HMAC
+// of its own secret alone.
+func TestMACReused(t *testing.T) {
+	k := mustKeys(t, testKey(7))
+	want := func(s string) []byte {
+		m := hmac.New(sha256.New, k.mac)
+		m.Write([]byte(s))
+		return m.Sum(nil)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				s := strings.Repeat("s", (g*200+i)%300)
+				if got := k.MAC(s); !bytes.Equal(got, want(s)) {
+					t.Errorf("MAC(%q) = %x, want %x", s, got, want(s))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -92,7 +92,7 @@ func ParseToken(s string) (Token, bool) {
 		return Token{}, false
 	}
 	body := s[:len(s)-CRCLen]
-	if crc6(body) != s[len(s)-CRCLen:] {
+	if d := crcDigits(body); string(d[:]) != s[len(s)-CRCLen:] {
 		return Token{}, false
 	}
 	return Token{Prefix: prefix, ID: id, Secret: s}, true
@@ -100,13 +100,26 @@ func ParseToken(s string) (Token, bool) {
 
 // crc6 is the CRC32 (IEEE) of s in six base62 digits.
 func crc6(s string) string {
-	v := crc32.ChecksumIEEE([]byte(s))
+	d := crcDigits(s)
+	return string(d[:])
+}
+
+// crcDigits is crc6 without a string: ParseToken compares it in place on
+// every authenticated request. The CRC is computed byte by byte from the
+// IEEE table (tokens are short), as crc32.ChecksumIEEE does, without
+// copying s to bytes.
+func crcDigits(s string) [CRCLen]byte {
+	v := ^uint32(0)
+	for i := 0; i < len(s); i++ {
+		v = crc32.IEEETable[byte(v)^s[i]] ^ v>>8
+	}
+	v = ^v
 	var out [CRCLen]byte
 	for i := CRCLen - 1; i >= 0; i-- {
 		out[i] = base62[v%62]
 		v /= 62
 	}
-	return string(out[:])
+	return out
 }
 
 func isBase62(s string) bool {

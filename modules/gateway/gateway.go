@@ -276,14 +276,11 @@ func (upstreamFromVars) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream,
 	return nil, errors.New("no upstream chosen for this request")
 }
 
-// requestID is Caddy's id of a request, for its usage record.
-func requestID(r *http.Request) string {
-	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
-		id, _ := repl.GetString("http.request.uuid")
-		return id
-	}
-	return ""
-}
+// requestID is a request's id, for its usage record and the access log
+// (gateway.NewRequestID). It is not Caddy's {http.request.uuid}, which the
+// gateway no longer generates for every request: a site that wants that
+// placeholder too gets a different id from it.
+func requestID(*http.Request) string { return gateway.NewRequestID() }
 
 // logFields adds the request's metering (and the agent session, when the
 // request named one) to Caddy's access log entry.
