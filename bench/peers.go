@@ -74,7 +74,7 @@ func isPeer(id string) bool { return strings.HasPrefix(id, peerPrefix) }
 var gomodelEnv = []string{
 	"LOGGING_ENABLED=false", "USAGE_ENABLED=false", "METRICS_ENABLED=false",
 	"ADMIN_ENDPOINTS_ENABLED=false", "ADMIN_UI_ENABLED=false", "SWAGGER_ENABLED=false",
-	"PPROF_ENABLED=false", "GUARDRAILS_ENABLED=false", "RETRY_MAX_RETRIES=0",
+	"PPROF_ENABLED=false", "GUARDRAILS_ENABLED=false", "RETRY_MAX_RETRIES=0", "CIRCUIT_BREAKER_FAILURE_THRESHOLD=1000000000",
 	"STORAGE_TYPE=sqlite", "SQLITE_PATH={dir}/gomodel.db", "GOMODEL_CACHE_DIR={dir}/cache",
 	"GOMODEL_MASTER_KEY={key}", "LOG_LEVEL=warn", "CACHE_REFRESH_INTERVAL=86400",
 }

@@ -147,6 +147,7 @@ type rig struct {
 	portkey    *exec.Cmd
 	started    []*exec.Cmd // every caddy process, stopped by close
 	portkeyMsg string
+	peerMsgs   []string // why a peer given with -peer is not a lane
 	lanes      []*lane
 
 	mu           sync.Mutex
@@ -312,6 +313,16 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 		}
 	} else {
 		r.portkeyMsg = "lane (d) Portkey skipped: not requested (-portkey=false)"
+	}
+	for _, p := range o.peers {
+		pl, err := r.startPeer(ctx, p, logf)
+		if err != nil {
+			msg := fmt.Sprintf("peer %s skipped: %v", p.name, err)
+			r.peerMsgs = append(r.peerMsgs, msg)
+			logf("%s", msg)
+			continue
+		}
+		r.lanes = append(r.lanes, pl)
 	}
 	ok = true
 	return r, nil
@@ -535,6 +546,27 @@ func (r *rig) resetProviders() (received int) {
 		p.SetBehavior(b)
 	}
 	return received
+}
+
+// answeredFor is how many requests the provider answered to the lane
+// tagged tag so far (as of the last resetProviders).
+func (r *rig) answeredFor(tag string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.answered[tag]
+}
+
+// settled waits (up to 20 s) until nothing is reserved on the node's
+// service account and returns its spend.
+func (n *gwNode) settled(ctx context.Context) (money.Pico, error) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		spent, reserved, err := n.spend(ctx)
+		if err != nil || reserved == 0 || time.Now().After(deadline) {
+			return spent, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // spend reads the service account's spend and reservations from the admin API.

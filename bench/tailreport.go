@@ -29,6 +29,11 @@ type tailResults struct {
 	fixed    []*fixedRun
 	fixedCap float64 // lane (b)'s closed-loop capacity at c=32 the rates derive from
 	fixedMsg string
+	// wrkCut is how many of the answers the provider gave lanes (c) and
+	// (i) during the wrk lane the ledger did not settle: requests in
+	// flight when wrk stopped and closed its connections; at most
+	// wrkCutMax (its connections × its runs against the gateway).
+	wrkCut, wrkCutMax int
 }
 
 func (res *results) addWrk(lane string, wr wrkResult) {
@@ -171,6 +176,23 @@ func (res *results) tailMarkdown() string {
 	return b.String()
 }
 
+// usageExact is the usage check: the ledger's spend is the provider's
+// answers × the price, less the answers the wrk lane cut off (see
+// wrkCut), which must be within what wrk had in flight.
+func (res *results) usageExact() bool {
+	return res.usageReserved == 0 && res.wrkCut >= 0 && res.wrkCut <= res.wrkCutMax &&
+		res.usageSpent == res.usageWant-costPerAnswer*moneyN(res.wrkCut)
+}
+
+// usageCutNote explains the wrk lane's share of the usage check ("" when
+// it cut nothing off).
+func (res *results) usageCutNote() string {
+	if res.wrkCut == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; less %d answers of the wrk lane's that the gateway never metered, its client gone when wrk stopped (at most %d: its connections × its runs against the gateway)", res.wrkCut, res.wrkCutMax)
+}
+
 // tailTargets are the throughput, CPU and tail targets, from this
 // run.
 func (res *results) tailTargets() []target {
@@ -235,23 +257,34 @@ func (res *results) tailSummary() string {
 		if len(res.wrk[id]) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "wrk  (%s) %6.0f req/s  p50 %s  p99 %s  p99.9 %s  cpu %.0f µs\n", id,
+		var errs int64
+		for _, x := range res.wrk[id] {
+			errs += x.errs
+		}
+		fmt.Fprintf(&b, "wrk  (%s) %6.0f req/s  p50 %s  p99 %s  p99.9 %s  cpu %.0f µs  errors %d\n", id,
 			res.wrkMedian(id, func(x wrkResult) float64 { return x.rps }),
 			fms(res.wrkMedian(id, func(x wrkResult) float64 { return float64(x.p50) })),
 			fms(res.wrkMedian(id, wrkP99)),
 			fms(res.wrkMedian(id, func(x wrkResult) float64 { return float64(x.p999) })),
-			res.wrkMedian(id, func(x wrkResult) float64 { return float64(x.cpuPerOp) / float64(time.Microsecond) }))
+			res.wrkMedian(id, func(x wrkResult) float64 { return float64(x.cpuPerOp) / float64(time.Microsecond) }), errs)
 	}
 	for _, fr := range res.fixed {
 		for _, id := range res.tailLanes() {
 			if len(fr.lanes[id]) == 0 {
 				continue
 			}
-			fmt.Fprintf(&b, "open %3.0f%% %5d req/s (%s) achieved %6.0f  p50 %s  p99 %s  p99.9 %s\n", 100*fr.frac, fr.rate, id,
+			errs, first := 0, ""
+			for _, s := range fr.lanes[id] {
+				errs += s.errs
+				if first == "" {
+					first = s.firstErr
+				}
+			}
+			fmt.Fprintf(&b, "open %3.0f%% %5d req/s (%s) achieved %6.0f  p50 %s  p99 %s  p99.9 %s  errors %d %s\n", 100*fr.frac, fr.rate, id,
 				fr.median(id, func(s fixedStats) float64 { return s.achieved }),
 				fms(fr.median(id, func(s fixedStats) float64 { return float64(s.p50) })),
 				fms(fr.median(id, fixedP99)),
-				fms(fr.median(id, func(s fixedStats) float64 { return float64(s.p999) })))
+				fms(fr.median(id, func(s fixedStats) float64 { return float64(s.p999) })), errs, first)
 		}
 	}
 	return b.String()
