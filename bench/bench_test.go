@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -190,5 +193,61 @@ func TestStreamStallsTellTheProxyFromTheHarness(t *testing.T) {
 	res.big["c"] = streamStats{streams: 1000, complete: 999, lost: 3, stalls: 0}
 	if _, ok := verdict(); ok {
 		t.Fatal("lost events: met, want not met")
+	}
+}
+
+// TestRawConn: the open loop's client reads answers with a length, chunked
+// answers and answers that close the connection, and counts a status other
+// than the lane's as an error.
+func TestRawConn(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		switch r.URL.Path {
+		case "/len":
+			w.Write(b)
+		case "/chunked":
+			w.Write(b[:3])
+			w.(http.Flusher).Flush()
+			w.Write(b[3:])
+		case "/close":
+			w.Header().Set("Connection", "close")
+			w.Write(b)
+		default:
+			w.WriteHeader(http.StatusTeapot)
+		}
+	}))
+	defer srv.Close()
+	for _, path := range []string{"/len", "/chunked", "/close", "/len"} {
+		l := &lane{id: "t", url: [2]string{srv.URL + path}, hdr: [2]http.Header{{"Authorization": {"Bearer x"}}}}
+		rc, err := newRawConn(l, 0, chatBody(1024, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if err := rc.do(context.Background()); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+		}
+		rc.close()
+	}
+	l := &lane{id: "t", url: [2]string{srv.URL + "/teapot"}}
+	rc, _ := newRawConn(l, 0, []byte("{}"))
+	if err := rc.do(context.Background()); err == nil || !strings.Contains(err.Error(), "418") {
+		t.Fatalf("a 418 answer: %v", err)
+	}
+}
+
+// TestParseWrk reads the line of the wrk script's done function.
+func TestParseWrk(t *testing.T) {
+	out := "Running 2s test @ http://127.0.0.1:1/x\n  1 threads and 32 connections\nAGENTGATE-WRK 2000000 10000 0 1 0 5 0 2000 3000 9000 12000\nRequests/sec: 5000\n"
+	w, err := parseWrk(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.ok != 9995 || w.errs != 6 || w.rps != 4997.5 || w.p50 != 2*time.Millisecond || w.p99 != 9*time.Millisecond || w.p999 != 12*time.Millisecond {
+		t.Fatalf("parsed %+v", w)
+	}
+	if _, err := parseWrk("no summary"); err == nil {
+		t.Fatal("no error without the summary line")
 	}
 }

@@ -145,7 +145,9 @@ type openResult struct {
 // connection per late request, until the load side runs out of files.
 const openConns = 128
 
-// openRun is open with the achieved rate and the first error. Latency is
+// openRun is open with the achieved rate and the first error. Requests go
+// through rawConn (a lane whose URL it cannot reach goes through the
+// lane's net/http client). Latency is
 // taken from each request's intended send time (coordinated omission
 // corrected): a request the sender could only start late, because every
 // connection was busy or the core was, counts its wait too.
@@ -165,8 +167,13 @@ func openRun(ctx context.Context, l *lane, slow int, body []byte, rate int, dur 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			send := func() error { return do(ctx, l, slow, body) }
+			if rc, err := newRawConn(l, slow, body); err == nil {
+				defer rc.close()
+				send = func() error { return rc.do(ctx) }
+			}
 			for j := range jobs {
-				failed[j.i] = do(ctx, l, slow, body)
+				failed[j.i] = send()
 				lat[j.i] = time.Since(j.at)
 			}
 		}()

@@ -508,6 +508,10 @@ func runWrkPhase(ctx context.Context, r *rig, res *results, o options, logf func
 		}
 		r.resetProviders()
 	}
+	// Requests wrk cut off may still be inside the gateway: let them
+	// reach the provider before counting.
+	time.Sleep(time.Second)
+	r.resetProviders()
 	spent1, err := r.gw.settled(ctx)
 	if err != nil {
 		return err

@@ -411,6 +411,11 @@ func (r *rig) startCaddy(name, caddyfile string) (*exec.Cmd, error) {
 	c := r.serverCommand(r.bin, "run", "--config", cfPath, "--adapter", "caddyfile")
 	c.Env = append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(r.work, "xdg-data-"+name), "XDG_CONFIG_HOME="+filepath.Join(r.work, "xdg-config-"+name))
 	c.Env = append(c.Env, "GOMAXPROCS="+serverProcs())
+	if v := os.Getenv("AGENTGATE_BENCH_GATEWAY_GOGC"); v != "" && name != "plain" {
+		// For experiments with the gateway's garbage collector: GOGC of
+		// every agentgate process, not of plain Caddy's.
+		c.Env = append(c.Env, "GOGC="+v)
+	}
 	c.Stdout, c.Stderr = r.caddyLog, r.caddyLog
 	if err := c.Start(); err != nil {
 		return nil, err
