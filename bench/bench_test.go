@@ -251,3 +251,40 @@ func TestParseWrk(t *testing.T) {
 		t.Fatal("no error without the summary line")
 	}
 }
+
+// TestTailReport: the wrk lane's and the fixed rates' sections, and the
+// issue's targets computed from them.
+func TestTailReport(t *testing.T) {
+	res := fakeFleetResults()
+	res.o.wrkConc, res.o.wrkDur, res.o.wrkReps, res.o.fixedDur = 32, time.Second, 3, time.Second
+	for range 3 {
+		res.addWrk("b", wrkResult{rps: 10000, ok: 10000, p50: 2 * time.Millisecond, p99: 6 * time.Millisecond, p999: 8 * time.Millisecond})
+		res.addWrk("c", wrkResult{rps: 8000, ok: 8000, p50: 3 * time.Millisecond, p99: 12 * time.Millisecond, p999: 15 * time.Millisecond})
+	}
+	res.fixedCap, res.fixedBase = 5000, "the bench's closed loop at c=32"
+	lat := func(d time.Duration) openResult {
+		return openResult{lat: []time.Duration{d / 2, d / 2, d}, achieved: 4000}
+	}
+	res.addFixed(0.8, 4000, "b", lat(4*time.Millisecond))
+	res.addFixed(0.8, 4000, "c", lat(5*time.Millisecond))
+	md := res.markdown("")
+	for _, want := range []string{
+		"## wrk lane (1 KB, 0 ms provider, `wrk -t1 -c32`, 1s each, median of 3)",
+		"| (c) | 8000 | 0.80× | 3.00 ms |",
+		"## Open loop at fixed rates",
+		"| 80% = 4000 req/s | (c) | 4000 | 2.50 ms | 2.50 ms | 1.25× | 2.50 ms | 5.00 ms | 0 |",
+		"| Throughput 1 KB c=32 | (c) ≥ 0.85 × (b) | 4000 vs 5000 req/s = 0.80× | **no** |",
+		"| Server CPU per request c=32 | (c) ≤ 1.25 × (b) | 125 vs 100 µs = 1.25× | yes |",
+		"| p99 c=32, bench closed loop | (c) ≤ 1.5 × (b), median of ≥ 3 | 10.00 ms vs 8.00 ms = 1.25× (median of 1) | **no** |",
+		"| p99 c=32, wrk lane | (c) ≤ 1.5 × (b), median of ≥ 3 | 12.00 ms vs 6.00 ms = 2.00× (median of 3) | **no** |",
+		"| p99 at 80% of (b)'s capacity (4000 req/s) | (c) ≤ 1.5 × (b), open loop | 2.50 ms vs 2.00 ms = 1.25× | yes |",
+		"| PostgreSQL node c=32 | (p) ≥ 0.8 × (c) | 2000 vs 4000 req/s = 0.50× | **no** |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("report:\n%s", md)
+	}
+}

@@ -72,6 +72,7 @@ type options struct {
 	wrkDur      time.Duration
 	fixed       []float64 // open-loop rates, as fractions of lane (b)'s closed-loop capacity at c=32
 	fixedDur    time.Duration
+	fixedBase   string     // "bench": (b)'s capacity from the bench's closed loop; "wrk": from the wrk lane
 	peers       []peerSpec // other gateways' binaries, run as lanes
 	stamp       string     // file name stem
 	progressOut *os.File
@@ -108,6 +109,7 @@ func main() {
 	wrk := flag.Bool("wrk", true, "run the wrk lane (wrk -t1 against lanes (b), (c), (i) and the peers) when wrk is installed")
 	wrkReps := flag.Int("wrk-reps", 0, "repetitions of the wrk lane (default 1 with -quick, else 3)")
 	fixed := flag.String("fixed", "", "open-loop rates as fractions of lane (b)'s closed-loop capacity at c=32, comma-separated (default 0.5,0.8; none: off)")
+	fixedBase := flag.String("fixed-base", "bench", "what the -fixed fractions are of: lane (b)'s capacity in the bench's closed loop at c=32 (bench) or on the wrk lane (wrk; the bench's closed loop when the wrk lane did not run)")
 	var peers peerFlags
 	flag.Var(&peers, "peer", "another gateway as a lane, name=command (repeatable; e.g. gomodel=/path/to/gomodel); see bench/peers.go")
 	dur := flag.Duration("dur", 0, "the length of each throughput measurement (default 1s with -quick, else 2s)")
@@ -121,7 +123,11 @@ func main() {
 		o = quickOptions()
 	}
 	o.portkey, o.postgres, o.fleet, o.pin, o.bin, o.profile, o.profileConc = *portkey, *postgres, *fleet, *pin, *bin, *profile, *profileConc
-	o.trace, o.traceWrk, o.wrk, o.peers = *traceFile, *traceWrk, *wrk, peers
+	o.trace, o.traceWrk, o.wrk, o.peers, o.fixedBase = *traceFile, *traceWrk, *wrk, peers, *fixedBase
+	if o.fixedBase != "bench" && o.fixedBase != "wrk" {
+		fmt.Fprintln(os.Stderr, "bench: -fixed-base takes bench or wrk")
+		os.Exit(2)
+	}
 	if *wrkReps > 0 {
 		o.wrkReps = *wrkReps
 	}
@@ -532,6 +538,11 @@ func runFixedRates(ctx context.Context, r *rig, res *results, o options, body []
 		res.fixedMsg = "fixed-rate open loop skipped: lane (b)'s capacity at c=32 was not measured"
 		logf("%s", res.fixedMsg)
 		return
+	}
+	res.fixedBase = "the bench's closed loop at c=32"
+	if o.fixedBase == "wrk" && len(res.wrk["b"]) > 0 {
+		capacity = res.wrkMedian("b", func(x wrkResult) float64 { return x.rps })
+		res.fixedBase = fmt.Sprintf("the wrk lane (-c%d)", o.wrkConc)
 	}
 	res.fixedCap = capacity
 	for _, f := range o.fixed {

@@ -24,11 +24,12 @@ type fixedStats struct {
 
 // tailResults are the wrk lane and the fixed-rate open loop.
 type tailResults struct {
-	wrk      map[string][]wrkResult // lane → repetitions
-	wrkMsg   string                 // why the wrk lane did not run
-	fixed    []*fixedRun
-	fixedCap float64 // lane (b)'s closed-loop capacity at c=32 the rates derive from
-	fixedMsg string
+	wrk       map[string][]wrkResult // lane → repetitions
+	wrkMsg    string                 // why the wrk lane did not run
+	fixed     []*fixedRun
+	fixedCap  float64 // lane (b)'s closed-loop capacity the rates derive from
+	fixedBase string  // where fixedCap was measured
+	fixedMsg  string
 	// wrkCut is how many of the answers the provider gave lanes (c) and
 	// (i) during the wrk lane the ledger did not settle: requests in
 	// flight when wrk stopped and closed its connections; at most
@@ -143,7 +144,7 @@ func (res *results) tailMarkdown() string {
 		if res.fixedMsg != "" {
 			w("%s.\n", res.fixedMsg)
 		} else {
-			w("The rates are fractions of lane (b)'s capacity as the bench's closed loop measured it at c=32 in this run (%.0f req/s). Each request starts at its scheduled time whatever the others do, and its latency is taken from that time (coordinated omission corrected): the tail users feel at a given load. Achieved is answered requests per second, from the first scheduled start to the last answer.\n\n", res.fixedCap)
+			w("The rates are fractions of lane (b)'s capacity as %s measured it in this run (%.0f req/s). Requests go out on up to %d keep-alive connections through a minimal HTTP/1.1 client (a few µs of the load side's core per request, where net/http's client takes tens). Each request starts at its scheduled time whatever the others do, and its latency is taken from that time (coordinated omission corrected): the tail users feel at a given load. Achieved is answered requests per second, from the first scheduled start to the last answer.\n\n", res.fixedBase, res.fixedCap, openConns)
 			w("| Rate | Lane | achieved req/s | p50 | p99 | p99 vs (b) | p99.9 | max | errors |\n|---|---|---|---|---|---|---|---|---|\n")
 			for _, fr := range res.fixed {
 				pb := fr.median("b", fixedP99)
