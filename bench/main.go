@@ -105,7 +105,7 @@ func main() {
 	profile := flag.String("profile", "", "write a CPU profile of caddy, taken while lane (c) runs at -profile-conc, to this file")
 	profileConc := flag.Int("profile-conc", 32, "the concurrency at which -profile and -trace are taken")
 	traceFile := flag.String("trace", "", "write an execution trace of caddy, taken while lane (c) runs at -profile-conc (in the last repetition), to this file")
-	traceWrk := flag.String("trace-wrk", "", "write an execution trace of caddy, taken while the wrk lane runs lane (c) (in its last repetition), to this file")
+	traceWrk := flag.String("trace-wrk", "", "write an execution trace of caddy, taken while the wrk lane runs lane (c) (in its last repetition), to this file, and one of lane (b)'s to the same name with -plain before the extension")
 	wrk := flag.Bool("wrk", true, "run the wrk lane (wrk -t1 against lanes (b), (c), (i) and the peers) when wrk is installed")
 	wrkReps := flag.Int("wrk-reps", 0, "repetitions of the wrk lane (default 1 with -quick, else 3)")
 	fixed := flag.String("fixed", "", "open-loop rates as fractions of lane (b)'s closed-loop capacity at c=32, comma-separated (default 0.5,0.8; none: off)")
@@ -495,8 +495,13 @@ func runWrkPhase(ctx context.Context, r *rig, res *results, o options, logf func
 				continue
 			}
 			var trace chan error
-			if l.id == "c" && o.traceWrk != "" && rep == o.wrkReps-1 {
-				trace = r.profile(ctx, "trace", o.wrkDur, o.traceWrk)
+			if o.traceWrk != "" && rep == o.wrkReps-1 {
+				switch l.id {
+				case "c":
+					trace = r.profile(ctx, "trace", o.wrkDur, o.traceWrk)
+				case "b": // plain Caddy's, to compare with
+					trace = r.profileOf(ctx, &gwNode{adminAddr: r.plainAdmin}, "trace", o.wrkDur, plainTraceFile(o.traceWrk))
+				}
 			}
 			wr, err := runWrk(ctx, wrk, r.work, l, body, o.wrkConc, o.wrkDur, r.pin)
 			if trace != nil {
@@ -526,6 +531,13 @@ func runWrkPhase(ctx context.Context, r *rig, res *results, o options, logf func
 	res.wrkCut = answered - int((spent1-spent0)/costPerAnswer)
 	res.wrkCutMax = gwRuns * o.wrkConc
 	return nil
+}
+
+// plainTraceFile is where -trace-wrk writes lane (b)'s trace: beside
+// lane (c)'s, "-plain" before the extension.
+func plainTraceFile(file string) string {
+	ext := filepath.Ext(file)
+	return strings.TrimSuffix(file, ext) + "-plain" + ext
 }
 
 // runFixedRates is the open loop at fixed rates: each a fraction of lane

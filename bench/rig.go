@@ -137,6 +137,7 @@ type rig struct {
 	providers  [2]*fakeprovider.Provider
 	caddy      *exec.Cmd // lane (c): the agentgate app and llm_gateway
 	plainCaddy *exec.Cmd // lane (b): plain reverse_proxy
+	plainAdmin string    // lane (b)'s admin endpoint (profiles and traces only)
 	caddyLog   *os.File
 	gw         *gwNode // lane (c)
 	pg         *gwNode // lane (p): llm_gateway on PostgreSQL; nil when skipped
@@ -240,7 +241,10 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 		debug = "\tdebug\n"
 	}
 	var cfB, cfC strings.Builder
-	fmt.Fprintf(&cfB, "{\n%s\tadmin off\n}\n\n", debug)
+	// Lane (b)'s admin endpoint serves only its profiles and traces
+	// (-trace-wrk); it is off the request path.
+	r.plainAdmin = freeAddr()
+	fmt.Fprintf(&cfB, "{\n%s\tadmin %s\n}\n\n", debug, r.plainAdmin)
 	for i, a := range siteB {
 		fmt.Fprintf(&cfB, "http://%s {\n\tbind 127.0.0.1\n\treverse_proxy %s\n}\n\n", a, strings.TrimPrefix(r.providers[i].URL, "http://"))
 	}
@@ -331,13 +335,18 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 // profile takes a CPU profile ("profile") or an execution trace ("trace") of caddy for d through the admin endpoint's
 // pprof handler and writes it to file.
 func (r *rig) profile(ctx context.Context, kind string, d time.Duration, file string) chan error {
+	return r.profileOf(ctx, r.gw, kind, d, file)
+}
+
+// profileOf is profile of the process behind node n's admin endpoint.
+func (r *rig) profileOf(ctx context.Context, n *gwNode, kind string, d time.Duration, file string) chan error {
 	done := make(chan error, 1)
 	go func() {
 		secs := int(d / time.Second)
 		if secs < 1 {
 			secs = 1
 		}
-		st, b, err := r.gw.admin(ctx, "GET", fmt.Sprintf("/debug/pprof/%s?seconds=%d", kind, secs), nil)
+		st, b, err := n.admin(ctx, "GET", fmt.Sprintf("/debug/pprof/%s?seconds=%d", kind, secs), nil)
 		if err == nil && st != 200 {
 			err = fmt.Errorf("pprof answered %d", st)
 		}
