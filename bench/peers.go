@@ -29,8 +29,9 @@ import (
 //
 // A peer named gomodel (or a command whose binary is named gomodel) is
 // GoModel: it also gets GoModel's settings for a pass-through benchmark
-// (no request logging, usage tracking, metrics, admin, swagger or retries;
-// its storage a SQLite file in {dir}).
+// (no request logging, usage tracking, metrics, admin, swagger, retries or
+// circuit breaking; its storage a SQLite file in {dir}; nothing fetched
+// from outside loopback).
 type peerSpec struct {
 	name, cmd string
 }
@@ -77,6 +78,10 @@ var gomodelEnv = []string{
 	"PPROF_ENABLED=false", "GUARDRAILS_ENABLED=false", "RETRY_MAX_RETRIES=0", "CIRCUIT_BREAKER_FAILURE_THRESHOLD=1000000000",
 	"STORAGE_TYPE=sqlite", "SQLITE_PATH={dir}/gomodel.db", "GOMODEL_CACHE_DIR={dir}/cache",
 	"GOMODEL_MASTER_KEY={key}", "LOG_LEVEL=warn", "CACHE_REFRESH_INTERVAL=86400",
+	// Its model metadata list is fetched from a public address by
+	// default: the fake provider's model list keeps it on loopback (a list
+	// it cannot read is a warning, not an error).
+	"MODEL_LIST_URL={provider}/models",
 }
 
 // startPeer runs one peer and waits until it answers a chat request end
@@ -128,12 +133,24 @@ func (r *rig) startPeer(ctx context.Context, p peerSpec, logf func(string, ...an
 			}
 			err = fmt.Errorf("status %d: %s", resp.StatusCode, tail(string(b), 300))
 		}
-		if time.Now().After(deadline) {
+		if exited(cmd.Process.Pid) || time.Now().After(deadline) {
 			lg, _ := os.ReadFile(logFile.Name())
 			return nil, fmt.Errorf("it did not serve a chat request: %v; its log ends: %s", err, tail(string(lg), 600))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// exited is true when the process has ended (a zombie not yet waited
+// for, which close reaps).
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
 }
 
 // peerSkips is true when a peer sits out a figure that needs the 20 ms

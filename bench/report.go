@@ -356,6 +356,14 @@ func (res *results) markdown(svgName string) string {
 	if res.r.portkeyMsg != "" {
 		w("%s.", res.r.portkeyMsg)
 	}
+	for _, m := range res.r.peerMsgs {
+		w(" %s.", m)
+	}
+	for _, id := range res.laneIDs {
+		if isPeer(id) {
+			w(" Lane (%s) is another gateway given with -peer, pointed at the 0 ms provider (throughput at that provider, the wrk lane and the fixed rates only).", id)
+		}
+	}
 	w("\n\nOn two cores, lane (a) has the load generator and the fake provider on one core while (b), (c), (d) get a second core for the proxy: throughput of (b)/(c) can exceed (a), and the ratios that matter are against (b).\n\n")
 
 	w("## Targets\n\n| Figure | Target | Measured | Met |\n|---|---|---|---|\n")
