@@ -73,10 +73,10 @@ type Ledger struct {
 	// (and one sync to disk) for many requests, and no conflicts between
 	// settlements on a shared budget record.
 	queue chan *settlement
-	// urgent tells a lingering writer that a synchronous entry is queued:
-	// the writer does not take settlements one by one while it lingers
-	// (each would wake it, a goroutine switch per request), so the queue
-	// alone does not reach it then.
+	// urgent tells a lingering writer that a synchronous entry is queued,
+	// or a full batch: the writer does not take settlements one by one
+	// while it lingers (each would wake it, a goroutine switch per
+	// request), so the queue alone does not reach it then.
 	urgent    chan struct{}
 	sendMu    sync.RWMutex // held shared by senders, exclusively by Close
 	closed    bool
@@ -276,7 +276,7 @@ func (l *Ledger) send(s *settlement) bool {
 		return false
 	}
 	l.queue <- s
-	if s.sync {
+	if s.sync || len(l.queue) >= maxBatch {
 		select {
 		case l.urgent <- struct{}{}:
 		default: // the writer has been told already
@@ -343,10 +343,16 @@ const linger = 2 * time.Millisecond
 // each settlement as it comes: a receive per settlement would wake the
 // writer once per request, and on a busy core every wake-up is a
 // goroutine switch that the requests' goroutines wait behind. A
-// synchronous settlement ends the linger through l.urgent.
+// synchronous settlement, or a full batch in the queue, ends the linger
+// through l.urgent.
 func (l *Ledger) fill(first *settlement) []*settlement {
 	batch := []*settlement{first}
 	urgent := first.sync
+	// A signal sent before the drain below is for entries it takes.
+	select {
+	case <-l.urgent:
+	default:
+	}
 	drain := func() {
 		for len(batch) < maxBatch {
 			select {
