@@ -14,6 +14,12 @@
 //	     caddy balancing round robin (-fleet), followed at the end by a
 //	     budget race of 200 requests across the two nodes
 //	(d) Portkey's open-source gateway on Node (optional; skipped with a message)
+//	(peer-<name>) another gateway's binary, given with -peer name=command
+//
+// Beside the bench's own closed loop, lanes (b), (c), (i) and the peers
+// are measured by wrk (the wrk lane, wrk.go; skipped when wrk is not
+// installed) and by an open loop at fixed fractions of lane (b)'s capacity
+// (-fixed, tailreport.go).
 //
 // Run it from the repository root:
 //
