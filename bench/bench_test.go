@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -190,5 +193,98 @@ func TestStreamStallsTellTheProxyFromTheHarness(t *testing.T) {
 	res.big["c"] = streamStats{streams: 1000, complete: 999, lost: 3, stalls: 0}
 	if _, ok := verdict(); ok {
 		t.Fatal("lost events: met, want not met")
+	}
+}
+
+// TestRawConn: the open loop's client reads answers with a length, chunked
+// answers and answers that close the connection, and counts a status other
+// than the lane's as an error.
+func TestRawConn(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		switch r.URL.Path {
+		case "/len":
+			w.Write(b)
+		case "/chunked":
+			w.Write(b[:3])
+			w.(http.Flusher).Flush()
+			w.Write(b[3:])
+		case "/close":
+			w.Header().Set("Connection", "close")
+			w.Write(b)
+		default:
+			w.WriteHeader(http.StatusTeapot)
+		}
+	}))
+	defer srv.Close()
+	for _, path := range []string{"/len", "/chunked", "/close", "/len"} {
+		l := &lane{id: "t", url: [2]string{srv.URL + path}, hdr: [2]http.Header{{"Authorization": {"Bearer x"}}}}
+		rc, err := newRawConn(l, 0, chatBody(1024, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if err := rc.do(context.Background()); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+		}
+		rc.close()
+	}
+	l := &lane{id: "t", url: [2]string{srv.URL + "/teapot"}}
+	rc, _ := newRawConn(l, 0, []byte("{}"))
+	if err := rc.do(context.Background()); err == nil || !strings.Contains(err.Error(), "418") {
+		t.Fatalf("a 418 answer: %v", err)
+	}
+}
+
+// TestParseWrk reads the line of the wrk script's done function.
+func TestParseWrk(t *testing.T) {
+	out := "Running 2s test @ http://127.0.0.1:1/x\n  1 threads and 32 connections\nAGENTGATE-WRK 2000000 10000 0 1 0 5 0 2000 3000 9000 12000\nRequests/sec: 5000\n"
+	w, err := parseWrk(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.ok != 9995 || w.errs != 6 || w.rps != 4997.5 || w.p50 != 2*time.Millisecond || w.p99 != 9*time.Millisecond || w.p999 != 12*time.Millisecond {
+		t.Fatalf("parsed %+v", w)
+	}
+	if _, err := parseWrk("no summary"); err == nil {
+		t.Fatal("no error without the summary line")
+	}
+}
+
+// TestTailReport: the wrk lane's and the fixed rates' sections, and the
+// issue's targets computed from them.
+func TestTailReport(t *testing.T) {
+	res := fakeFleetResults()
+	res.o.wrkConc, res.o.wrkDur, res.o.wrkReps, res.o.fixedDur = 32, time.Second, 3, time.Second
+	for range 3 {
+		res.addWrk("b", wrkResult{rps: 10000, ok: 10000, p50: 2 * time.Millisecond, p99: 6 * time.Millisecond, p999: 8 * time.Millisecond})
+		res.addWrk("c", wrkResult{rps: 8000, ok: 8000, p50: 3 * time.Millisecond, p99: 12 * time.Millisecond, p999: 15 * time.Millisecond})
+	}
+	res.fixedCap, res.fixedBase = 5000, "the bench's closed loop at c=32"
+	lat := func(d time.Duration) openResult {
+		return openResult{lat: []time.Duration{d / 2, d / 2, d}, achieved: 4000}
+	}
+	res.addFixed(0.8, 4000, "b", lat(4*time.Millisecond))
+	res.addFixed(0.8, 4000, "c", lat(5*time.Millisecond))
+	md := res.markdown("")
+	for _, want := range []string{
+		"## wrk lane (1 KB, 0 ms provider, `wrk -t1 -c32`, 1s each, median of 3)",
+		"| (c) | 8000 | 0.80× | 3.00 ms |",
+		"## Open loop at fixed rates",
+		"| 80% = 4000 req/s | (c) | 4000 | 2.50 ms | 2.50 ms | 1.25× | 2.50 ms | 5.00 ms | 0 |",
+		"| Throughput 1 KB c=32 | (c) ≥ 0.85 × (b) | 4000 vs 5000 req/s = 0.80× | **no** |",
+		"| Server CPU per request c=32 | (c) ≤ 1.25 × (b) | 125 vs 100 µs = 1.25× | yes |",
+		"| p99 c=32, bench closed loop | (c) ≤ 1.5 × (b), median of ≥ 3 | 10.00 ms vs 8.00 ms = 1.25× (median of 1) | **no** |",
+		"| p99 c=32, wrk lane | (c) ≤ 1.5 × (b), median of ≥ 3 | 12.00 ms vs 6.00 ms = 2.00× (median of 3) | **no** |",
+		"| p99 at 80% of (b)'s capacity (4000 req/s) | (c) ≤ 1.5 × (b), open loop | 2.50 ms vs 2.00 ms = 1.25× | yes |",
+		"| PostgreSQL node c=32 | (p) ≥ 0.8 × (c) | 2000 vs 4000 req/s = 0.50× | **no** |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("report:\n%s", md)
 	}
 }

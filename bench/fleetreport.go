@@ -25,7 +25,7 @@ type capacityTarget struct {
 	met      *bool // nil: not a target (shown for context), or not measured
 }
 
-// capacityTargets are the capacity figures of the PostgreSQL fleet issue,
+// capacityTargets are the capacity figures of a PostgreSQL fleet,
 // at 1 KB, 0 ms provider, c=32: a PostgreSQL node's server CPU per request
 // against the Badger node's, the two-node capacity that implies, one
 // PostgreSQL node's throughput against the Badger node's, the Badger node's

@@ -123,36 +123,85 @@ func closed(ctx context.Context, l *lane, slow int, body []byte, conc int, dur t
 // its scheduled time whatever the others do) and returns latencies
 // measured from the scheduled start, so queueing is not hidden.
 func open(ctx context.Context, l *lane, slow int, body []byte, rate int, dur time.Duration) (lat []time.Duration, errs int) {
+	or := openRun(ctx, l, slow, body, rate, dur)
+	return or.lat, or.errs
+}
+
+// openResult is one open-loop run.
+type openResult struct {
+	lat      []time.Duration // answered requests, from their scheduled start
+	errs     int
+	firstErr string
+	// achieved is the answered requests per second, from the first
+	// scheduled start to the last answer: below the rate asked for when
+	// the server (or the sender) fell behind.
+	achieved float64
+}
+
+// openConns bounds the connections of the open loop: requests are sent
+// at their scheduled times on whichever of openConns connections is free
+// (a request finding none free waits, and its wait counts in its latency).
+// Without a bound, a server falling behind would make the client open a
+// connection per late request, until the load side runs out of files.
+const openConns = 128
+
+// openRun is open with the achieved rate and the first error. Requests go
+// through rawConn (a lane whose URL it cannot reach goes through the
+// lane's net/http client). Latency is
+// taken from each request's intended send time (coordinated omission
+// corrected): a request the sender could only start late, because every
+// connection was busy or the core was, counts its wait too.
+func openRun(ctx context.Context, l *lane, slow int, body []byte, rate int, dur time.Duration) openResult {
 	body = l.body(slow, body)
 	n := int(float64(rate) * dur.Seconds())
 	interval := time.Second / time.Duration(rate)
-	lat = make([]time.Duration, n)
-	failed := make([]bool, n)
+	lat := make([]time.Duration, n)
+	failed := make([]error, n)
+	type job struct {
+		i  int
+		at time.Time
+	}
+	jobs := make(chan job, n)
 	var wg sync.WaitGroup
+	for range min(openConns, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			send := func() error { return do(ctx, l, slow, body) }
+			if rc, err := newRawConn(l, slow, body); err == nil {
+				defer rc.close()
+				send = func() error { return rc.do(ctx) }
+			}
+			for j := range jobs {
+				failed[j.i] = send()
+				lat[j.i] = time.Since(j.at)
+			}
+		}()
+	}
 	start := time.Now()
 	for i := range n {
 		at := start.Add(time.Duration(i) * interval)
 		if d := time.Until(at); d > 0 {
 			time.Sleep(d)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := do(ctx, l, slow, body)
-			lat[i] = time.Since(at)
-			failed[i] = err != nil
-		}()
+		jobs <- job{i, at}
 	}
+	close(jobs)
 	wg.Wait()
-	out := lat[:0]
+	el := time.Since(start)
+	res := openResult{lat: lat[:0]}
 	for i, d := range lat {
-		if failed[i] {
-			errs++
+		if failed[i] != nil {
+			res.errs++
+			if res.firstErr == "" {
+				res.firstErr = failed[i].Error()
+			}
 			continue
 		}
-		out = append(out, d)
+		res.lat = append(res.lat, d)
 	}
-	return out, errs
+	res.achieved = float64(len(res.lat)) / el.Seconds()
+	return res
 }
 
 // streamResult is a set of concurrent streams against the paced provider.

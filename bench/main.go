@@ -14,6 +14,12 @@
 //	     caddy balancing round robin (-fleet), followed at the end by a
 //	     budget race of 200 requests across the two nodes
 //	(d) Portkey's open-source gateway on Node (optional; skipped with a message)
+//	(peer-<name>) another gateway's binary, given with -peer name=command
+//
+// Beside the bench's own closed loop, lanes (b), (c), (i) and the peers
+// are measured by wrk (the wrk lane, wrk.go; skipped when wrk is not
+// installed) and by an open loop at fixed fractions of lane (b)'s capacity
+// (-fixed, tailreport.go).
 //
 // Run it from the repository root:
 //
@@ -36,6 +42,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -64,7 +72,16 @@ type options struct {
 	profile     string // write a CPU profile of caddy during lane (c) at profileConc here
 	profileConc int
 	trace       string // write an execution trace of caddy during lane (c) at profileConc here
-	stamp       string // file name stem
+	traceWrk    string // write an execution trace of caddy during lane (c) on the wrk lane here
+	wrk         bool   // the wrk lane (when wrk is installed)
+	wrkReps     int    // its repetitions (each lane once per repetition, interleaved)
+	wrkConc     int    // its connections
+	wrkDur      time.Duration
+	fixed       []float64 // open-loop rates, as fractions of lane (b)'s closed-loop capacity at c=32
+	fixedDur    time.Duration
+	fixedBase   string     // "bench": (b)'s capacity from the bench's closed loop; "wrk": from the wrk lane
+	peers       []peerSpec // other gateways' binaries, run as lanes
+	stamp       string     // file name stem
 	progressOut *os.File
 }
 
@@ -72,14 +89,16 @@ func quickOptions() options {
 	return options{quick: true, reps: 1, conc: []int{1, 32, 256}, slowConc: 256, thrDur: time.Second,
 		latRate: 200, latDur: 2 * time.Second, streamConc: 16, bigStreams: 1000,
 		bodySizes: []int{1 << 10, 100 << 10, 1 << 20, 10 << 20}, bodyDur: time.Second,
-		floodDur: time.Second, floodConc: 32, pin: true, portkey: true, postgres: true, fleet: true}
+		floodDur: time.Second, floodConc: 32, pin: true, portkey: true, postgres: true, fleet: true,
+		wrk: true, wrkReps: 1, wrkConc: 32, wrkDur: 2 * time.Second, fixed: []float64{0.5, 0.8}, fixedDur: 2 * time.Second}
 }
 
 func fullOptions() options {
 	return options{reps: 3, conc: []int{1, 32, 256}, slowConc: 256, thrDur: 2 * time.Second,
 		latRate: 500, latDur: 4 * time.Second, streamConc: 32, bigStreams: 1000,
 		bodySizes: []int{1 << 10, 100 << 10, 1 << 20, 10 << 20}, bodyDur: 2 * time.Second,
-		floodDur: 2 * time.Second, floodConc: 32, pin: true, portkey: true, postgres: true, fleet: true}
+		floodDur: 2 * time.Second, floodConc: 32, pin: true, portkey: true, postgres: true, fleet: true,
+		wrk: true, wrkReps: 3, wrkConc: 32, wrkDur: 4 * time.Second, fixed: []float64{0.5, 0.8}, fixedDur: 4 * time.Second}
 }
 
 func main() {
@@ -93,8 +112,15 @@ func main() {
 	profile := flag.String("profile", "", "write a CPU profile of caddy, taken while lane (c) runs at -profile-conc, to this file")
 	profileConc := flag.Int("profile-conc", 32, "the concurrency at which -profile and -trace are taken")
 	traceFile := flag.String("trace", "", "write an execution trace of caddy, taken while lane (c) runs at -profile-conc (in the last repetition), to this file")
+	traceWrk := flag.String("trace-wrk", "", "write an execution trace of caddy, taken while the wrk lane runs lane (c) (in its last repetition), to this file, and one of lane (b)'s to the same name with -plain before the extension")
+	wrk := flag.Bool("wrk", true, "run the wrk lane (wrk -t1 against lanes (b), (c), (i) and the peers) when wrk is installed")
+	wrkReps := flag.Int("wrk-reps", 0, "repetitions of the wrk lane (default 1 with -quick, else 3)")
+	fixed := flag.String("fixed", "", "open-loop rates as fractions of lane (b)'s closed-loop capacity at c=32, comma-separated (default 0.5,0.8; none: off)")
+	fixedBase := flag.String("fixed-base", "bench", "what the -fixed fractions are of: lane (b)'s capacity in the bench's closed loop at c=32 (bench) or on the wrk lane (wrk; the bench's closed loop when the wrk lane did not run)")
+	var peers peerFlags
+	flag.Var(&peers, "peer", "another gateway as a lane, name=command (repeatable; e.g. gomodel=/path/to/gomodel); see bench/peers.go")
 	dur := flag.Duration("dur", 0, "the length of each throughput measurement (default 1s with -quick, else 2s)")
-	only := flag.String("only", "", "measure only this figure (throughput or streams); for tuning, the report is not written")
+	only := flag.String("only", "", "measure only this figure (throughput, streams, or tail: c=32 closed loop, the wrk lane and the fixed-rate open loop); for tuning, the report is not written")
 	sandboxOnly := flag.Bool("sandbox", false, "measure only what the sandbox adds to a bash call (through the binary's `agentgate sandbox bench`) and write <date>-sandbox.md")
 	soakDur := flag.Duration("soak", 0, "run the soak for this long (e.g. 1h) and write <date>-soak.md and <date>-soak.svg; 0: no soak")
 	soakRate := flag.Int("soak-rate", 0, "the soak's gateway rate, requests per second (default: half the capacity measured at its start)")
@@ -106,7 +132,28 @@ func main() {
 		o = quickOptions()
 	}
 	o.portkey, o.postgres, o.fleet, o.pin, o.bin, o.profile, o.profileConc = *portkey, *postgres, *fleet, *pin, *bin, *profile, *profileConc
-	o.trace = *traceFile
+	o.trace, o.traceWrk, o.wrk, o.peers, o.fixedBase = *traceFile, *traceWrk, *wrk, peers, *fixedBase
+	if o.fixedBase != "bench" && o.fixedBase != "wrk" {
+		fmt.Fprintln(os.Stderr, "bench: -fixed-base takes bench or wrk")
+		os.Exit(2)
+	}
+	if *wrkReps > 0 {
+		o.wrkReps = *wrkReps
+	}
+	if *fixed != "" {
+		o.fixed = nil
+		for _, f := range strings.Split(*fixed, ",") {
+			if f = strings.TrimSpace(f); f == "" || f == "none" {
+				continue
+			}
+			v, err := strconv.ParseFloat(f, 64)
+			if err != nil || v <= 0 || v > 2 {
+				fmt.Fprintf(os.Stderr, "bench: -fixed takes fractions such as 0.5,0.8 (got %q)\n", f)
+				os.Exit(2)
+			}
+			o.fixed = append(o.fixed, v)
+		}
+	}
 	if *dur > 0 {
 		o.thrDur = *dur
 	}
@@ -114,10 +161,14 @@ func main() {
 	case "":
 	case "throughput": // lanes (p) and (p2) and the budget race still run
 		o.latRate, o.streamConc, o.bigStreams, o.bodySizes, o.floodDur = 0, 0, 0, nil, 0
+		o.wrk, o.fixed = false, nil
+	case "tail": // lane (b)'s capacity at c=32, the wrk lane, the fixed-rate open loop
+		o.conc, o.slowConc, o.latRate, o.streamConc, o.bigStreams, o.bodySizes, o.floodDur = []int{32}, 0, 0, 0, 0, nil, 0
 	case "streams":
 		o.conc, o.slowConc, o.latRate, o.bigStreams, o.bodySizes, o.floodDur = nil, 0, 0, 0, nil, 0
+		o.wrk, o.fixed = false, nil
 	default:
-		fmt.Fprintln(os.Stderr, "bench: -only takes throughput or streams")
+		fmt.Fprintln(os.Stderr, "bench: -only takes throughput, streams or tail")
 		os.Exit(2)
 	}
 	o.progressOut = os.Stderr
@@ -185,7 +236,7 @@ func main() {
 	if *only != "" {
 		for _, c := range res.conds {
 			fmt.Printf("%-32s", c)
-			for _, l := range []string{"a", "b", "c", "i", "p", "p2", "d"} {
+			for _, l := range res.laneIDs {
 				if v := res.thr[c][l]; len(v) > 0 {
 					fmt.Printf("  (%s) %6.0f", l, median(v))
 					if u := res.thrCPU[c][l]; len(u) > 0 {
@@ -195,6 +246,7 @@ func main() {
 			}
 			fmt.Println("  req/s, server CPU per request")
 		}
+		fmt.Print(res.tailSummary())
 		fmt.Println(res.summary())
 		if s := res.fleetSummary(); s != "" {
 			fmt.Println(s)
@@ -260,6 +312,9 @@ func run(ctx context.Context, o options) (*results, error) {
 		logf("throughput %s", c.name)
 		for rep := range o.reps {
 			for _, l := range r.lanes {
+				if peerSkips(l.id, c.slow) {
+					continue
+				}
 				var prof, trace chan error
 				if l.id == "c" && c.conc == o.profileConc && c.slow == 0 {
 					if o.profile != "" && rep == 0 {
@@ -286,6 +341,15 @@ func run(ctx context.Context, o options) (*results, error) {
 			}
 			r.resetProviders()
 		}
+	}
+
+	if o.wrk {
+		if err := runWrkPhase(ctx, r, res, o, logf); err != nil {
+			return nil, err
+		}
+	}
+	if len(o.fixed) > 0 {
+		runFixedRates(ctx, r, res, o, body1k, logf)
 	}
 
 	if o.latRate > 0 {
@@ -375,7 +439,7 @@ func run(ctx context.Context, o options) (*results, error) {
 			return nil, err
 		}
 		res.usageSpent, res.usageReserved = spent, reserved
-		if (spent == res.usageWant && reserved == 0) || time.Now().After(deadline) {
+		if (spent == res.usageWant-costPerAnswer*moneyN(res.wrkCut) && reserved == 0) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -409,7 +473,119 @@ func run(ctx context.Context, o options) (*results, error) {
 // only (not streams, big streams or body sizes): (i) is lane (c)'s process
 // through the Inference API, (p) and (p2) measure the PostgreSQL store.
 func throughputOnly(id string) bool {
-	return id == "i" || id == "p" || id == "p2"
+	return id == "i" || id == "p" || id == "p2" || isPeer(id)
+}
+
+// runWrkPhase is the wrk lane: wrk against lanes (b), (c), (i) and the
+// peers, interleaved, o.wrkReps times; with o.traceWrk, an execution trace
+// of lane (c)'s process in the last repetition.
+func runWrkPhase(ctx context.Context, r *rig, res *results, o options, logf func(string, ...any)) error {
+	wrk := wrkPath()
+	if wrk == "" {
+		res.wrkMsg = "wrk lane skipped: wrk is not installed (apt-get install wrk)"
+		logf("%s", res.wrkMsg)
+		return nil
+	}
+	logf("wrk lane: wrk -t1 -c%d, %s each, %d repetitions", o.wrkConc, o.wrkDur, o.wrkReps)
+	body := chatBody(1024, false)
+	// wrk stops at its deadline with a request in flight on each
+	// connection: the provider may have answered one that the gateway,
+	// its client gone, never metered. What the provider answered to lanes
+	// (c) and (i) during the phase, against what the ledger settled, is
+	// that shortfall, kept apart so that the usage check stays exact for
+	// every other phase.
+	r.resetProviders()
+	answered0 := r.answeredFor("c")
+	spent0, err := r.gw.settled(ctx)
+	if err != nil {
+		return err
+	}
+	gwRuns := 0
+	for rep := range o.wrkReps {
+		for _, l := range r.lanes {
+			if !wrkLane(l.id) {
+				continue
+			}
+			var trace chan error
+			if o.traceWrk != "" && rep == o.wrkReps-1 {
+				switch l.id {
+				case "c":
+					trace = r.profile(ctx, "trace", o.wrkDur, o.traceWrk)
+				case "b": // plain Caddy's, to compare with
+					trace = r.profileOf(ctx, &gwNode{adminAddr: r.plainAdmin}, "trace", o.wrkDur, plainTraceFile(o.traceWrk))
+				}
+			}
+			wr, err := runWrk(ctx, wrk, r.work, l, body, o.wrkConc, o.wrkDur, r.pin)
+			if trace != nil {
+				if err := <-trace; err != nil {
+					logf("trace: %v", err)
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("wrk lane (%s): %v", l.id, err)
+			}
+			res.addWrk(l.id, wr)
+			if l.id == "c" || l.id == "i" {
+				gwRuns++
+			}
+		}
+		r.resetProviders()
+	}
+	// Requests wrk cut off may still be inside the gateway: let them
+	// reach the provider before counting.
+	time.Sleep(time.Second)
+	r.resetProviders()
+	spent1, err := r.gw.settled(ctx)
+	if err != nil {
+		return err
+	}
+	answered := r.answeredFor("c") - answered0
+	res.wrkCut = answered - int((spent1-spent0)/costPerAnswer)
+	res.wrkCutMax = gwRuns * o.wrkConc
+	return nil
+}
+
+// plainTraceFile is where -trace-wrk writes lane (b)'s trace: beside
+// lane (c)'s, "-plain" before the extension.
+func plainTraceFile(file string) string {
+	ext := filepath.Ext(file)
+	return strings.TrimSuffix(file, ext) + "-plain" + ext
+}
+
+// runFixedRates is the open loop at fixed rates: each a fraction of lane
+// (b)'s closed-loop capacity at c=32 (the median of this run), against
+// lanes (b), (c), (i) and the peers, interleaved.
+func runFixedRates(ctx context.Context, r *rig, res *results, o options, body []byte, logf func(string, ...any)) {
+	c32 := res.cond32()
+	capacity := median(res.thr[c32]["b"])
+	if c32 == "" || capacity <= 0 {
+		res.fixedMsg = "fixed-rate open loop skipped: lane (b)'s capacity at c=32 was not measured"
+		logf("%s", res.fixedMsg)
+		return
+	}
+	res.fixedBase = "the bench's closed loop at c=32"
+	if o.fixedBase == "wrk" && len(res.wrk["b"]) > 0 {
+		capacity = res.wrkMedian("b", func(x wrkResult) float64 { return x.rps })
+		res.fixedBase = fmt.Sprintf("the wrk lane (-c%d)", o.wrkConc)
+	}
+	res.fixedCap = capacity
+	for _, f := range o.fixed {
+		rate := int(f * capacity)
+		if rate < 1 {
+			continue
+		}
+		logf("open loop at %.0f%% of (b)'s capacity: %d req/s, %s each", 100*f, rate, o.fixedDur)
+		for range o.reps {
+			for _, l := range r.lanes {
+				if !wrkLane(l.id) {
+					continue
+				}
+				or := openRun(ctx, l, 0, body, rate, o.fixedDur)
+				res.addFixed(f, rate, l.id, or)
+			}
+			r.resetProviders()
+		}
+	}
 }
 
 // floodRun sends requests with an invalid key; answers other than 401 count

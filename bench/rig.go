@@ -137,6 +137,7 @@ type rig struct {
 	providers  [2]*fakeprovider.Provider
 	caddy      *exec.Cmd // lane (c): the agentgate app and llm_gateway
 	plainCaddy *exec.Cmd // lane (b): plain reverse_proxy
+	plainAdmin string    // lane (b)'s admin endpoint (profiles and traces only)
 	caddyLog   *os.File
 	gw         *gwNode // lane (c)
 	pg         *gwNode // lane (p): llm_gateway on PostgreSQL; nil when skipped
@@ -147,6 +148,7 @@ type rig struct {
 	portkey    *exec.Cmd
 	started    []*exec.Cmd // every caddy process, stopped by close
 	portkeyMsg string
+	peerMsgs   []string // why a peer given with -peer is not a lane
 	lanes      []*lane
 
 	mu           sync.Mutex
@@ -239,7 +241,10 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 		debug = "\tdebug\n"
 	}
 	var cfB, cfC strings.Builder
-	fmt.Fprintf(&cfB, "{\n%s\tadmin off\n}\n\n", debug)
+	// Lane (b)'s admin endpoint serves only its profiles and traces
+	// (-trace-wrk); it is off the request path.
+	r.plainAdmin = freeAddr()
+	fmt.Fprintf(&cfB, "{\n%s\tadmin %s\n}\n\n", debug, r.plainAdmin)
 	for i, a := range siteB {
 		fmt.Fprintf(&cfB, "http://%s {\n\tbind 127.0.0.1\n\treverse_proxy %s\n}\n\n", a, strings.TrimPrefix(r.providers[i].URL, "http://"))
 	}
@@ -313,6 +318,16 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 	} else {
 		r.portkeyMsg = "lane (d) Portkey skipped: not requested (-portkey=false)"
 	}
+	for _, p := range o.peers {
+		pl, err := r.startPeer(ctx, p, logf)
+		if err != nil {
+			msg := fmt.Sprintf("peer %s skipped: %v", p.name, err)
+			r.peerMsgs = append(r.peerMsgs, msg)
+			logf("%s", msg)
+			continue
+		}
+		r.lanes = append(r.lanes, pl)
+	}
 	ok = true
 	return r, nil
 }
@@ -320,13 +335,18 @@ func startRig(ctx context.Context, o options, logf func(string, ...any)) (*rig, 
 // profile takes a CPU profile ("profile") or an execution trace ("trace") of caddy for d through the admin endpoint's
 // pprof handler and writes it to file.
 func (r *rig) profile(ctx context.Context, kind string, d time.Duration, file string) chan error {
+	return r.profileOf(ctx, r.gw, kind, d, file)
+}
+
+// profileOf is profile of the process behind node n's admin endpoint.
+func (r *rig) profileOf(ctx context.Context, n *gwNode, kind string, d time.Duration, file string) chan error {
 	done := make(chan error, 1)
 	go func() {
 		secs := int(d / time.Second)
 		if secs < 1 {
 			secs = 1
 		}
-		st, b, err := r.gw.admin(ctx, "GET", fmt.Sprintf("/debug/pprof/%s?seconds=%d", kind, secs), nil)
+		st, b, err := n.admin(ctx, "GET", fmt.Sprintf("/debug/pprof/%s?seconds=%d", kind, secs), nil)
 		if err == nil && st != 200 {
 			err = fmt.Errorf("pprof answered %d", st)
 		}
@@ -400,6 +420,11 @@ func (r *rig) startCaddy(name, caddyfile string) (*exec.Cmd, error) {
 	c := r.serverCommand(r.bin, "run", "--config", cfPath, "--adapter", "caddyfile")
 	c.Env = append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(r.work, "xdg-data-"+name), "XDG_CONFIG_HOME="+filepath.Join(r.work, "xdg-config-"+name))
 	c.Env = append(c.Env, "GOMAXPROCS="+serverProcs())
+	if v := os.Getenv("AGENTGATE_BENCH_GATEWAY_GOGC"); v != "" && name != "plain" {
+		// For experiments with the gateway's garbage collector: GOGC of
+		// every agentgate process, not of plain Caddy's.
+		c.Env = append(c.Env, "GOGC="+v)
+	}
 	c.Stdout, c.Stderr = r.caddyLog, r.caddyLog
 	if err := c.Start(); err != nil {
 		return nil, err
@@ -535,6 +560,27 @@ func (r *rig) resetProviders() (received int) {
 		p.SetBehavior(b)
 	}
 	return received
+}
+
+// answeredFor is how many requests the provider answered to the lane
+// tagged tag so far (as of the last resetProviders).
+func (r *rig) answeredFor(tag string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.answered[tag]
+}
+
+// settled waits (up to 20 s) until nothing is reserved on the node's
+// service account and returns its spend.
+func (n *gwNode) settled(ctx context.Context) (money.Pico, error) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		spent, reserved, err := n.spend(ctx)
+		if err != nil || reserved == 0 || time.Now().After(deadline) {
+			return spent, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // spend reads the service account's spend and reservations from the admin API.

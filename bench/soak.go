@@ -61,7 +61,7 @@ type soakLimits struct {
 	why                     string // where the limits come from, for the report
 }
 
-// hourLimits are the issue's: 1 MB of heap, 10 goroutines and one open
+// hourLimits are the soak's limits: 1 MB of heap, 10 goroutines and one open
 // file per hour.
 var hourLimits = soakLimits{heapMB: 1, goroutines: 10, fds: 1, why: "the one-hour soak's limits"}
 

@@ -236,6 +236,13 @@ const (
 )
 
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/v1/models") {
+		// OpenAI's model list, which some gateways read at start (the
+		// bench's peers); not recorded, as it is no inference request.
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"object":"list","data":[{"id":"gpt-4o-mini","object":"model","created":1700000000,"owned_by":"openai"}]}`)
+		return
+	}
 	body, _ := io.ReadAll(r.Body)
 	rec := &Received{Method: r.Method, Host: r.Host, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
 	p.mu.Lock()

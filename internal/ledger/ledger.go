@@ -72,7 +72,12 @@ type Ledger struct {
 	// Settlements go through one writer that batches them: one transaction
 	// (and one sync to disk) for many requests, and no conflicts between
 	// settlements on a shared budget record.
-	queue     chan *settlement
+	queue chan *settlement
+	// urgent tells a lingering writer that a synchronous entry is queued,
+	// or a full batch: the writer does not take settlements one by one
+	// while it lingers (each would wake it, a goroutine switch per
+	// request), so the queue alone does not reach it then.
+	urgent    chan struct{}
 	sendMu    sync.RWMutex // held shared by senders, exclusively by Close
 	closed    bool
 	stop      chan struct{}
@@ -119,7 +124,7 @@ func New(st store.Store, clk clock.Clock) *Ledger {
 		clk = clock.Real{}
 	}
 	l := &Ledger{store: st, clock: clk, members: map[string]*member{},
-		queue: make(chan *settlement, queueLen), stop: make(chan struct{}), writerEnd: make(chan struct{})}
+		queue: make(chan *settlement, queueLen), urgent: make(chan struct{}, 1), stop: make(chan struct{}), writerEnd: make(chan struct{})}
 	l.linger = linger
 	if sh, ok := st.(interface{ Shared() bool }); ok && sh.Shared() {
 		l.shared, l.node = true, newNodeID()
@@ -271,6 +276,12 @@ func (l *Ledger) send(s *settlement) bool {
 		return false
 	}
 	l.queue <- s
+	if s.sync || len(l.queue) >= maxBatch {
+		select {
+		case l.urgent <- struct{}{}:
+		default: // the writer has been told already
+		}
+	}
 	return true
 }
 
@@ -327,37 +338,44 @@ const linger = 2 * time.Millisecond
 
 // fill gathers a batch: whatever is queued, then, unless a synchronous
 // settlement is waiting, what arrives within linger, up to maxBatch.
+//
+// While it lingers the writer sleeps on a timer rather than receiving
+// each settlement as it comes: a receive per settlement would wake the
+// writer once per request, and on a busy core every wake-up is a
+// goroutine switch that the requests' goroutines wait behind. A
+// synchronous settlement, or a full batch in the queue, ends the linger
+// through l.urgent.
 func (l *Ledger) fill(first *settlement) []*settlement {
 	batch := []*settlement{first}
 	urgent := first.sync
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for len(batch) < maxBatch {
-		select {
-		case s := <-l.queue:
-			batch, urgent = append(batch, s), urgent || s.sync
-			continue
-		default:
-		}
-		if urgent {
-			return batch
-		}
-		if timer == nil {
-			timer = time.NewTimer(l.linger)
-		}
-		select {
-		case s := <-l.queue:
-			batch, urgent = append(batch, s), urgent || s.sync
-		case <-timer.C:
-			return batch
-		case <-l.stop:
-			return batch
+	// A signal sent before the drain below is for entries it takes.
+	select {
+	case <-l.urgent:
+	default:
+	}
+	drain := func() {
+		for len(batch) < maxBatch {
+			select {
+			case s := <-l.queue:
+				batch, urgent = append(batch, s), urgent || s.sync
+				continue
+			default:
+			}
+			return
 		}
 	}
+	drain()
+	if urgent || len(batch) >= maxBatch {
+		return batch
+	}
+	timer := time.NewTimer(l.linger)
+	select {
+	case <-timer.C:
+	case <-l.urgent:
+	case <-l.stop:
+	}
+	timer.Stop()
+	drain()
 	return batch
 }
 

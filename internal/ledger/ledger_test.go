@@ -358,6 +358,59 @@ func TestSettlementsShareTransactionsAtLowConcurrency(t *testing.T) {
 	}
 }
 
+// A lingering writer sleeps out its linger instead of taking settlements
+// as they come: a synchronous Settle, or a full batch in the queue, must
+// still end the linger (here an hour long: the test would hang otherwise).
+func TestLingerEndsForSettleAndFullBatch(t *testing.T) {
+	st := open(t, t.TempDir())
+	defer st.Close()
+	clk := clock.NewFake(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	l := New(st, clk)
+	defer l.Close()
+	l.linger = time.Hour
+	done := make(chan error, 2*maxBatch)
+	settle := func(i int, sync bool) {
+		r, err := l.Reserve(ctx, "wrk_a", "sa_x", usd("0.01"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := record(clk, "wrk_a", "sa_x", usd("0.01"))
+		rec.ID = fmt.Sprintf("%s%08d", UsageID(clk.Now())[:16], i)
+		if sync {
+			if err := r.Settle(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		r.SettleAsync(rec, func(err error) { done <- err })
+	}
+	settle(0, false) // the writer takes it and lingers
+	settle(1, true)  // returns once written: the Settle ended the linger
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Two batches' worth more: the writer takes the first and lingers;
+	// the queue filling up to a batch ends the linger, and that batch is
+	// written without waiting for the hour.
+	for i := range 2 * maxBatch {
+		settle(2+i, false)
+	}
+	for range maxBatch {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle(2*maxBatch+2, true) // and the rest with it
+	l.Wait()
+	count := 0
+	st.View(ctx, func(tx store.Tx) error {
+		return tx.Usage("wrk_a", "", func(*store.UsageRecord) (bool, error) { count++; return true, nil })
+	})
+	if want := 2*maxBatch + 3; count != want {
+		t.Fatalf("%d usage records, want %d", count, want)
+	}
+}
+
 // TestUsageIDSortsByTime pins the usage id: sixteen hex digits of the Unix
 // nanosecond, then eight random base62 characters, so ids sort by time.
 func TestUsageIDSortsByTime(t *testing.T) {
