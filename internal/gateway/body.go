@@ -7,10 +7,10 @@ import (
 	"math/bits"
 	"net/http"
 	"sync"
-
-	"github.com/tidwall/gjson"
+	"sync/atomic"
 
 	"github.com/agentgate/agentgate/internal/apierr"
+	"github.com/agentgate/agentgate/internal/formats"
 )
 
 // Large request bodies are read into pooled buffers, so that a stream of
@@ -40,10 +40,15 @@ func poolClass(n int) int {
 	return c
 }
 
-// pooledBuf is a buffer of a pool class.
+// pooledBuf is a buffer of a pool class. refs counts its holders: the call
+// that read the body into it, and each upstream request body made of it
+// until the transport closes that body (the transport may still read it
+// after the round trip returns). The last to let go returns the buffer to
+// its pool.
 type pooledBuf struct {
 	b     []byte
 	class int
+	refs  atomic.Int32
 }
 
 func getPooled(n int) *pooledBuf {
@@ -51,13 +56,23 @@ func getPooled(n int) *pooledBuf {
 	if c < 0 {
 		return nil
 	}
-	if v, ok := bodyPools[c].Get().(*pooledBuf); ok {
-		return v
+	p, ok := bodyPools[c].Get().(*pooledBuf)
+	if !ok {
+		p = &pooledBuf{b: make([]byte, poolMin<<c), class: c}
 	}
-	return &pooledBuf{b: make([]byte, poolMin<<c), class: c}
+	p.refs.Store(1)
+	return p
 }
 
-func (p *pooledBuf) put() { bodyPools[p.class].Put(p) }
+// hold adds a holder of the buffer.
+func (p *pooledBuf) hold() { p.refs.Add(1) }
+
+// release lets go of the buffer; the last holder returns it to its pool.
+func (p *pooledBuf) release() {
+	if p.refs.Add(-1) == 0 {
+		bodyPools[p.class].Put(p)
+	}
+}
 
 // readPooled reads a body of the announced length into a pooled buffer.
 // It reports errTooLong when the body is longer than announced.
@@ -68,12 +83,12 @@ func readPooled(r io.Reader, n int) (*pooledBuf, []byte, error) {
 	}
 	body := p.b[:n]
 	if _, err := io.ReadFull(r, body); err != nil {
-		p.put()
+		p.release()
 		return nil, nil, err
 	}
 	var one [1]byte
 	if m, err := r.Read(one[:]); m > 0 || (err != nil && err != io.EOF) {
-		p.put()
+		p.release()
 		if err == nil {
 			err = errTooLong
 		}
@@ -84,25 +99,55 @@ func readPooled(r io.Reader, n int) (*pooledBuf, []byte, error) {
 
 var errTooLong = errors.New("request body longer than its Content-Length")
 
-// releasingBody is an upstream request body that returns its pooled buffer
-// when the transport closes it (the transport may still read the body
-// after the round trip returns, so the buffer is only reusable then).
-type releasingBody struct {
-	*bytes.Reader
-	once sync.Once
-	p    *pooledBuf
+// upstreamBody is an upstream request body: it reads the call's outgoing
+// Body, and lets go of the pooled buffer that Body is made of (when it is)
+// once the transport closes it. A read after that, or during it, cannot
+// reach a buffer that another request reuses: it fails.
+type upstreamBody struct {
+	formats.BodyReader
+	p      *pooledBuf
+	mu     sync.Mutex // held by reads and the close, with p only
+	closed bool
 }
 
-func (b *releasingBody) Close() error {
-	b.once.Do(b.p.put)
+func (b *upstreamBody) Read(dst []byte) (int, error) {
+	if b.p == nil {
+		return b.BodyReader.Read(dst)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	return b.BodyReader.Read(dst)
+}
+
+// WriteTo is Read's: the pieces are read under the lock.
+func (b *upstreamBody) WriteTo(w io.Writer) (int64, error) {
+	if b.p == nil {
+		return b.BodyReader.WriteTo(w)
+	}
+	return io.Copy(w, struct{ io.Reader }{b})
+}
+
+func (b *upstreamBody) Close() error {
+	if b.p == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		b.closed = true
+		b.p.release()
+	}
 	return nil
 }
 
-var _ io.ReadCloser = (*releasingBody)(nil)
+var _ io.ReadCloser = (*upstreamBody)(nil)
 
-// readBody reads a request body of at most max bytes that must be a JSON
-// object: large bodies of known length into a pooled buffer (returned with
-// it), others into a buffer of their own.
+// readBody reads a request body of at most max bytes: large bodies of
+// known length into a pooled buffer (returned with it), others into a
+// buffer of their own. Whether it is JSON is formats.ScanBody's to say.
 func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *pooledBuf, *apierr.Error) {
 	tooLarge := func() ([]byte, *pooledBuf, *apierr.Error) {
 		return nil, nil, apierr.New(http.StatusRequestEntityTooLarge, "PayloadTooLarge", "request body is larger than %d bytes", max)
@@ -118,45 +163,23 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *poole
 		}
 		return nil, nil, apierr.BadRequest("reading the request body failed")
 	}
-	var body []byte
-	var pooled *pooledBuf
 	if r.ContentLength >= poolMin {
 		p, b, err := readPooled(rd, int(r.ContentLength))
 		if err != nil {
 			return readFailed(err)
 		}
-		pooled, body = p, b
-	}
-	if pooled == nil {
-		var buf bytes.Buffer
-		if r.ContentLength > 0 {
-			// Room for the body and for the read that sees EOF: without it
-			// the buffer doubles (and copies) the whole body at its end.
-			buf.Grow(int(r.ContentLength) + bytes.MinRead)
+		if p != nil {
+			return b, p, nil
 		}
-		if _, err := buf.ReadFrom(rd); err != nil {
-			return readFailed(err)
-		}
-		body = buf.Bytes()
 	}
-	if !gjson.ValidBytes(body) || !isObject(body) {
-		if pooled != nil {
-			pooled.put()
-		}
-		return nil, nil, apierr.BadRequest("the request body must be a JSON object")
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		// Room for the body and for the read that sees EOF: without it
+		// the buffer doubles (and copies) the whole body at its end.
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
 	}
-	return body, pooled, nil
-}
-
-// isObject reports whether valid JSON is an object (without gjson.ParseBytes,
-// which copies the whole body).
-func isObject(body []byte) bool {
-	for _, c := range body {
-		switch c {
-		case ' ', '\t', '\n', '\r':
-			continue
-		}
-		return c == '{'
+	if _, err := buf.ReadFrom(rd); err != nil {
+		return readFailed(err)
 	}
-	return false
+	return buf.Bytes(), nil, nil
 }

@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -66,15 +64,16 @@ func (c *call) outgoing(ctx context.Context, to *upstream) *http.Request {
 		out.Header.Set(k, v)
 	}
 	out.Header.Set("Content-Type", "application/json")
-	body := c.body
-	if p := c.pooled; p != nil && !c.keepBody && len(body) > 0 && &body[0] == &p.b[0] {
-		out.Body = &releasingBody{Reader: bytes.NewReader(body), p: p}
-		c.pooled = nil
-	} else {
-		out.Body = io.NopCloser(bytes.NewReader(body))
+	body := &upstreamBody{}
+	body.Reset(&c.out)
+	if p := c.pooled; p != nil {
+		p.hold() // until the transport closes the body
+		body.p = p
 	}
-	out.ContentLength = int64(len(body))
-	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	out.Body = body
+	n := c.out.Len()
+	out.ContentLength = int64(n)
+	out.Header.Set("Content-Length", strconv.Itoa(n))
 	out.Header.Del("Transfer-Encoding")
 	out.TransferEncoding = nil
 	return out
