@@ -81,20 +81,28 @@ func readPooled(r io.Reader, n int) (*pooledBuf, []byte, error) {
 	if p == nil {
 		return nil, nil, nil
 	}
-	body := p.b[:n]
-	if _, err := io.ReadFull(r, body); err != nil {
+	body, err := readExactly(r, p.b[:n+1])
+	if err != nil {
 		p.release()
-		return nil, nil, err
-	}
-	var one [1]byte
-	if m, err := r.Read(one[:]); m > 0 || (err != nil && err != io.EOF) {
-		p.release()
-		if err == nil {
-			err = errTooLong
-		}
 		return nil, nil, err
 	}
 	return p, body, nil
+}
+
+// readExactly reads len(buf)-1 bytes into buf and checks that the body
+// ends there (the last byte of buf takes the read that must see EOF).
+func readExactly(r io.Reader, buf []byte) ([]byte, error) {
+	n := len(buf) - 1
+	if _, err := io.ReadFull(r, buf[:n]); err != nil {
+		return nil, err
+	}
+	if m, err := r.Read(buf[n:]); m > 0 || (err != nil && err != io.EOF) {
+		if err == nil {
+			err = errTooLong
+		}
+		return nil, err
+	}
+	return buf[:n], nil
 }
 
 var errTooLong = errors.New("request body longer than its Content-Length")
@@ -155,7 +163,9 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *poole
 	if r.ContentLength > max {
 		return tooLarge()
 	}
-	rd := http.MaxBytesReader(w, r.Body, max)
+	if r.Body == nil {
+		return nil, nil, nil // no JSON object
+	}
 	readFailed := func(err error) ([]byte, *pooledBuf, *apierr.Error) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -163,21 +173,22 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *poole
 		}
 		return nil, nil, apierr.BadRequest("reading the request body failed")
 	}
-	if r.ContentLength >= poolMin {
-		p, b, err := readPooled(rd, int(r.ContentLength))
+	if r.ContentLength > 0 {
+		// A body of known length is read to that length and no further
+		// (a longer one fails), so max holds without a MaxBytesReader;
+		// the buffer is exactly its size.
+		n := int(r.ContentLength)
+		p, b, err := readPooled(r.Body, n)
+		if p == nil && err == nil {
+			b, err = readExactly(r.Body, make([]byte, n+1))
+		}
 		if err != nil {
 			return readFailed(err)
 		}
-		if p != nil {
-			return b, p, nil
-		}
+		return b, p, nil
 	}
+	rd := http.MaxBytesReader(w, r.Body, max)
 	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		// Room for the body and for the read that sees EOF: without it
-		// the buffer doubles (and copies) the whole body at its end.
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
-	}
 	if _, err := buf.ReadFrom(rd); err != nil {
 		return readFailed(err)
 	}

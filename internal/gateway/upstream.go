@@ -63,7 +63,9 @@ func (c *call) outgoing(ctx context.Context, to *upstream) *http.Request {
 	for k, v := range c.conn.Headers {
 		out.Header.Set(k, v)
 	}
-	out.Header.Set("Content-Type", "application/json")
+	if ct := out.Header["Content-Type"]; len(ct) != 1 || ct[0] != "application/json" {
+		out.Header.Set("Content-Type", "application/json")
+	}
 	body := &upstreamBody{}
 	body.Reset(&c.out)
 	if p := c.pooled; p != nil {
@@ -73,10 +75,24 @@ func (c *call) outgoing(ctx context.Context, to *upstream) *http.Request {
 	out.Body = body
 	n := c.out.Len()
 	out.ContentLength = int64(n)
-	out.Header.Set("Content-Length", strconv.Itoa(n))
+	if !headerCount(out.Header["Content-Length"], n) {
+		// The client's header holds the length but for a body that
+		// edits changed (or a body of unknown length).
+		out.Header.Set("Content-Length", strconv.Itoa(n))
+	}
 	out.Header.Del("Transfer-Encoding")
 	out.TransferEncoding = nil
 	return out
+}
+
+// headerCount reports whether a header's values are the one count n > 0,
+// spelled as strconv.Itoa spells it.
+func headerCount(v []string, n int) bool {
+	if len(v) != 1 || v[0] == "" || v[0][0] < '1' || v[0][0] > '9' {
+		return false
+	}
+	m, err := strconv.Atoi(v[0])
+	return err == nil && m == n
 }
 
 type credentialKey struct{}
