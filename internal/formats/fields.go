@@ -191,6 +191,10 @@ func (f *Fields) Keep() {
 	}
 }
 
+// KeepModel copies the body's model (BodyModel, and RequestedModel's
+// answer) out of the body, like Keep but for the model alone.
+func (f *Fields) KeepModel() { keepResult(&f.model) }
+
 // keepResult copies a value's text; a string without escapes is read from the
 // copy.
 func keepResult(v *gjson.Result) {

@@ -13,27 +13,24 @@ import (
 	"github.com/agentgate/agentgate/internal/formats"
 )
 
-// Large request bodies are read into pooled buffers, so that a stream of
-// multi-megabyte requests reuses a few buffers instead of leaving one
-// garbage body per request for the collector (which let the heap grow to
-// several times the body size). Bodies under poolMin, or of unknown
-// length, use ordinary allocations.
+// Request bodies of known length are read into pooled buffers, so that a
+// stream of requests reuses a few buffers instead of leaving one garbage
+// body per request for the collector (with multi-megabyte bodies, that let
+// the heap grow to several times the body size). Bodies of unknown length,
+// or over the largest class, use ordinary allocations.
 const (
-	poolMin     = 1 << 20 // 1 MiB
-	poolClasses = 7       // 1, 2, 4 … 64 MiB
+	poolMinShift = 11 // the smallest class: 2 KiB
+	poolClasses  = 16 // 2, 4, 8 KiB … 64 MiB
 )
 
 var bodyPools [poolClasses]sync.Pool
 
 // poolClass is the class whose buffers hold n bytes, or -1.
 func poolClass(n int) int {
-	if n < poolMin {
+	if n <= 0 {
 		return -1
 	}
-	c := bits.Len(uint(n-1)) - 20 // 1 MiB → 0
-	if c < 0 {
-		c = 0
-	}
+	c := max(bits.Len(uint(n-1))-poolMinShift, 0)
 	if c >= poolClasses {
 		return -1
 	}
@@ -58,7 +55,7 @@ func getPooled(n int) *pooledBuf {
 	}
 	p, ok := bodyPools[c].Get().(*pooledBuf)
 	if !ok {
-		p = &pooledBuf{b: make([]byte, poolMin<<c), class: c}
+		p = &pooledBuf{b: make([]byte, 1<<(poolMinShift+c)), class: c}
 	}
 	p.refs.Store(1)
 	return p
@@ -153,9 +150,9 @@ func (b *upstreamBody) Close() error {
 
 var _ io.ReadCloser = (*upstreamBody)(nil)
 
-// readBody reads a request body of at most max bytes: large bodies of
-// known length into a pooled buffer (returned with it), others into a
-// buffer of their own. Whether it is JSON is formats.ScanBody's to say.
+// readBody reads a request body of at most max bytes: a body of known
+// length into a pooled buffer (returned with it), others into a buffer of
+// their own. Whether it is JSON is formats.ScanBody's to say.
 func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *pooledBuf, *apierr.Error) {
 	tooLarge := func() ([]byte, *pooledBuf, *apierr.Error) {
 		return nil, nil, apierr.New(http.StatusRequestEntityTooLarge, "PayloadTooLarge", "request body is larger than %d bytes", max)
@@ -175,8 +172,7 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *poole
 	}
 	if r.ContentLength > 0 {
 		// A body of known length is read to that length and no further
-		// (a longer one fails), so max holds without a MaxBytesReader;
-		// the buffer is exactly its size.
+		// (a longer one fails), so max holds without a MaxBytesReader.
 		n := int(r.ContentLength)
 		p, b, err := readPooled(r.Body, n)
 		if p == nil && err == nil {

@@ -323,7 +323,9 @@ func (c *call) readRequest() (string, *apierr.Error) {
 		return "", apierr.BadRequest("the request body must be a JSON object")
 	}
 	if pooled != nil {
-		c.fields.Keep() // the usage record keeps the model after the buffer went back
+		// The fields are read while the call holds the buffer, but the
+		// usage record keeps the model after it went back.
+		c.fields.KeepModel()
 	}
 	if e := c.fields.Refusal(); e != nil {
 		return "", e
