@@ -211,7 +211,7 @@ func keepResult(v *gjson.Result) {
 }
 
 // keySet holds the keys of one JSON object seen so far. Keys are equal
-// when they are equal after JSON unescaping (gjson unescapes them) and
+// when they are equal after JSON unescaping (ScanBody unescapes them) and
 // Unicode case folding, since some providers' JSON decoders match names
 // without regard to case; for a format that folds keys, also when they
 // differ only in the snake_case and lowerCamelCase spellings of a name,

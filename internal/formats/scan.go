@@ -19,7 +19,11 @@ const MaxDepth = 10000
 // ScanBody reads a request body of format f in one pass: it checks that the
 // body is one JSON object and finds the Fields the gateway reads, with the
 // refusals of ScanFields (a repeated key, another spelling of a key it
-// reads). ok is false when the body is not a JSON object.
+// reads). ok is false when the body is not a JSON object. A format that
+// folds keys makes the two spellings of a field name (generationConfig
+// and generation_config) count as the same key; a key with escapes is
+// compared unescaped, an unpaired surrogate escape read as U+FFFD (gjson
+// read it together with the escape after it).
 //
 // The JSON it accepts is RFC 8259's: strings of valid UTF-8 with no
 // unescaped control characters and only the escapes the RFC lists, numbers

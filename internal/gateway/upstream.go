@@ -105,9 +105,23 @@ type credential struct {
 }
 
 // WithCredential returns ctx carrying a connection kind's provider
-// credential for AddCredential.
+// credential for UpstreamRequest.
 func WithCredential(ctx context.Context, kind, secret string) context.Context {
-	return context.WithValue(ctx, credentialKey{}, &credential{kind: kind, secret: secret})
+	return &credentialContext{Context: ctx, c: credential{kind: kind, secret: secret}}
+}
+
+// credentialContext is context.WithValue(ctx, credentialKey{}, &c) in one
+// allocation instead of two.
+type credentialContext struct {
+	context.Context
+	c credential
+}
+
+func (ctx *credentialContext) Value(key any) any {
+	if _, ok := key.(credentialKey); ok {
+		return &ctx.c
+	}
+	return ctx.Context.Value(key)
 }
 
 // proxyHeaders are the headers Caddy's reverse proxy adds about the client
