@@ -320,7 +320,7 @@ func (c *call) readRequest() (string, *apierr.Error) {
 	c.body, c.pooled, c.out = body, pooled, formats.NewBody(body)
 	var ok bool
 	if c.fields, ok = formats.ScanBody(body, route.Format); !ok {
-		return "", apierr.BadRequest("the request body must be a JSON object")
+		return "", apierr.BadRequest("the request body must be a JSON object (UTF-8, nested at most %d levels deep)", formats.MaxDepth)
 	}
 	if pooled != nil {
 		// The fields are read while the call holds the buffer, but the
