@@ -50,3 +50,39 @@ func BenchmarkGatewayChatRewrite(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGatewayChatParallel is BenchmarkGatewayChat from 256
+// concurrent clients (with two CPUs), the concurrency of the bench's
+// c=256 lane: ns/op is the CPU the client, the gateway and the fake
+// provider share per request.
+func BenchmarkGatewayChatParallel(b *testing.B) {
+	e := setup(b)
+	key := budgetedKey(b, e)
+	e.providers["openai"].Reset()
+	body := []byte(`{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"` + strings.Repeat("lorem ipsum ", 78) + `"}]}`)
+	url := e.base + "/custom/" + e.conns["openai"] + "/chat/completions"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	b.SetParallelism(128)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+		}
+	})
+	e.svc.Ledger.Wait()
+	e.providers["openai"].Reset()
+}
