@@ -82,12 +82,12 @@ func (anthropicWire) outputLimit(f *Fields) int64 { return count(f.maxTokens, fa
 // max_tokens, not beyond it.
 func (anthropicWire) extraOutput(*Fields) int64 { return 0 }
 
-func (anthropicWire) rewrite(_ Route, body []byte, _ *Fields, requested, upstream string) ([]byte, *apierr.Error) {
-	return rewriteBodyModel(body, requested, upstream)
+func (anthropicWire) rewrite(_ Route, b *Body, f *Fields, requested, upstream string) *apierr.Error {
+	return rewriteBodyModel(b, f, requested, upstream)
 }
 
 // prepareStream: a Messages stream always reports its usage.
-func (anthropicWire) prepareStream(body []byte, _ *Fields) ([]byte, bool) { return body, false }
+func (anthropicWire) prepareStream(*Body, *Fields) bool { return false }
 
 func (anthropicWire) errorBody(m map[string]any, status int, _, message string) {
 	m["type"] = "error"

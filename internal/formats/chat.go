@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/store"
@@ -65,21 +64,75 @@ func (chatWire) outputLimit(f *Fields) int64 {
 	return count(f.maxTokens, false)
 }
 
-func (chatWire) rewrite(_ Route, body []byte, _ *Fields, requested, upstream string) ([]byte, *apierr.Error) {
-	return rewriteBodyModel(body, requested, upstream)
+func (chatWire) rewrite(_ Route, b *Body, f *Fields, requested, upstream string) *apierr.Error {
+	return rewriteBodyModel(b, f, requested, upstream)
 }
 
 // prepareStream asks a stream for its usage chunk when the client did not,
 // and says to hide that chunk from it.
-func (chatWire) prepareStream(body []byte, f *Fields) ([]byte, bool) {
+func (chatWire) prepareStream(b *Body, f *Fields) bool {
 	if f.streamOptions.Get("include_usage").Bool() {
-		return body, false
+		return false
 	}
-	patched, err := sjson.SetBytes(body, "stream_options.include_usage", true)
-	if err != nil {
-		return body, false
+	return setIncludeUsage(b, f)
+}
+
+// setIncludeUsage sets stream_options.include_usage to true, with the
+// bytes sjson.SetBytes(body, "stream_options.include_usage", true) made:
+// the member's value replaced by true; else the member added at the end
+// of stream_options; else stream_options added at the end of the
+// top-level object, which is then sent from its opening brace to its
+// closing one (sjson drops the whitespace around it). A stream_options
+// that is not an object is replaced by one, except an array, which sjson
+// refused to edit: that body is sent as it is (false).
+func setIncludeUsage(b *Body, f *Fields) bool {
+	so := f.streamOptions
+	if !so.Exists() {
+		member := `,"stream_options":{"include_usage":true}`
+		if emptyObject(b.base[f.open : f.close+1]) {
+			member = member[1:]
+		}
+		lo, hi := b.lo, b.hi
+		b.lo, b.hi = f.open, f.close+1
+		if !b.replace(f.close, f.close, member, "", "") {
+			b.lo, b.hi = lo, hi
+			return false
+		}
+		return true
 	}
-	return patched, true
+	start, end, ok := b.span(so)
+	if !ok {
+		return false
+	}
+	if v := so.Get("include_usage"); v.Exists() { // its Index is in the body
+		start, end, ok := b.span(v)
+		return ok && b.replace(start, end, "true", "", "")
+	}
+	switch {
+	case so.IsObject():
+		end-- // its closing brace
+		member := `,"include_usage":true`
+		if emptyObject(so.Raw) {
+			member = member[1:]
+		}
+		return b.replace(end, end, member, "", "")
+	case so.IsArray():
+		return false
+	}
+	return b.replace(start, end, `{"include_usage":true}`, "", "")
+}
+
+// emptyObject reports whether an object's text (from its opening brace)
+// has no member.
+func emptyObject[T string | []byte](obj T) bool {
+	for i := 1; i < len(obj); i++ {
+		switch obj[i] {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return obj[i] == '}'
+	}
+	return true
 }
 
 func (chatWire) errorBody(m map[string]any, status int, tag, message string) {

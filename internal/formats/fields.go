@@ -4,10 +4,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
 	"github.com/agentgate/agentgate/internal/apierr"
 )
@@ -31,6 +29,13 @@ type Fields struct {
 	// keySet) of variantOf, a key the gateway reads: the gateway would not
 	// see it, a provider might.
 	variant, variantOf string
+	// countRequest is the request a Google token count wraps, under
+	// countKey (generateContentRequest, either spelling), and
+	// countDuplicate a key that it repeats.
+	countRequest             gjson.Result
+	countKey, countDuplicate string
+	// open and close are the offsets of the top-level object's braces.
+	open, close int
 }
 
 // Refusal is why the body is refused before anything else is read from
@@ -84,35 +89,43 @@ func (r Route) RequestedModel(f *Fields) (string, *apierr.Error) {
 func (r Route) Check(f *Fields) *apierr.Error { return r.Format.w().check(r, f) }
 
 // Rewrite checks the model a body names and rewrites it from requested to
-// upstream, keeping every other byte; a model in the path is rewritten by
-// UpstreamPath.
-func (r Route) Rewrite(body []byte, f *Fields, requested, upstream string) ([]byte, *apierr.Error) {
-	return r.Format.w().rewrite(r, body, f, requested, upstream)
+// upstream in b, keeping every other byte; a model in the path is
+// rewritten by UpstreamPath. b must be made of the body f was scanned
+// from.
+func (r Route) Rewrite(b *Body, f *Fields, requested, upstream string) *apierr.Error {
+	return r.Format.w().rewrite(r, b, f, requested, upstream)
 }
 
 // PrepareStream edits a streamed request so that its answer reports usage.
 // drop says that the client did not ask for that usage, and a Meter must
 // hide it (MeterOptions.DropUsageChunk).
-func (r Route) PrepareStream(body []byte, f *Fields) (_ []byte, drop bool) {
-	return r.Format.w().prepareStream(body, f)
+func (r Route) PrepareStream(b *Body, f *Fields) (drop bool) {
+	return r.Format.w().prepareStream(b, f)
 }
 
 // rewriteBodyModel sets the body's "model" to upstream when it differs
 // from the requested model.
-func rewriteBodyModel(body []byte, requested, upstream string) ([]byte, *apierr.Error) {
+func rewriteBodyModel(b *Body, f *Fields, requested, upstream string) *apierr.Error {
 	if upstream == requested {
-		return body, nil
+		return nil
 	}
-	out, err := sjson.SetBytes(body, "model", upstream)
-	if err != nil {
-		return nil, apierr.BadRequest("the model cannot be rewritten")
+	if !b.setString(f.model, "", upstream) {
+		return apierr.BadRequest("the model cannot be rewritten")
 	}
-	return out, nil
+	return nil
 }
 
 // readKeys are the top-level keys the gateway reads.
 var readKeys = [...]string{"model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "max_output_tokens",
 	"generationConfig", "generation_config"}
+
+// readKeysLower are readKeys in lower case.
+var readKeysLower = func() (l [len(readKeys)]string) {
+	for i, k := range readKeys {
+		l[i] = strings.ToLower(k)
+	}
+	return l
+}()
 
 // readKeyVariant returns the key the gateway reads that k is another
 // spelling of, or "". Only keys whose first letter could fold to m, s or g
@@ -124,6 +137,16 @@ func readKeyVariant(k string, fold bool) string {
 	if c := k[0] | 0x20; c != 'm' && c != 's' && c != 'g' && k[0] < utf8.RuneSelf {
 		return ""
 	}
+	if !fold && lowerASCII(k) {
+		// Folding leaves k as it is: it is another spelling of a key
+		// only if it is that key in lower case.
+		for i, name := range readKeysLower {
+			if k == name {
+				return readKeys[i]
+			}
+		}
+		return ""
+	}
 	for _, name := range readKeys {
 		if keysEqual(k, name, fold) {
 			return name
@@ -132,91 +155,63 @@ func readKeyVariant(k string, fold bool) string {
 	return ""
 }
 
+// lowerASCII reports whether s has no upper-case letter and no byte
+// outside ASCII: whether Unicode case folding leaves it as it is.
+func lowerASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
 // ScanFields reads the members of a request body of format f, which the
-// caller validated as a JSON object. It reads the body in place (gjson.ParseBytes would copy it
-// whole) and copies out only the members it keeps, which must outlive the
-// body's buffer (a pooled buffer is reused after the request). A format
-// that folds keys makes the two spellings of a field name
-// (generationConfig and generation_config) count as the same key.
+// caller validated as a JSON object, as ScanBody does, and copies out the
+// members it keeps (Keep), so that they outlive the body's buffer.
 //
 // In the same pass it checks that no key repeats, in the top-level object
 // and in the nested objects the gateway reads (stream_options and the
 // generation config with its thinking config), and that no top-level key
 // is another spelling of one the gateway reads ("Stream" alone would be
 // missed here and honoured by a provider whose decoder ignores case).
-func ScanFields(body []byte, format Format) (f Fields) {
-	f.format = format
-	fold := format.w().foldsKeys()
-	keys := keySet{fold: fold}
-	gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body))).ForEach(func(k, v gjson.Result) bool {
-		if keys.add(k.Str) {
-			f.duplicate = strings.Clone(k.Str)
-			return false
-		}
-		var dst *gjson.Result
-		nested := false // an object whose own keys must not repeat either
-		switch k.Str {
-		case "model":
-			dst = &f.model
-		case "stream":
-			dst = &f.stream
-		case "stream_options":
-			dst, nested = &f.streamOptions, true
-		case "max_tokens":
-			dst = &f.maxTokens
-		case "max_completion_tokens":
-			dst = &f.maxCompletionTokens
-		case "max_output_tokens":
-			dst = &f.maxOutput
-		case "generationConfig":
-			dst, nested = &f.generationConfig, true
-		case "generation_config":
-			dst, nested = &f.generationConfigSnakeCase, true
-		default:
-			if name := readKeyVariant(k.Str, fold); name != "" {
-				f.variant, f.variantOf = strings.Clone(k.Str), name
-				return false
-			}
-			return true
-		}
-		if nested {
-			if d := duplicateKey(v, fold, 1); d != "" {
-				f.duplicate = k.Str + "." + d
-				return false
-			}
-		}
-		v.Raw, v.Str = strings.Clone(v.Raw), strings.Clone(v.Str)
-		*dst = v
-		return true
-	})
+func ScanFields(body []byte, format Format) Fields {
+	f, _ := ScanBody(body, format)
+	f.Keep()
 	return f
 }
 
-// duplicateKey returns a key that an object repeats (as a dotted path), or
-// "". depth > 0 also looks into a thinking config object.
-func duplicateKey(obj gjson.Result, fold bool, depth int) (dup string) {
-	if !obj.IsObject() {
-		return ""
+// Keep copies the members the Fields hold out of the body they were
+// scanned from, which may then be reused. Offsets into the body (each
+// member's Index) stay as they were.
+func (f *Fields) Keep() {
+	for _, v := range [...]*gjson.Result{&f.model, &f.stream, &f.streamOptions, &f.maxTokens, &f.maxCompletionTokens,
+		&f.maxOutput, &f.generationConfig, &f.generationConfigSnakeCase, &f.countRequest} {
+		keepResult(v)
 	}
-	keys := keySet{fold: fold}
-	obj.ForEach(func(k, v gjson.Result) bool {
-		if keys.add(k.Str) {
-			dup = strings.Clone(k.Str)
-			return false
-		}
-		if depth > 0 && (k.Str == "thinkingConfig" || k.Str == "thinking_config") {
-			if d := duplicateKey(v, fold, depth-1); d != "" {
-				dup = k.Str + "." + d
-				return false
-			}
-		}
-		return true
-	})
-	return dup
+}
+
+// KeepModel copies the body's model (BodyModel, and RequestedModel's
+// answer) out of the body, like Keep but for the model alone.
+func (f *Fields) KeepModel() { keepResult(&f.model) }
+
+// keepResult copies a value's text; a string without escapes is read from the
+// copy.
+func keepResult(v *gjson.Result) {
+	if v.Raw == "" {
+		return
+	}
+	raw := strings.Clone(v.Raw)
+	if v.Type == gjson.String && len(v.Str) == len(raw)-2 && raw[1:len(raw)-1] == v.Str {
+		v.Str = raw[1 : len(raw)-1]
+	} else if v.Str != "" {
+		v.Str = strings.Clone(v.Str)
+	}
+	v.Raw = raw
 }
 
 // keySet holds the keys of one JSON object seen so far. Keys are equal
-// when they are equal after JSON unescaping (gjson unescapes them) and
+// when they are equal after JSON unescaping (ScanBody unescapes them) and
 // Unicode case folding, since some providers' JSON decoders match names
 // without regard to case; for a format that folds keys, also when they
 // differ only in the snake_case and lowerCamelCase spellings of a name,

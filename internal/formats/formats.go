@@ -5,7 +5,9 @@
 //   - its gateway routes and methods, where a client puts its key, and
 //     where a provider expects its credential (route.go, kinds.go);
 //   - the request fields the gateway reads (model, stream, output limits),
-//     the model rewrite and the request checks (fields.go);
+//     found in one pass that also checks the body is JSON (scan.go), the
+//     request checks (fields.go) and the model rewrite, made as edits of
+//     the body that copy nothing (body.go);
 //   - its error envelope and its model-list shape (envelope.go);
 //   - the usage its answers report, streamed or not, read by a Meter as
 //     the bytes pass (meter.go);
@@ -167,11 +169,11 @@ type requests interface {
 	extraOutput(f *Fields) int64
 	// rewrite checks and rewrites the model of a request body (the model
 	// of the path is rewritten by upstreamPath).
-	rewrite(r Route, body []byte, f *Fields, requested, upstream string) ([]byte, *apierr.Error)
+	rewrite(r Route, b *Body, f *Fields, requested, upstream string) *apierr.Error
 	// prepareStream edits a streamed request so that the answer reports
 	// usage; drop says the usage the client did not ask for must be hidden
 	// from it.
-	prepareStream(body []byte, f *Fields) (_ []byte, drop bool)
+	prepareStream(b *Body, f *Fields) (drop bool)
 }
 
 // envelopes: the shapes of gateway-made answers.

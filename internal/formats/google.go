@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
 	"github.com/agentgate/agentgate/internal/apierr"
 	"github.com/agentgate/agentgate/internal/store"
@@ -115,58 +114,55 @@ func (googleWire) check(r Route, f *Fields) *apierr.Error {
 // be the path's and is rewritten with it, so that the body cannot ask for a
 // model the path check did not see. A token count may wrap a whole
 // generate request, with its own model.
-func (googleWire) rewrite(r Route, body []byte, f *Fields, requested, upstream string) ([]byte, *apierr.Error) {
-	body, e := googleBodyModel(body, f.model, "model", requested, upstream)
-	if e != nil || r.Op != CountTokens {
-		return body, e
+func (googleWire) rewrite(r Route, b *Body, f *Fields, requested, upstream string) *apierr.Error {
+	if e := googleBodyModel(b, f.model, "model", requested, upstream); e != nil || r.Op != CountTokens {
+		return e
 	}
-	return googleCountRequest(body, requested, upstream)
+	return googleCountRequest(b, f, requested, upstream)
 }
 
 // googleBodyModel checks a model that a body names at path: it must be
 // the path's model, with or without "models/", and is rewritten to the
 // upstream id.
-func googleBodyModel(body []byte, m gjson.Result, path, requested, upstream string) ([]byte, *apierr.Error) {
+func googleBodyModel(b *Body, m gjson.Result, path, requested, upstream string) *apierr.Error {
 	if !m.Exists() {
-		return body, nil
+		return nil
 	}
-	if m.Type != gjson.String || (m.Str != requested && m.Str != "models/"+requested) {
-		return nil, apierr.BadRequest("%s must be the model of the path (%s)", path, requested)
+	named, prefixed := strings.CutPrefix(m.Str, "models/")
+	if m.Type != gjson.String || (m.Str != requested && (!prefixed || named != requested)) {
+		return apierr.BadRequest("%s must be the model of the path (%s)", path, requested)
 	}
 	if upstream == requested {
-		return body, nil
+		return nil
 	}
-	rewritten := upstream
-	if strings.HasPrefix(m.Str, "models/") {
-		rewritten = "models/" + upstream
+	prefix := ""
+	if prefixed {
+		prefix = "models/"
 	}
-	body, err := sjson.SetBytes(body, path, rewritten)
-	if err != nil {
-		return nil, apierr.BadRequest("the model cannot be rewritten")
+	if !b.setString(m, prefix, upstream) {
+		return apierr.BadRequest("the model cannot be rewritten")
 	}
-	return body, nil
+	return nil
 }
 
 // googleCountRequest checks the model that a token count may name in the
 // request it wraps (generateContentRequest.model, either spelling of the
 // outer name; both at once are a repeated key, refused before).
-func googleCountRequest(body []byte, requested, upstream string) ([]byte, *apierr.Error) {
-	outer := "generateContentRequest"
-	gcr := gjson.GetBytes(body, outer)
+func googleCountRequest(b *Body, f *Fields, requested, upstream string) *apierr.Error {
+	gcr := f.countRequest
 	if !gcr.Exists() {
-		outer = "generate_content_request"
-		if gcr = gjson.GetBytes(body, outer); !gcr.Exists() {
-			return body, nil
-		}
+		return nil
 	}
-	if d := duplicateKey(gcr, true, 0); d != "" {
-		return nil, apierr.BadRequest("the request body repeats the key %q; send each key once", outer+"."+d)
+	outer := f.countKey
+	if d := f.countDuplicate; d != "" {
+		return apierr.BadRequest("the request body repeats the key %q; send each key once", outer+"."+d)
 	}
-	return googleBodyModel(body, gcr.Get("model"), outer+".model", requested, upstream)
+	// Get gives the member's Index in the body.
+	return googleBodyModel(b, gcr.Get("model"), outer+".model", requested, upstream)
 }
 
 // prepareStream: Google streams always report usage.
-func (googleWire) prepareStream(body []byte, _ *Fields) ([]byte, bool) { return body, false }
+func (googleWire) prepareStream(*Body, *Fields) bool { return false }
 
 func (googleWire) errorBody(m map[string]any, status int, _, message string) {
 	m["error"] = map[string]any{"code": status, "message": message, "status": googleStatus(status)}

@@ -40,12 +40,12 @@ func (responsesWire) check(_ Route, f *Fields) *apierr.Error {
 	return checkCount(f.maxOutput, "max_output_tokens", false)
 }
 
-func (responsesWire) rewrite(_ Route, body []byte, _ *Fields, requested, upstream string) ([]byte, *apierr.Error) {
-	return rewriteBodyModel(body, requested, upstream)
+func (responsesWire) rewrite(_ Route, b *Body, f *Fields, requested, upstream string) *apierr.Error {
+	return rewriteBodyModel(b, f, requested, upstream)
 }
 
 // prepareStream: a Responses stream always ends with its usage.
-func (responsesWire) prepareStream(body []byte, _ *Fields) ([]byte, bool) { return body, false }
+func (responsesWire) prepareStream(*Body, *Fields) bool { return false }
 
 func (responsesWire) errorBody(m map[string]any, status int, tag, message string) {
 	openAIError(m, status, tag, message)

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"strings"
@@ -130,7 +129,7 @@ func (c *call) serveInference(p *service.Principal, perr *formats.ParseError) *a
 	c.rec = c.newRecord(p)
 	defer func() {
 		if c.pooled != nil {
-			c.pooled.put()
+			c.pooled.release()
 		}
 	}()
 	if e := c.admitInference(p); e != nil {
@@ -147,7 +146,7 @@ func (c *call) serveInference(p *service.Principal, perr *formats.ParseError) *a
 	}
 	var worst money.Pico
 	for _, t := range c.targets {
-		worst = max(worst, reservation(t.Model, &c.fields, len(c.body)))
+		worst = max(worst, reservation(t.Model, &c.fields, c.out.Len()))
 	}
 	return c.reserveAndForward(p, worst)
 }
@@ -182,21 +181,22 @@ func (c *call) admitInference(p *service.Principal) *apierr.Error {
 	return nil
 }
 
-// useTarget points the call at a target: its connection, model, body and
-// provider credential.
-func (c *call) useTarget(t service.Target, orig []byte, opts *formats.MeterOptions) *apierr.Error {
+// useTarget points the call at a target: its connection, model, body (the
+// client's, edited for the target: every target's body reads the same
+// buffer) and provider credential.
+func (c *call) useTarget(t service.Target, opts *formats.MeterOptions) *apierr.Error {
 	upstream := t.ModelID
 	if t.Model.UpstreamID != "" {
 		upstream = t.Model.UpstreamID
 	}
-	body, e := c.route.Rewrite(orig, &c.fields, c.requested, upstream)
-	if e != nil {
+	c.out = formats.NewBody(c.body)
+	if e := c.route.Rewrite(&c.out, &c.fields, c.requested, upstream); e != nil {
 		return e
 	}
 	if opts.StreamRequested {
-		body, opts.DropUsageChunk = c.route.PrepareStream(body, &c.fields)
+		opts.DropUsageChunk = c.route.PrepareStream(&c.out, &c.fields)
 	}
-	c.body, c.conn, c.model, c.upstream = body, t.Conn, t.Model, upstream
+	c.conn, c.model, c.upstream = t.Conn, t.Model, upstream
 	c.rec.Connection, c.rec.UpstreamModel = t.Conn.ID, upstream
 	secret, err := c.svc.Credential(t.Conn)
 	if err != nil {
@@ -211,9 +211,8 @@ func (c *call) useTarget(t service.Target, orig []byte, opts *formats.MeterOptio
 // is a plain forward; with several, each attempt's answer reaches the
 // client only if its status is not one to move on from.
 func (c *call) tryTargets(mw *meterWriter, opts *formats.MeterOptions) *apierr.Error {
-	orig := c.body
 	if len(c.targets) == 1 {
-		if e := c.useTarget(c.targets[0], orig, opts); e != nil {
+		if e := c.useTarget(c.targets[0], opts); e != nil {
 			return e
 		}
 		mw.opts = *opts
@@ -222,14 +221,6 @@ func (c *call) tryTargets(mw *meterWriter, opts *formats.MeterOptions) *apierr.E
 		return e
 	}
 	fb := c.p.Fallback.withDefaults()
-	c.keepBody = true // every attempt sends a body made from orig
-	if c.pooled != nil {
-		// A transport may still read an attempt's body after the attempt
-		// ended; a pooled buffer must not go back to its pool under it.
-		orig = bytes.Clone(orig)
-		c.pooled.put()
-		c.pooled = nil
-	}
 	header := c.r.Header.Clone()
 	deadline := time.Now().Add(fb.Deadline)
 	var attempts []store.Attempt
@@ -244,7 +235,7 @@ func (c *call) tryTargets(mw *meterWriter, opts *formats.MeterOptions) *apierr.E
 		if left <= 0 {
 			break
 		}
-		if e := c.useTarget(t, orig, opts); e != nil {
+		if e := c.useTarget(t, opts); e != nil {
 			attempts = append(attempts, store.Attempt{Connection: t.Conn.ID, Error: e.Tag})
 			continue
 		}

@@ -118,20 +118,22 @@ type call struct {
 	conn   *store.Connection
 	rec    *store.UsageRecord
 	fields formats.Fields
+	// body is the client's body, pooled its buffer when it is a pooled
+	// one, and out what goes upstream: body with the model (and stream
+	// options) rewritten.
 	body   []byte
 	pooled *pooledBuf
+	out    formats.Body
 	// model is the connection's model the request asked for; upstream is
 	// its provider id.
 	model    store.Model
 	upstream string
 	secret   string
 
-	// Inference API: the workspace model asked for, its targets in the
-	// order to try them, and whether attempts must leave the body to the
-	// call (several attempts send bodies made from it).
+	// Inference API: the workspace model asked for, and its targets in
+	// the order to try them.
 	requested string
 	targets   []service.Target
-	keepBody  bool
 
 	// ticket holds the request's counts against policy limits, settled
 	// with its tokens when it finishes.
@@ -177,7 +179,7 @@ func (c *call) serve(perr *formats.ParseError) *apierr.Error {
 	c.rec = c.newRecord(p)
 	defer func() {
 		if c.pooled != nil {
-			c.pooled.put() // unless the upstream request took it (see forward)
+			c.pooled.release() // upstream bodies made of it hold it on (see outgoing)
 		}
 	}()
 	if e := c.admit(); e != nil {
@@ -190,7 +192,7 @@ func (c *call) serve(perr *formats.ParseError) *apierr.Error {
 	}
 	// A token count is free: it is recorded but never reserved against a
 	// budget, so a member over budget can still count tokens.
-	return c.reserveAndForward(p, reservation(c.model, &c.fields, len(c.body)))
+	return c.reserveAndForward(p, reservation(c.model, &c.fields, c.out.Len()))
 }
 
 // reserveAndForward holds amount against the member's budgets (not for a
@@ -295,7 +297,7 @@ func (c *call) admit() *apierr.Error {
 	if model.UpstreamID != "" {
 		upstream = model.UpstreamID
 	}
-	if c.body, e = route.Rewrite(c.body, &c.fields, requested, upstream); e != nil {
+	if e := route.Rewrite(&c.out, &c.fields, requested, upstream); e != nil {
 		return e
 	}
 	c.model, c.upstream = model, upstream
@@ -320,8 +322,16 @@ func (c *call) readRequest() (string, *apierr.Error) {
 	if e != nil {
 		return "", e
 	}
-	c.body, c.pooled = body, pooled
-	c.fields = formats.ScanFields(body, route.Format)
+	c.body, c.pooled, c.out = body, pooled, formats.NewBody(body)
+	var ok bool
+	if c.fields, ok = formats.ScanBody(body, route.Format); !ok {
+		return "", apierr.BadRequest("the request body must be a JSON object (UTF-8, nested at most %d levels deep)", formats.MaxDepth)
+	}
+	if pooled != nil {
+		// The fields are read while the call holds the buffer, but the
+		// usage record keeps the model after it went back.
+		c.fields.KeepModel()
+	}
 	if e := c.fields.Refusal(); e != nil {
 		return "", e
 	}
@@ -356,7 +366,7 @@ func (c *call) forward(res *ledger.Reservation) (fe *apierr.Error) {
 	route := c.route
 	counting := route.Op == formats.CountTokens
 	opts := formats.MeterOptions{Format: route.Format, StreamRequested: !counting && (route.Stream() || c.fields.Stream()),
-		RequestBytes: int64(len(c.body))}
+		RequestBytes: int64(c.out.Len())}
 	mw := &c.mw
 	*mw = meterWriter{ResponseWriter: c.w, start: time.Now(), unmetered: counting}
 	// Account in a deferred call: a forwarder aborts a response cut by
@@ -385,7 +395,7 @@ func (c *call) forward(res *ledger.Reservation) (fe *apierr.Error) {
 		return c.tryTargets(mw, &opts)
 	}
 	if opts.StreamRequested {
-		c.body, opts.DropUsageChunk = route.PrepareStream(c.body, &c.fields)
+		opts.DropUsageChunk = route.PrepareStream(&c.out, &c.fields)
 	}
 	mw.opts = opts
 	return c.send(mw)

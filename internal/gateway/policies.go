@@ -36,7 +36,7 @@ func (c *call) checkPolicies(p *service.Principal, model string, maxOut int64) *
 	var reserve int64
 	if c.route.Op != formats.CountTokens {
 		// Saturates: a bound past int64 is refused by any token limit.
-		reserve = money.AddSat(int64(len(c.body)), maxOut)
+		reserve = money.AddSat(int64(c.out.Len()), maxOut)
 	}
 	now := c.svc.Clock.Now()
 	t, ref := c.p.quotas.Admit(now, keys, lims, reserve)

@@ -78,10 +78,11 @@ func TestReservationSaturates(t *testing.T) {
 	}
 }
 
-func TestIsObject(t *testing.T) {
-	for body, want := range map[string]bool{`{}`: true, " \n\t{\"a\":1}": true, ` [1]`: false, `"x"`: false, ``: false} {
-		if isObject([]byte(body)) != want {
-			t.Errorf("isObject(%q) = %v", body, !want)
+// Only a JSON object is a request body.
+func TestBodyMustBeAnObject(t *testing.T) {
+	for body, want := range map[string]bool{`{}`: true, " \n\t{\"a\":1} ": true, ` [1]`: false, `"x"`: false, ``: false, `{} {}`: false} {
+		if _, ok := formats.ScanBody([]byte(body), formats.Chat); ok != want {
+			t.Errorf("ScanBody(%q) accepts: %v", body, !want)
 		}
 	}
 }

@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -65,19 +63,36 @@ func (c *call) outgoing(ctx context.Context, to *upstream) *http.Request {
 	for k, v := range c.conn.Headers {
 		out.Header.Set(k, v)
 	}
-	out.Header.Set("Content-Type", "application/json")
-	body := c.body
-	if p := c.pooled; p != nil && !c.keepBody && len(body) > 0 && &body[0] == &p.b[0] {
-		out.Body = &releasingBody{Reader: bytes.NewReader(body), p: p}
-		c.pooled = nil
-	} else {
-		out.Body = io.NopCloser(bytes.NewReader(body))
+	if ct := out.Header["Content-Type"]; len(ct) != 1 || ct[0] != "application/json" {
+		out.Header.Set("Content-Type", "application/json")
 	}
-	out.ContentLength = int64(len(body))
-	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	body := &upstreamBody{}
+	body.Reset(&c.out)
+	if p := c.pooled; p != nil {
+		p.hold() // until the transport closes the body
+		body.p = p
+	}
+	out.Body = body
+	n := c.out.Len()
+	out.ContentLength = int64(n)
+	if !headerCount(out.Header["Content-Length"], n) {
+		// The client's header holds the length but for a body that
+		// edits changed (or a body of unknown length).
+		out.Header.Set("Content-Length", strconv.Itoa(n))
+	}
 	out.Header.Del("Transfer-Encoding")
 	out.TransferEncoding = nil
 	return out
+}
+
+// headerCount reports whether a header's values are the one count n > 0,
+// spelled as strconv.Itoa spells it.
+func headerCount(v []string, n int) bool {
+	if len(v) != 1 || v[0] == "" || v[0][0] < '1' || v[0][0] > '9' {
+		return false
+	}
+	m, err := strconv.Atoi(v[0])
+	return err == nil && m == n
 }
 
 type credentialKey struct{}
@@ -90,9 +105,23 @@ type credential struct {
 }
 
 // WithCredential returns ctx carrying a connection kind's provider
-// credential for AddCredential.
+// credential for UpstreamRequest.
 func WithCredential(ctx context.Context, kind, secret string) context.Context {
-	return context.WithValue(ctx, credentialKey{}, &credential{kind: kind, secret: secret})
+	return &credentialContext{Context: ctx, c: credential{kind: kind, secret: secret}}
+}
+
+// credentialContext is context.WithValue(ctx, credentialKey{}, &c) in one
+// allocation instead of two.
+type credentialContext struct {
+	context.Context
+	c credential
+}
+
+func (ctx *credentialContext) Value(key any) any {
+	if _, ok := key.(credentialKey); ok {
+		return &ctx.c
+	}
+	return ctx.Context.Value(key)
 }
 
 // proxyHeaders are the headers Caddy's reverse proxy adds about the client
