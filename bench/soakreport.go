@@ -115,10 +115,12 @@ func (res *soakResult) measures() []soakMeasure {
 	return []soakMeasure{
 		{"Go heap in use (after GC)", "MB", func(s soakSample) float64 { return float64(s.heapInuse) / (1 << 20) }, l.heapMB},
 		{"Goroutines", "", func(s soakSample) float64 { return float64(s.goroutines) }, l.goroutines},
-		{"Open files (all descriptors)", "", func(s soakSample) float64 { return float64(s.fds) }, l.fds},
+		{"Open descriptors, the store's tables and value logs apart", "", func(s soakSample) float64 { return float64(s.otherFDs()) }, l.fds},
 		{"RSS", "MB", func(s soakSample) float64 { return float64(s.rssKB) / 1024 }, 0},
 		{"Go heap live (after GC)", "MB", func(s soakSample) float64 { return float64(s.heapLive) / (1 << 20) }, 0},
+		{"Open descriptors, all", "", func(s soakSample) float64 { return float64(s.fds) }, 0},
 		{"Open files that are files (not sockets or pipes)", "", func(s soakSample) float64 { return float64(s.files) }, 0},
+		{"The store's open tables and value logs (grow with the store, by design)", "", func(s soakSample) float64 { return float64(s.storeFiles) }, 0},
 		{"Store on disk (grows by design)", "MB", func(s soakSample) float64 { return float64(s.storeBytes) / (1 << 20) }, 0},
 	}
 }
@@ -268,14 +270,14 @@ func (res *soakResult) markdown(svgName string) string {
 		"finishes (the Drain column: how long it took); the idle connections on both sides of the server are closed; then readings 300 ms " +
 		"apart (three or more, until two agree, at most six), each after a forced GC (the admin API's `/debug/pprof/heap?gc=1`), keep each figure's lowest. Heap and goroutines from Caddy's `/metrics`, " +
 		"RSS and descriptors from /proc. The two long-lived event clients and the sessions kept stay throughout.\n\n")
-	w("| Time | Drain | RSS MB | Heap in use MB | Heap live MB | Goroutines | Open fds | Of which files | Store MB |\n|---|---|---|---|---|---|---|---|---|\n")
+	w("| Time | Drain | RSS MB | Heap in use MB | Heap live MB | Goroutines | Open fds | Of which files | Of which the store's tables | Store MB |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range res.samples {
 		drain := x.quiet.Round(10 * time.Millisecond).String()
 		if !x.drained {
 			drain += " (not drained)"
 		}
-		w("| %v | %s | %.1f | %.1f | %.1f | %d | %d | %d | %.1f |\n", x.at.Round(time.Second), drain, float64(x.rssKB)/1024, float64(x.heapInuse)/(1<<20),
-			float64(x.heapLive)/(1<<20), x.goroutines, x.fds, x.files, float64(x.storeBytes)/(1<<20))
+		w("| %v | %s | %.1f | %.1f | %.1f | %d | %d | %d | %d | %.1f |\n", x.at.Round(time.Second), drain, float64(x.rssKB)/1024, float64(x.heapInuse)/(1<<20),
+			float64(x.heapLive)/(1<<20), x.goroutines, x.fds, x.files, x.storeFiles, float64(x.storeBytes)/(1<<20))
 	}
 	if res.goroutineDump != "" {
 		w("\n## Goroutines at the end (the slope failed)\n\n```\n%s\n```\n", tail(res.goroutineDump, 20000))
@@ -313,7 +315,7 @@ func (res *soakResult) svg() string {
 		{"RSS (MB)", "#4e79a7", func(s soakSample) float64 { return float64(s.rssKB) / 1024 }},
 		{"Go heap in use after GC (MB)", "#f28e2b", func(s soakSample) float64 { return float64(s.heapInuse) / (1 << 20) }},
 		{"Goroutines", "#e15759", func(s soakSample) float64 { return float64(s.goroutines) }},
-		{"Open file descriptors", "#76b7b2", func(s soakSample) float64 { return float64(s.fds) }},
+		{"Open descriptors, the store's tables apart", "#76b7b2", func(s soakSample) float64 { return float64(s.otherFDs()) }},
 	}
 	span := res.loadFor.Minutes()
 	if span <= 0 {
