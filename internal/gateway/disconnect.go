@@ -16,7 +16,8 @@ import (
 // to the gone client are dropped, see meterWriter) and the usage record
 // gets the provider's tokens and cost, with client_disconnected set. The
 // wait is bounded: DisconnectGrace after the client left, the upstream
-// request is cancelled as if the client had cancelled it.
+// request is cancelled as if the client had cancelled it. A client gone
+// before its request is forwarded is not forwarded to.
 //
 // A stream is not detached: when its client leaves, the upstream request
 // is cancelled at once (the provider stops producing) and the meter

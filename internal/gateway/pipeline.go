@@ -391,10 +391,12 @@ func (c *call) forward(res *ledger.Reservation) (fe *apierr.Error) {
 		c.finish(res, status, result)
 	}()
 	c.upstreamCtx = c.r.Context()
-	if !counting && !opts.StreamRequested {
+	if !counting && !opts.StreamRequested && c.r.Context().Err() == nil {
 		// The provider answers, and bills, a request it was handed even
 		// when the client leaves: its answer is read and metered to the
-		// end (disconnect.go).
+		// end (disconnect.go). A client already gone is not forwarded
+		// to: its cancelled context stops the forwarder before anything
+		// is sent, as before.
 		var release func()
 		c.upstreamCtx, release = c.p.detach(c.r.Context(), c.rec.RequestID, c.rec.Session)
 		defer release() // before the accounting above
