@@ -439,7 +439,7 @@ func run(ctx context.Context, o options) (*results, error) {
 			return nil, err
 		}
 		res.usageSpent, res.usageReserved = spent, reserved
-		if (spent == res.usageWant-costPerAnswer*moneyN(res.wrkCut) && reserved == 0) || time.Now().After(deadline) {
+		if (spent == res.usageWant && reserved == 0) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -488,19 +488,6 @@ func runWrkPhase(ctx context.Context, r *rig, res *results, o options, logf func
 	}
 	logf("wrk lane: wrk -t1 -c%d, %s each, %d repetitions", o.wrkConc, o.wrkDur, o.wrkReps)
 	body := chatBody(1024, false)
-	// wrk stops at its deadline with a request in flight on each
-	// connection: the provider may have answered one that the gateway,
-	// its client gone, never metered. What the provider answered to lanes
-	// (c) and (i) during the phase, against what the ledger settled, is
-	// that shortfall, kept apart so that the usage check stays exact for
-	// every other phase.
-	r.resetProviders()
-	answered0 := r.answeredFor("c")
-	spent0, err := r.gw.settled(ctx)
-	if err != nil {
-		return err
-	}
-	gwRuns := 0
 	for rep := range o.wrkReps {
 		for _, l := range r.lanes {
 			if !wrkLane(l.id) {
@@ -525,23 +512,15 @@ func runWrkPhase(ctx context.Context, r *rig, res *results, o options, logf func
 				return fmt.Errorf("wrk lane (%s): %v", l.id, err)
 			}
 			res.addWrk(l.id, wr)
-			if l.id == "c" || l.id == "i" {
-				gwRuns++
-			}
 		}
 		r.resetProviders()
 	}
-	// Requests wrk cut off may still be inside the gateway: let them
-	// reach the provider before counting.
+	// wrk stops at its deadline with a request in flight on each
+	// connection. The gateway still reads and meters the provider's
+	// answers to those (non-stream) requests, so they count in the usage
+	// check like any other: let them reach the provider before counting.
 	time.Sleep(time.Second)
 	r.resetProviders()
-	spent1, err := r.gw.settled(ctx)
-	if err != nil {
-		return err
-	}
-	answered := r.answeredFor("c") - answered0
-	res.wrkCut = answered - int((spent1-spent0)/costPerAnswer)
-	res.wrkCutMax = gwRuns * o.wrkConc
 	return nil
 }
 

@@ -290,7 +290,7 @@ func (res *results) targets() []target {
 		ts = append(ts, target{"PostgreSQL", "(p) vs (c): the cost of a shared store", res.r.pgMsg, nil})
 	}
 	ts = append(ts, target{"Usage exactness", "ledger = provider's counts × price",
-		fmt.Sprintf("%d answers × %s USD = %s USD; spend %s USD, reserved %s USD%s", res.usageCount, costPerAnswer, res.usageWant, res.usageSpent, res.usageReserved, res.usageCutNote()),
+		fmt.Sprintf("%d answers × %s USD = %s USD; spend %s USD, reserved %s USD", res.usageCount, costPerAnswer, res.usageWant, res.usageSpent, res.usageReserved),
 		yes(res.usageExact())})
 	return ts
 }
@@ -498,8 +498,8 @@ func (res *results) markdown(svgName string) string {
 		w("| node (lane d) | %s | %s | %s |\n", mb(res.rssIdlePeer), mb(res.bigRSS["d"]), mb(res.rssAfterPeer))
 	}
 	w("\nAllocations per request of the gateway hot path: `go test ./modules/gateway -run '^$' -bench BenchmarkGatewayChat -benchmem` (guarded by TestGatewayAllocsCeiling).\n")
-	w("\n## Usage exactness\n\nAfter the run, the fake provider had answered **%d** lane-(c) requests; at %s USD each (21 input tokens at $%d/M, 12 output at $%d/M) that is **%s USD**. The service account's spend read back from `GET /agentgate/workspaces/{wrk}/budgets` is **%s USD** with %s USD still reserved%s: %s.\n",
-		res.usageCount, costPerAnswer, priceIn, priceOut, res.usageWant, res.usageSpent, res.usageReserved, res.usageCutNote(),
+	w("\n## Usage exactness\n\nAfter the run, the fake provider had answered **%d** lane-(c) requests; at %s USD each (21 input tokens at $%d/M, 12 output at $%d/M) that is **%s USD**. The service account's spend read back from `GET /agentgate/workspaces/{wrk}/budgets` is **%s USD** with %s USD still reserved: %s.\n",
+		res.usageCount, costPerAnswer, priceIn, priceOut, res.usageWant, res.usageSpent, res.usageReserved,
 		map[bool]string{true: "exact", false: "**mismatch**"}[res.usageExact()])
 	return b.String()
 }

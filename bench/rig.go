@@ -562,27 +562,6 @@ func (r *rig) resetProviders() (received int) {
 	return received
 }
 
-// answeredFor is how many requests the provider answered to the lane
-// tagged tag so far (as of the last resetProviders).
-func (r *rig) answeredFor(tag string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.answered[tag]
-}
-
-// settled waits (up to 20 s) until nothing is reserved on the node's
-// service account and returns its spend.
-func (n *gwNode) settled(ctx context.Context) (money.Pico, error) {
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		spent, reserved, err := n.spend(ctx)
-		if err != nil || reserved == 0 || time.Now().After(deadline) {
-			return spent, err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // spend reads the service account's spend and reservations from the admin API.
 func (n *gwNode) spend(ctx context.Context) (spent, reserved money.Pico, err error) {
 	var bs []struct {

@@ -30,11 +30,6 @@ type tailResults struct {
 	fixedCap  float64 // lane (b)'s closed-loop capacity the rates derive from
 	fixedBase string  // where fixedCap was measured
 	fixedMsg  string
-	// wrkCut is how many of the answers the provider gave lanes (c) and
-	// (i) during the wrk lane the ledger did not settle: requests in
-	// flight when wrk stopped and closed its connections; at most
-	// wrkCutMax (its connections × its runs against the gateway).
-	wrkCut, wrkCutMax int
 }
 
 func (res *results) addWrk(lane string, wr wrkResult) {
@@ -178,20 +173,10 @@ func (res *results) tailMarkdown() string {
 }
 
 // usageExact is the usage check: the ledger's spend is the provider's
-// answers × the price, less the answers the wrk lane cut off (see
-// wrkCut), which must be within what wrk had in flight.
+// answers × the price, the answers to requests whose client left (those
+// wrk cuts off when it stops) included, and nothing stays reserved.
 func (res *results) usageExact() bool {
-	return res.usageReserved == 0 && res.wrkCut >= 0 && res.wrkCut <= res.wrkCutMax &&
-		res.usageSpent == res.usageWant-costPerAnswer*moneyN(res.wrkCut)
-}
-
-// usageCutNote explains the wrk lane's share of the usage check ("" when
-// it cut nothing off).
-func (res *results) usageCutNote() string {
-	if res.wrkCut == 0 {
-		return ""
-	}
-	return fmt.Sprintf("; less %d answers of the wrk lane's that the gateway never metered, its client gone when wrk stopped (at most %d: its connections × its runs against the gateway)", res.wrkCut, res.wrkCutMax)
+	return res.usageReserved == 0 && res.usageSpent == res.usageWant
 }
 
 // tailTargets are the throughput, CPU and tail targets, from this

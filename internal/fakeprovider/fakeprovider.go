@@ -43,6 +43,10 @@ type Behavior struct {
 	Body   string
 	// Delay waits before the answer and between stream events.
 	Delay time.Duration
+	// Hold, when set, keeps every answer back until it is closed (after
+	// any Delay): a test decides when the provider answers. A request
+	// cancelled meanwhile is marked Canceled and not answered.
+	Hold <-chan struct{}
 	// CutAfter, when > 0, closes the connection abruptly after that many
 	// stream events: no terminal event, no [DONE].
 	CutAfter int
@@ -290,6 +294,14 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if b.Delay > 0 {
 		select {
 		case <-time.After(b.Delay):
+		case <-r.Context().Done():
+			p.markCanceled(rec)
+			return
+		}
+	}
+	if b.Hold != nil {
+		select {
+		case <-b.Hold:
 		case <-r.Context().Done():
 			p.markCanceled(rec)
 			return

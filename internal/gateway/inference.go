@@ -248,11 +248,15 @@ func (c *call) tryTargets(mw *meterWriter, opts *formats.MeterOptions) *apierr.E
 			c.rec.Attempts = attempts
 			return nil
 		}
-		if c.r.Context().Err() != nil {
-			break // the client left: not the target's failure
+		gone := c.r.Context().Err() != nil
+		if gone && status == 0 {
+			break // cut off with its client: not the target's failure
 		}
 		c.p.cool.fail(t, c.svc.Clock.Now().Add(fb.Cooldown))
 		attempts = append(attempts, store.Attempt{Connection: t.Conn.ID, Status: status, Error: reason})
+		if gone {
+			break // the client left: no other target is started
+		}
 	}
 	c.rec.Attempts = attempts
 	c.rec.Connection, c.rec.UpstreamModel = "", ""
@@ -265,14 +269,21 @@ func (c *call) tryTargets(mw *meterWriter, opts *formats.MeterOptions) *apierr.E
 // attempt sends the request once through tw, waiting at most wait for the
 // response headers. reason is "" when the answer went to the client, else
 // why the next target is tried.
+//
+// A client that leaves during the attempt makes it the last (tryTargets
+// starts no other): the wait for headers no longer applies, and a
+// non-stream attempt, whose upstream context the client's departure does
+// not cancel (c.upstreamCtx, see disconnect.go), is answered, read and
+// metered like any non-stream request.
 func (c *call) attempt(tw *tryWriter, wait time.Duration) (status int, reason string) {
-	ctx, cancel := context.WithCancel(c.r.Context())
+	ctx, cancel := context.WithCancel(c.upstreamCtx)
 	defer cancel()
 	timer := time.AfterFunc(wait, func() {
 		if tw.state.CompareAndSwap(tryWaiting, tryTimedOut) {
 			cancel()
 		}
 	})
+	defer context.AfterFunc(c.r.Context(), func() { timer.Stop() })()
 	to, err := c.p.upstreamOf(c.conn.BaseURL)
 	if err != nil {
 		timer.Stop()

@@ -47,10 +47,15 @@ func memberOf(ctx context.Context) (Member, bool) {
 // LocalTransport is an http.RoundTripper that serves each request with
 // Serve (the gateway module's ServeLocal) in this process, as the member
 // Member returns: the request's context carries the member, and its
-// cancellation (an interrupted turn) cancels the gateway's request and so
-// the provider's. The response is returned once the handler has written
-// its headers; its body streams what the handler writes, flush by flush.
-// Closing the body early stops the handler.
+// cancellation (an interrupted turn) is the client leaving. RoundTrip
+// then returns at once. The gateway treats it as it treats a client over
+// HTTP that leaves: a stream's provider request is cancelled with it; a
+// non-stream request the provider already has is still answered, read
+// and metered in the background, for up to the pipeline's
+// DisconnectGrace, since the provider bills it. The response is returned
+// once the handler has written its headers; its body streams what the
+// handler writes, flush by flush. Closing the body early stops the
+// handler (its writes fail) and waits for it.
 type LocalTransport struct {
 	Serve  func(w http.ResponseWriter, r *http.Request)
 	Member func(ctx context.Context) (Member, error)
@@ -97,10 +102,11 @@ func (t *LocalTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	select {
 	case <-w.ready:
 	case <-ctx.Done():
-		// No headers yet: the handler sees the cancellation and stops; its
-		// writes fail at once.
+		// No headers yet: the handler sees the cancellation, and its
+		// writes fail at once. It is not waited for: a non-stream answer
+		// is still metered (see above), and an interrupt must not wait for
+		// the provider.
 		cancel()
-		<-done
 		return nil, ctx.Err()
 	}
 	if w.err != nil {

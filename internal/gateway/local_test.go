@@ -352,6 +352,55 @@ func TestMemberRequestInterrupted(t *testing.T) {
 	}
 }
 
+// An interrupted non-stream request returns at once, without waiting for
+// the provider, which has the request and bills it: its answer is still
+// read and metered in the background, the record saying the client went
+// away, and the provider's request is not cancelled.
+func TestMemberRequestInterruptedNonStream(t *testing.T) {
+	e := newMemberEnv(t)
+	hold := make(chan struct{})
+	e.fake.SetBehavior(fakeprovider.Behavior{Hold: hold})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://agentgate.local/v1/chat/completions",
+		strings.NewReader(`{"model":"smart","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("X-Opencode-Session", "ses_gone")
+	done := make(chan error, 1)
+	go func() {
+		resp, err := e.client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); len(e.fake.Received()) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the request never reached the provider")
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("interrupted: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		close(hold)
+		t.Fatal("the interrupted round trip waited for the provider")
+	}
+	close(hold) // the provider answers only now
+	rec := e.usage(t, 1)[0]
+	want := store.Tokens{Input: fakeprovider.InputTokens - fakeprovider.CachedTokens, CacheRead: fakeprovider.CachedTokens,
+		Output: fakeprovider.OutputTokens - fakeprovider.ReasoningTokens, Reasoning: fakeprovider.ReasoningTokens}
+	// gpt-4o at 2 USD input (cache reads too) and 8 USD output (reasoning too) per million.
+	cost := money.Pico((want.Input+want.CacheRead)*2_000_000 + (want.Output+want.Reasoning)*8_000_000)
+	if rec.Tokens != want || rec.Cost != cost || rec.Estimated || rec.Status != 200 || !rec.ClientDisconnected || rec.Session != "ses_gone" {
+		t.Fatalf("record %+v, want tokens %+v cost %s", rec, want, cost)
+	}
+	if e.fake.Last().Canceled {
+		t.Fatal("the provider's request was cancelled")
+	}
+}
+
 // streamHandler answers a small event stream, flushed event by event.
 func streamHandler(w http.ResponseWriter, r *http.Request) {
 	io.Copy(io.Discard, r.Body)

@@ -73,6 +73,14 @@ type meterWriter struct {
 	// unmetered passes the answer through without reading usage from it
 	// (a token count, which is never charged).
 	unmetered bool
+	// drain keeps a metered answer going when writing it to the client
+	// fails (the client left): the failed write reports success, so the
+	// forwarder goes on copying the provider's answer into the meter,
+	// which reads it to its final usage without forwarding or keeping it.
+	// Non-stream answers only (disconnect.go).
+	drain bool
+	// clientGone is set when a write to the client failed.
+	clientGone bool
 }
 
 // Unwrap lets http.ResponseController reach the client's writer (to flush
@@ -99,7 +107,14 @@ func (w *meterWriter) Write(p []byte) (int, error) {
 	if w.meter == nil {
 		return w.ResponseWriter.Write(p)
 	}
-	return w.meter.Write(p)
+	n, err := w.meter.Write(p)
+	if err != nil {
+		w.clientGone = true
+		if w.drain {
+			return len(p), nil
+		}
+	}
+	return n, err
 }
 
 // ReadFrom keeps io.Copy from going around Write (and the meter).

@@ -48,6 +48,11 @@ type Pipeline struct {
 	Annotate func(r *http.Request, rec *store.UsageRecord)
 	// Fallback bounds the Inference API's moves between a model's targets.
 	Fallback Fallback
+	// DisconnectGrace is how long the provider's answer to a non-stream
+	// request is still awaited, read and metered after its client left
+	// (DefaultDisconnectGrace when 0); then the upstream request is
+	// cancelled (disconnect.go).
+	DisconnectGrace time.Duration
 
 	upstreams sync.Map // base URL → *upstream
 	cool      cooldowns
@@ -141,6 +146,10 @@ type call struct {
 
 	// mw is the answer's writer (forward), part of the pooled call.
 	mw meterWriter
+	// upstreamCtx is the context of the upstream requests (forward): the
+	// client's, or for a non-stream answer one the client's departure
+	// does not cancel (detach).
+	upstreamCtx context.Context
 }
 
 // serve answers the request. The credential is checked before anything
@@ -387,10 +396,22 @@ func (c *call) forward(res *ledger.Reservation) (fe *apierr.Error) {
 		}
 		result, _ := mw.result()
 		c.rec.Streamed = opts.StreamRequested
-		c.rec.ClientDisconnected = c.r.Context().Err() != nil
+		c.rec.ClientDisconnected = c.r.Context().Err() != nil || mw.clientGone
 		c.rec.Cost = formats.Cost(result.Tokens, c.model.Pricing)
 		c.finish(res, status, result)
 	}()
+	c.upstreamCtx = c.r.Context()
+	if !counting && !opts.StreamRequested && c.r.Context().Err() == nil {
+		// The provider answers, and bills, a request it was handed even
+		// when the client leaves: its answer is read and metered to the
+		// end (disconnect.go). A client already gone is not forwarded
+		// to: its cancelled context stops the forwarder before anything
+		// is sent, as before.
+		var release func()
+		c.upstreamCtx, release = c.p.detach(c.r.Context(), c.rec.RequestID, c.rec.Session)
+		defer release() // before the accounting above
+		mw.drain = true
+	}
 	if route.Inference {
 		return c.tryTargets(mw, &opts)
 	}
@@ -409,7 +430,7 @@ func (c *call) send(mw *meterWriter) *apierr.Error {
 	if err != nil {
 		return apierr.New(http.StatusBadGateway, "UpstreamUnreachable", "the connection's base URL is invalid")
 	}
-	out := c.outgoing(c.r.Context(), to)
+	out := c.outgoing(c.upstreamCtx, to)
 	if ce := c.p.Logger.Check(zapcore.DebugLevel, "forwarding"); ce != nil {
 		ce.Write(zap.String("connection", c.conn.ID), zap.String("format", route.Format.String()), zap.String("model", c.upstream))
 	}

@@ -29,6 +29,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		max_request_body <size>
 //		dial_timeout <duration>
 //		response_header_timeout <duration>
+//		disconnect_grace <duration>
 //		tls_trusted_ca_certs <pem_files...>
 //		max_attempts <n>
 //		try_timeout <duration>
@@ -52,7 +53,7 @@ func (g *Gateway) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("max_request_body: %v", err)
 			}
 			g.MaxRequestBody = int64(n)
-		case "dial_timeout", "response_header_timeout", "try_timeout", "fallback_deadline", "cooldown":
+		case "dial_timeout", "response_header_timeout", "disconnect_grace", "try_timeout", "fallback_deadline", "cooldown":
 			name := d.Val()
 			var s string
 			if !d.AllArgs(&s) {
@@ -63,7 +64,7 @@ func (g *Gateway) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("%s: %v", name, err)
 			}
 			*map[string]*caddy.Duration{"dial_timeout": &g.DialTimeout, "response_header_timeout": &g.ResponseHeaderTimeout,
-				"try_timeout": &g.TryTimeout, "fallback_deadline": &g.FallbackDeadline, "cooldown": &g.Cooldown}[name] = caddy.Duration(dur)
+				"disconnect_grace": &g.DisconnectGrace, "try_timeout": &g.TryTimeout, "fallback_deadline": &g.FallbackDeadline, "cooldown": &g.Cooldown}[name] = caddy.Duration(dur)
 		case "max_attempts":
 			var s string
 			if !d.AllArgs(&s) {

@@ -121,6 +121,10 @@ func TestStreamCutByUpstreamIsNotASuccess(t *testing.T) {
 	}
 }
 
+// A stream is not answered to a client that left: the provider's request
+// is cancelled with the client's, and the usage record charges what was
+// seen (the input the stream reported, the output estimated), with
+// client_disconnected set.
 func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	e := setup(t)
 	p := e.providers["anthropic"]
@@ -129,6 +133,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, "POST", e.base+"/custom/"+e.conns["anthropic"]+"/v1/messages",
 		strings.NewReader(`{"model":"claude-sonnet","max_tokens":100,"stream":true,"messages":[]}`))
 	req.Header.Set("x-api-key", e.key)
+	req.Header.Set("X-Session-Id", "stream-gone")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +148,11 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if rs := p.Received(); len(rs) == 1 && rs[0].Canceled {
+			rec := e.sessionRecord(t, "stream-gone")
+			if !rec.ClientDisconnected || !rec.Streamed || !rec.Estimated || rec.Status != 200 ||
+				rec.Tokens.Input != fakeprovider.InputTokens || rec.Cost != costOf(rec.Tokens) {
+				t.Fatalf("record %+v", rec)
+			}
 			return
 		}
 		time.Sleep(10 * time.Millisecond)

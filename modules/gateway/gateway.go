@@ -66,6 +66,16 @@ type Gateway struct {
 	// headers (time to first byte of a non-streamed answer). Default: 10m.
 	ResponseHeaderTimeout caddy.Duration `json:"response_header_timeout,omitempty"`
 
+	// DisconnectGrace is how long the provider's answer to a non-stream
+	// request is still awaited after the client went away. Such a request
+	// is not cancelled with its client (the provider answers and bills it
+	// anyway): its answer is read to the end and metered, and its usage
+	// record has the provider's tokens and cost with client_disconnected
+	// set. Past the grace the upstream request is cancelled. Streams are
+	// cancelled when their client leaves. Default: the
+	// response_header_timeout.
+	DisconnectGrace caddy.Duration `json:"disconnect_grace,omitempty"`
+
 	// TLSTrustedCACerts are PEM files of extra CAs to trust for HTTPS
 	// providers (private or test endpoints). Default: the system roots.
 	TLSTrustedCACerts []string `json:"tls_trusted_ca_certs,omitempty"`
@@ -123,6 +133,9 @@ func (g *Gateway) Provision(ctx caddy.Context) error {
 	if g.ResponseHeaderTimeout == 0 {
 		g.ResponseHeaderTimeout = caddy.Duration(10 * time.Minute)
 	}
+	if g.DisconnectGrace == 0 {
+		g.DisconnectGrace = g.ResponseHeaderTimeout
+	}
 	if g.plain, g.plainTransport, err = g.newProxy(ctx, false); err != nil {
 		return fmt.Errorf("provisioning proxy: %v", err)
 	}
@@ -132,7 +145,8 @@ func (g *Gateway) Provision(ctx caddy.Context) error {
 	g.pipeline = &gateway.Pipeline{Service: app.Service, Forwarder: g, MaxRequestBody: g.MaxRequestBody,
 		Metrics: gateway.NewMetrics(ctx.GetMetricsRegistry()), Logger: ctx.Logger(), RequestID: requestID, Annotate: logFields,
 		Fallback: gateway.Fallback{MaxAttempts: g.MaxAttempts, TryTimeout: time.Duration(g.TryTimeout),
-			Deadline: time.Duration(g.FallbackDeadline), Cooldown: time.Duration(g.Cooldown)}}
+			Deadline: time.Duration(g.FallbackDeadline), Cooldown: time.Duration(g.Cooldown)},
+		DisconnectGrace: time.Duration(g.DisconnectGrace)}
 	g.local = new(caddyhttp.Server)
 	app.RegisterGateway(g)
 	return nil
@@ -193,8 +207,8 @@ func (g *Gateway) Validate() error {
 	if g.MaxAttempts < 0 || g.MaxAttempts > 16 {
 		return errors.New("max_attempts must be from 1 to 16")
 	}
-	if g.TryTimeout < 0 || g.FallbackDeadline < 0 || g.Cooldown < 0 {
-		return errors.New("try_timeout, fallback_deadline and cooldown must not be negative")
+	if g.TryTimeout < 0 || g.FallbackDeadline < 0 || g.Cooldown < 0 || g.DisconnectGrace < 0 {
+		return errors.New("try_timeout, fallback_deadline, cooldown and disconnect_grace must not be negative")
 	}
 	return nil
 }

@@ -30,8 +30,12 @@ import (
 type env struct {
 	base string // http://127.0.0.1:port
 	// tight is a second site whose gateway gives a request's attempts
-	// 300 ms in all (fallback_deadline) and no cool-down to speak of.
-	tight     string
+	// 300 ms in all (fallback_deadline), no cool-down to speak of, and a
+	// provider 300 ms to answer once the client left (disconnect_grace).
+	tight string
+	// patient is a third site whose gateway has the defaults: a target
+	// has 30 s to answer (try_timeout), where the first site gives 500 ms.
+	patient   string
 	svc       *service.Service
 	ws        string
 	otherWS   string
@@ -83,7 +87,7 @@ func setup(t testing.TB) *env {
 		return theEnv
 	}
 	dir := harnessDir
-	port, tightPort := freePort(t), freePort(t)
+	port, tightPort, patientPort := freePort(t), freePort(t), freePort(t)
 	logPath := dir + "/caddy.log"
 	tlsProvider, certPEM, err := fakeprovider.StartTLS(providerSecret)
 	if err != nil {
@@ -110,10 +114,14 @@ func setup(t testing.TB) *env {
 				]}]
 			}, "tight": {
 				"listen": ["127.0.0.1:%d"],
-				"routes": [{"handle": [{"handler": "llm_gateway", "try_timeout": "10s", "fallback_deadline": "300ms", "cooldown": "1ms"}]}]
+				"routes": [{"handle": [{"handler": "llm_gateway", "try_timeout": "10s", "fallback_deadline": "300ms", "cooldown": "1ms",
+					"disconnect_grace": "300ms"}]}]
+			}, "patient": {
+				"listen": ["127.0.0.1:%d"],
+				"routes": [{"handle": [{"handler": "llm_gateway"}]}]
 			}}}
 		}
-	}`, dir+"/caddy-storage", logPath, dir+"/data", port, caFile, tightPort)
+	}`, dir+"/caddy-storage", logPath, dir+"/data", port, caFile, tightPort, patientPort)
 	if err := caddy.Load([]byte(cfg), true); err != nil {
 		t.Fatalf("loading config: %v", err)
 	}
@@ -125,7 +133,8 @@ func setup(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{base: fmt.Sprintf("http://127.0.0.1:%d", port), tight: fmt.Sprintf("http://127.0.0.1:%d", tightPort), svc: svc, providers: map[string]*fakeprovider.Provider{},
+	e := &env{base: fmt.Sprintf("http://127.0.0.1:%d", port), tight: fmt.Sprintf("http://127.0.0.1:%d", tightPort),
+		patient: fmt.Sprintf("http://127.0.0.1:%d", patientPort), svc: svc, providers: map[string]*fakeprovider.Provider{},
 		conns: map[string]string{}, logPath: logPath}
 	ctx := context.Background()
 	w, _ := svc.CreateWorkspace(ctx, "Acme")
