@@ -91,8 +91,12 @@ func BenchmarkProviderDirect(b *testing.B) {
 // BenchmarkProviderDirect) must stay under a ceiling with room for noise.
 // Measured when it was written: about 740 added allocations and 65 KB per
 // request; after the hot-path work (cached verdicts and connections, one
-// pass over the body): about 500 and 49 KB (the harness logs at DEBUG
-// level, which is part of that).
+// pass over the body): about 500 and 49 KB; after the one-pass scanner
+// (edits as pieces, pooled buffers), metering in the copy pass, reused
+// meters, cheaper request ids and the detached context of non-stream
+// requests: 363–374 and 30 KB, about 130 of them in Caddy's reverse proxy
+// and transport and 25 in the harness's DEBUG logging (the harness logs
+// at DEBUG level, which is part of that).
 func TestGatewayAllocsCeiling(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two benchmarks")
@@ -104,7 +108,7 @@ func TestGatewayAllocsCeiling(t *testing.T) {
 	addedBytes := gw.AllocedBytesPerOp() - direct.AllocedBytesPerOp()
 	t.Logf("gateway: %s %s; direct: %s %s; added %d allocs, %d B per request",
 		gw, gw.MemString(), direct, direct.MemString(), added, addedBytes)
-	const maxAllocs, maxBytes = 750, 96 << 10
+	const maxAllocs, maxBytes = 410, 36 << 10
 	if added > maxAllocs {
 		t.Errorf("the gateway adds %d allocations per request; the ceiling is %d", added, maxAllocs)
 	}
