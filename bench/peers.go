@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -121,24 +120,11 @@ func (r *rig) startPeer(ctx context.Context, p peerSpec, logf func(string, ...an
 		l.url[i] = "http://" + addr + "/v1/chat/completions"
 		l.hdr[i] = http.Header{"Authorization": {"Bearer " + providerSecret}}
 	}
-	body := chatBody(1024, false)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := l.client.Do(l.request(ctx, 0, body))
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return l, nil
-			}
-			err = fmt.Errorf("status %d: %s", resp.StatusCode, tail(string(b), 300))
-		}
-		if exited(cmd.Process.Pid) || time.Now().After(deadline) {
-			lg, _ := os.ReadFile(logFile.Name())
-			return nil, fmt.Errorf("it did not serve a chat request: %v; its log ends: %s", err, tail(string(lg), 600))
-		}
-		time.Sleep(200 * time.Millisecond)
+	if err := waitAnswers(ctx, l, 30*time.Second, func() bool { return exited(cmd.Process.Pid) }); err != nil {
+		lg, _ := os.ReadFile(logFile.Name())
+		return nil, fmt.Errorf("it did not serve a chat request: %v; its log ends: %s", err, tail(string(lg), 600))
 	}
+	return l, nil
 }
 
 // exited is true when the process has ended (a zombie not yet waited

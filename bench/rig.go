@@ -564,20 +564,7 @@ func (r *rig) resetProviders() (received int) {
 
 // spend reads the service account's spend and reservations from the admin API.
 func (n *gwNode) spend(ctx context.Context) (spent, reserved money.Pico, err error) {
-	var bs []struct {
-		MemberID    string     `json:"member_id"`
-		SpentUSD    money.Pico `json:"spent_usd"`
-		ReservedUSD money.Pico `json:"reserved_usd"`
-	}
-	if err := n.adminData(ctx, "list budgets", 200, "GET", "/agentgate/workspaces/"+n.ws+"/budgets", nil, &bs); err != nil {
-		return 0, 0, err
-	}
-	for _, b := range bs {
-		if b.MemberID == n.sa {
-			return b.SpentUSD, b.ReservedUSD, nil
-		}
-	}
-	return 0, 0, errors.New("the service account has no budget row")
+	return spendOf(ctx, n, n.sa)
 }
 
 // startPortkey runs Portkey's open-source gateway (npm @portkey-ai/gateway)
@@ -629,24 +616,33 @@ func (r *rig) startPortkey(ctx context.Context, logf func(string, ...any)) (*lan
 			"X-Portkey-Custom-Host": {p.URL + "/v1"}}
 	}
 	// Wait until it answers a request end to end.
+	if err := waitAnswers(ctx, l, 20*time.Second, nil); err != nil {
+		return nil, fmt.Errorf("it did not serve a pass-through request: %v", err)
+	}
+	return l, nil
+}
+
+// waitAnswers sends a 1 KB chat request to a lane every 200 ms until one
+// is answered with 200, for at most d, or until gone reports that the
+// server has exited (nil: never).
+func waitAnswers(ctx context.Context, l *lane, d time.Duration, gone func() bool) error {
 	body := chatBody(1024, false)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(d)
 	for {
 		resp, err := l.client.Do(l.request(ctx, 0, body))
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				break
+				return nil
 			}
 			err = fmt.Errorf("status %d: %s", resp.StatusCode, tail(string(b), 300))
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("it did not serve a pass-through request: %v", err)
+		if (gone != nil && gone()) || time.Now().After(deadline) {
+			return err
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return l, nil
 }
 
 func (r *rig) close() {
