@@ -674,7 +674,11 @@ func (r *rig) close() {
 }
 
 // rssKB is VmRSS of a process, from /proc/<pid>/status.
-func rssKB(pid int) int64 {
+func rssKB(pid int) int64 { return statusKB(pid, "VmRSS:") }
+
+// statusKB reads a kB figure of /proc/<pid>/status (VmRSS:, RssAnon:,
+// RssFile: …), 0 when there is none.
+func statusKB(pid int, field string) int64 {
 	if pid <= 0 {
 		return 0
 	}
@@ -683,7 +687,7 @@ func rssKB(pid int) int64 {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			f := strings.Fields(rest)
 			if len(f) > 0 {
 				n, _ := strconv.ParseInt(f[0], 10, 64)

@@ -997,6 +997,7 @@ func randInt(n int64) int64 {
 type soakSample struct {
 	at                  time.Duration // since the load started
 	rssKB               int64
+	rssAnonKB           int64 // the process's own memory: RSS less the mapped files (the store's tables)
 	heapInuse, heapLive int64 // bytes, after a forced GC
 	goroutines          int64
 	fds, files          int           // open descriptors; those that are files (not sockets, pipes or other kernel objects)
@@ -1025,7 +1026,7 @@ func (r *soakRig) sample(ctx context.Context, at time.Duration) soakSample {
 			s, prev = x, x
 			continue
 		}
-		s.rssKB = min(s.rssKB, x.rssKB)
+		s.rssKB, s.rssAnonKB = min(s.rssKB, x.rssKB), min(s.rssAnonKB, x.rssAnonKB)
 		s.heapInuse, s.heapLive = min(s.heapInuse, x.heapInuse), min(s.heapLive, x.heapLive)
 		s.goroutines, s.fds, s.files = min(s.goroutines, x.goroutines), min(s.fds, x.fds), min(s.files, x.files)
 		s.storeFiles = min(s.storeFiles, x.storeFiles)
@@ -1093,7 +1094,7 @@ func (r *soakRig) reading(ctx context.Context) soakSample {
 			}
 		}
 	}
-	s.rssKB = rssKB(pid)
+	s.rssKB, s.rssAnonKB = rssKB(pid), statusKB(pid, "RssAnon:")
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	if ents, err := os.ReadDir(dir); err == nil {
 		s.fds = len(ents)
@@ -1274,8 +1275,8 @@ func runSoak(ctx context.Context, o soakOptions) (*soakResult, error) {
 		res.paused += time.Since(loadStart) - at
 		res.samples = append(res.samples, s)
 		res.tally.take(r)
-		o.logf("sample %v: RSS %.1f MB, heap %.1f MB, %d goroutines, %d fds (%d files, %d the store's tables), store %.1f MB; %d sessions, %d gateway requests",
-			s.at.Round(time.Second), float64(s.rssKB)/1024, float64(s.heapInuse)/(1<<20), s.goroutines, s.fds, s.files, s.storeFiles, float64(s.storeBytes)/(1<<20),
+		o.logf("sample %v: RSS %.1f MB (%.1f MB anonymous), heap %.1f MB, %d goroutines, %d fds (%d files, %d the store's tables), store %.1f MB; %d sessions, %d gateway requests",
+			s.at.Round(time.Second), float64(s.rssKB)/1024, float64(s.rssAnonKB)/1024, float64(s.heapInuse)/(1<<20), s.goroutines, s.fds, s.files, s.storeFiles, float64(s.storeBytes)/(1<<20),
 			res.sessions.created, res.sentSoFar())
 		next := loadStart.Add(time.Duration(len(res.samples)) * o.sample)
 		if next.After(end) {

@@ -116,7 +116,8 @@ func (res *soakResult) measures() []soakMeasure {
 		{"Go heap in use (after GC)", "MB", func(s soakSample) float64 { return float64(s.heapInuse) / (1 << 20) }, l.heapMB},
 		{"Goroutines", "", func(s soakSample) float64 { return float64(s.goroutines) }, l.goroutines},
 		{"Open descriptors, the store's tables and value logs apart", "", func(s soakSample) float64 { return float64(s.otherFDs()) }, l.fds},
-		{"RSS", "MB", func(s soakSample) float64 { return float64(s.rssKB) / 1024 }, 0},
+		{"RSS, anonymous (the process's own memory)", "MB", func(s soakSample) float64 { return float64(s.rssAnonKB) / 1024 }, 0},
+		{"RSS, all (with the store's tables, which Badger maps: they follow the store's size)", "MB", func(s soakSample) float64 { return float64(s.rssKB) / 1024 }, 0},
 		{"Go heap live (after GC)", "MB", func(s soakSample) float64 { return float64(s.heapLive) / (1 << 20) }, 0},
 		{"Open descriptors, all", "", func(s soakSample) float64 { return float64(s.fds) }, 0},
 		{"Open files that are files (not sockets or pipes)", "", func(s soakSample) float64 { return float64(s.files) }, 0},
@@ -270,13 +271,13 @@ func (res *soakResult) markdown(svgName string) string {
 		"finishes (the Drain column: how long it took); the idle connections on both sides of the server are closed; then readings 300 ms " +
 		"apart (three or more, until two agree, at most six), each after a forced GC (the admin API's `/debug/pprof/heap?gc=1`), keep each figure's lowest. Heap and goroutines from Caddy's `/metrics`, " +
 		"RSS and descriptors from /proc. The two long-lived event clients and the sessions kept stay throughout.\n\n")
-	w("| Time | Drain | RSS MB | Heap in use MB | Heap live MB | Goroutines | Open fds | Of which files | Of which the store's tables | Store MB |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| Time | Drain | RSS MB | RSS anonymous MB | Heap in use MB | Heap live MB | Goroutines | Open fds | Of which files | Of which the store's tables | Store MB |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range res.samples {
 		drain := x.quiet.Round(10 * time.Millisecond).String()
 		if !x.drained {
 			drain += " (not drained)"
 		}
-		w("| %v | %s | %.1f | %.1f | %.1f | %d | %d | %d | %d | %.1f |\n", x.at.Round(time.Second), drain, float64(x.rssKB)/1024, float64(x.heapInuse)/(1<<20),
+		w("| %v | %s | %.1f | %.1f | %.1f | %.1f | %d | %d | %d | %d | %.1f |\n", x.at.Round(time.Second), drain, float64(x.rssKB)/1024, float64(x.rssAnonKB)/1024, float64(x.heapInuse)/(1<<20),
 			float64(x.heapLive)/(1<<20), x.goroutines, x.fds, x.files, x.storeFiles, float64(x.storeBytes)/(1<<20))
 	}
 	if res.goroutineDump != "" {
@@ -312,7 +313,7 @@ func (res *soakResult) svg() string {
 		of    func(soakSample) float64
 	}
 	panels := []series{
-		{"RSS (MB)", "#4e79a7", func(s soakSample) float64 { return float64(s.rssKB) / 1024 }},
+		{"RSS, anonymous (MB)", "#4e79a7", func(s soakSample) float64 { return float64(s.rssAnonKB) / 1024 }},
 		{"Go heap in use after GC (MB)", "#f28e2b", func(s soakSample) float64 { return float64(s.heapInuse) / (1 << 20) }},
 		{"Goroutines", "#e15759", func(s soakSample) float64 { return float64(s.goroutines) }},
 		{"Open descriptors, the store's tables apart", "#76b7b2", func(s soakSample) float64 { return float64(s.otherFDs()) }},
