@@ -1048,6 +1048,16 @@ func (r *soakRig) sample(ctx context.Context, at time.Duration) soakSample {
 	return s
 }
 
+// heapProfile is the server's heap profile after a GC (nil when the admin
+// API does not give one).
+func (r *soakRig) heapProfile(ctx context.Context) []byte {
+	st, b, err := r.n.admin(ctx, "GET", "/debug/pprof/heap?gc=1", nil)
+	if err != nil || st != http.StatusOK {
+		return nil
+	}
+	return b
+}
+
 // isStoreFile reports whether an open file is one of the store's tables
 // or value logs: Badger keeps every table open, so their number follows
 // the store's size, which grows by design; the soak reports them and
@@ -1188,6 +1198,11 @@ type soakResult struct {
 	instSpent, instRes, instW money.Pico // the instance's account
 	lost                      int        // durable events the long-lived clients never got
 	goroutineDump             string     // taken when the goroutine slope fails
+	// heapHalf and heapEnd are heap profiles (after a GC) at the first
+	// sample of the second half and at the last: their difference names
+	// what grew over the judged half.
+	heapHalf, heapEnd []byte
+	heapDiff          string // the top of their difference, for the report
 }
 
 // runSoak starts the rig and runs the soak for o.dur.
@@ -1275,10 +1290,15 @@ func runSoak(ctx context.Context, o soakOptions) (*soakResult, error) {
 		res.paused += time.Since(loadStart) - at
 		res.samples = append(res.samples, s)
 		res.tally.take(r)
+		next := loadStart.Add(time.Duration(len(res.samples)) * o.sample)
+		if res.heapHalf == nil && at >= o.dur/2 {
+			res.heapHalf = r.heapProfile(ctx)
+		} else if next.After(end) {
+			res.heapEnd = r.heapProfile(ctx)
+		}
 		o.logf("sample %v: RSS %.1f MB (%.1f MB anonymous), heap %.1f MB, %d goroutines, %d fds (%d files, %d the store's tables), store %.1f MB; %d sessions, %d gateway requests",
 			s.at.Round(time.Second), float64(s.rssKB)/1024, float64(s.rssAnonKB)/1024, float64(s.heapInuse)/(1<<20), s.goroutines, s.fds, s.files, s.storeFiles, float64(s.storeBytes)/(1<<20),
 			res.sessions.created, res.sentSoFar())
-		next := loadStart.Add(time.Duration(len(res.samples)) * o.sample)
 		if next.After(end) {
 			break
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -280,6 +281,10 @@ func (res *soakResult) markdown(svgName string) string {
 		w("| %v | %s | %.1f | %.1f | %.1f | %.1f | %d | %d | %d | %d | %.1f |\n", x.at.Round(time.Second), drain, float64(x.rssKB)/1024, float64(x.rssAnonKB)/1024, float64(x.heapInuse)/(1<<20),
 			float64(x.heapLive)/(1<<20), x.goroutines, x.fds, x.files, x.storeFiles, float64(x.storeBytes)/(1<<20))
 	}
+	if res.heapDiff != "" {
+		w("\n## What the heap gained over the second half\n\nHeap profiles (after a GC) at the half's first sample and at the last, written beside this report; "+
+			"the heap profile samples allocations (one per 512 KiB on average), so small figures are estimates.\n\n%s\n", res.heapDiff)
+	}
 	if res.goroutineDump != "" {
 		w("\n## Goroutines at the end (the slope failed)\n\n```\n%s\n```\n", tail(res.goroutineDump, 20000))
 	}
@@ -396,5 +401,29 @@ func (res *soakResult) write() (string, string, error) {
 	if err := os.WriteFile(svg, []byte(res.svg()), 0o644); err != nil {
 		return "", "", err
 	}
+	res.heapDiff = res.writeHeapProfiles()
 	return md, svg, os.WriteFile(md, []byte(res.markdown(svgName)), 0o644)
+}
+
+// writeHeapProfiles writes the heap profiles of the second half's first
+// and last samples beside the report and returns the top of their
+// difference (in-use bytes, `go tool pprof -diff_base`), or why there is
+// none.
+func (res *soakResult) writeHeapProfiles() string {
+	if res.heapHalf == nil || res.heapEnd == nil {
+		return "no heap profiles (the admin API gave none)"
+	}
+	half := filepath.Join(res.o.out, res.o.stamp+"-soak-heap-half.pprof")
+	end := filepath.Join(res.o.out, res.o.stamp+"-soak-heap-end.pprof")
+	if err := os.WriteFile(half, res.heapHalf, 0o644); err != nil {
+		return err.Error()
+	}
+	if err := os.WriteFile(end, res.heapEnd, 0o644); err != nil {
+		return err.Error()
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=25", "-diff_base", half, end).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("go tool pprof failed: %v: %s", err, tail(string(out), 500))
+	}
+	return fmt.Sprintf("`go tool pprof -top -sample_index=inuse_space -diff_base %s %s`:\n\n```\n%s```", filepath.Base(half), filepath.Base(end), out)
 }

@@ -30,6 +30,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		dial_timeout <duration>
 //		response_header_timeout <duration>
 //		disconnect_grace <duration>
+//		max_idle_conns_per_provider <n>
 //		tls_trusted_ca_certs <pem_files...>
 //		max_attempts <n>
 //		try_timeout <duration>
@@ -65,6 +66,16 @@ func (g *Gateway) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			*map[string]*caddy.Duration{"dial_timeout": &g.DialTimeout, "response_header_timeout": &g.ResponseHeaderTimeout,
 				"disconnect_grace": &g.DisconnectGrace, "try_timeout": &g.TryTimeout, "fallback_deadline": &g.FallbackDeadline, "cooldown": &g.Cooldown}[name] = caddy.Duration(dur)
+		case "max_idle_conns_per_provider":
+			var s string
+			if !d.AllArgs(&s) {
+				return d.ArgErr()
+			}
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				return d.Errf("max_idle_conns_per_provider must be a positive integer")
+			}
+			g.MaxIdleConnsPerProvider = n
 		case "max_attempts":
 			var s string
 			if !d.AllArgs(&s) {

@@ -33,3 +33,35 @@ func TestCaddyfileDurations(t *testing.T) {
 		t.Error("a negative disconnect_grace is valid")
 	}
 }
+
+// max_idle_conns_per_provider takes a positive count, and the gateway's
+// transports keep that many idle connections to a provider host (1024
+// unless set: reverse_proxy's own default, 32, makes a few hundred
+// concurrent requests redial most of their connections).
+func TestCaddyfileIdleConns(t *testing.T) {
+	g := new(Gateway)
+	if err := g.UnmarshalCaddyfile(caddyfile.NewTestDispenser("llm_gateway {\n max_idle_conns_per_provider 256\n}")); err != nil {
+		t.Fatal(err)
+	}
+	if g.MaxIdleConnsPerProvider != 256 {
+		t.Fatalf("parsed %d", g.MaxIdleConnsPerProvider)
+	}
+	for _, bad := range []string{"llm_gateway {\n max_idle_conns_per_provider\n}", "llm_gateway {\n max_idle_conns_per_provider 0\n}", "llm_gateway {\n max_idle_conns_per_provider many\n}"} {
+		if err := new(Gateway).UnmarshalCaddyfile(caddyfile.NewTestDispenser(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	if err := (&Gateway{MaxIdleConnsPerProvider: -1}).Validate(); err == nil {
+		t.Error("a negative max_idle_conns_per_provider is valid")
+	}
+	for _, set := range []int{0, 64} {
+		tr := (&Gateway{MaxIdleConnsPerProvider: set}).transport(true)
+		want := set
+		if want == 0 {
+			want = 1024
+		}
+		if tr.KeepAlive == nil || tr.KeepAlive.MaxIdleConnsPerHost != want || tr.KeepAlive.MaxIdleConns != want {
+			t.Errorf("set %d: the transport keeps %+v idle", set, tr.KeepAlive)
+		}
+	}
+}

@@ -76,6 +76,15 @@ type Gateway struct {
 	// response_header_timeout.
 	DisconnectGrace caddy.Duration `json:"disconnect_grace,omitempty"`
 
+	// MaxIdleConnsPerProvider is how many idle connections to one provider
+	// host are kept for the next request. A gateway sends all of its
+	// members' requests to a few provider hosts, so it keeps as many
+	// warm as it has requests in flight rather than reverse_proxy's 32,
+	// which under a few hundred concurrent requests closes and redials
+	// (and, to an HTTPS provider, renegotiates TLS for) most of them.
+	// Default: 1024.
+	MaxIdleConnsPerProvider int `json:"max_idle_conns_per_provider,omitempty"`
+
 	// TLSTrustedCACerts are PEM files of extra CAs to trust for HTTPS
 	// providers (private or test endpoints). Default: the system roots.
 	TLSTrustedCACerts []string `json:"tls_trusted_ca_certs,omitempty"`
@@ -161,16 +170,7 @@ func (g *Gateway) Provision(ctx caddy.Context) error {
 // Via and Forwarded headers and takes the provider's Host (cheaper there
 // than a header handler, which would expand a placeholder per request).
 func (g *Gateway) newProxy(ctx caddy.Context, useTLS bool) (*reverseproxy.Handler, *reverseproxy.HTTPTransport, error) {
-	tr := &reverseproxy.HTTPTransport{
-		DialTimeout:           g.DialTimeout,
-		ResponseHeaderTimeout: g.ResponseHeaderTimeout,
-	}
-	if useTLS {
-		tr.TLS = &reverseproxy.TLSConfig{}
-		if len(g.TLSTrustedCACerts) > 0 {
-			tr.TLS.CARaw = caddyconfig.JSONModuleObject(map[string]any{"pem_files": g.TLSTrustedCACerts}, "provider", "file", nil)
-		}
-	}
+	tr := g.transport(useTLS)
 	if err := tr.Provision(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -186,6 +186,27 @@ func (g *Gateway) newProxy(ctx caddy.Context, useTLS bool) (*reverseproxy.Handle
 		return nil, nil, err
 	}
 	return rp, tr, nil
+}
+
+// transport is the configuration of the proxy's transport to providers
+// (plain or TLS), before it is provisioned.
+func (g *Gateway) transport(useTLS bool) *reverseproxy.HTTPTransport {
+	idle := g.MaxIdleConnsPerProvider
+	if idle == 0 {
+		idle = 1024
+	}
+	tr := &reverseproxy.HTTPTransport{
+		DialTimeout:           g.DialTimeout,
+		ResponseHeaderTimeout: g.ResponseHeaderTimeout,
+		KeepAlive:             &reverseproxy.KeepAlive{MaxIdleConns: idle, MaxIdleConnsPerHost: idle},
+	}
+	if useTLS {
+		tr.TLS = &reverseproxy.TLSConfig{}
+		if len(g.TLSTrustedCACerts) > 0 {
+			tr.TLS.CARaw = caddyconfig.JSONModuleObject(map[string]any{"pem_files": g.TLSTrustedCACerts}, "provider", "file", nil)
+		}
+	}
+	return tr
 }
 
 // credentialTransport sends gateway.UpstreamRequest's copy of the request:
@@ -209,6 +230,9 @@ func (g *Gateway) Validate() error {
 	}
 	if g.TryTimeout < 0 || g.FallbackDeadline < 0 || g.Cooldown < 0 || g.DisconnectGrace < 0 {
 		return errors.New("try_timeout, fallback_deadline, cooldown and disconnect_grace must not be negative")
+	}
+	if g.MaxIdleConnsPerProvider < 0 {
+		return errors.New("max_idle_conns_per_provider must not be negative")
 	}
 	return nil
 }
