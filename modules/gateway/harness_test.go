@@ -68,13 +68,21 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+func freePort(t testing.TB) int { return freePorts(t, 1)[0] }
+
+// freePorts returns n different free loopback ports: their listeners are
+// all open while they are chosen, so the kernel cannot hand out one twice.
+func freePorts(t testing.TB, n int) []int {
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // setup starts the shared environment once per test binary.
@@ -87,7 +95,8 @@ func setup(t testing.TB) *env {
 		return theEnv
 	}
 	dir := harnessDir
-	port, tightPort, patientPort := freePort(t), freePort(t), freePort(t)
+	ports := freePorts(t, 3)
+	port, tightPort, patientPort := ports[0], ports[1], ports[2]
 	logPath := dir + "/caddy.log"
 	tlsProvider, certPEM, err := fakeprovider.StartTLS(providerSecret)
 	if err != nil {
