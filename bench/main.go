@@ -73,6 +73,7 @@ type options struct {
 	profileConc int
 	trace       string // write an execution trace of caddy during lane (c) at profileConc here
 	traceWrk    string // write an execution trace of caddy during lane (c) on the wrk lane here
+	profileWrk  string // write a CPU profile of caddy during lane (c) on the wrk lane here
 	wrk         bool   // the wrk lane (when wrk is installed)
 	wrkReps     int    // its repetitions (each lane once per repetition, interleaved)
 	wrkConc     int    // its connections
@@ -112,8 +113,10 @@ func main() {
 	profile := flag.String("profile", "", "write a CPU profile of caddy, taken while lane (c) runs at -profile-conc, to this file")
 	profileConc := flag.Int("profile-conc", 32, "the concurrency at which -profile and -trace are taken")
 	traceFile := flag.String("trace", "", "write an execution trace of caddy, taken while lane (c) runs at -profile-conc (in the last repetition), to this file")
+	profileWrk := flag.String("profile-wrk", "", "write a CPU profile of caddy, taken while the wrk lane runs lane (c) (in its last repetition), to this file, and one of lane (b)'s to the same name with -plain before the extension")
 	traceWrk := flag.String("trace-wrk", "", "write an execution trace of caddy, taken while the wrk lane runs lane (c) (in its last repetition), to this file, and one of lane (b)'s to the same name with -plain before the extension")
 	wrk := flag.Bool("wrk", true, "run the wrk lane (wrk -t1 against lanes (b), (c), (i) and the peers) when wrk is installed")
+	wrkDur := flag.Duration("wrk-dur", 0, "the length of each wrk run, whole seconds (default 2s with -quick, else 4s)")
 	wrkReps := flag.Int("wrk-reps", 0, "repetitions of the wrk lane (default 1 with -quick, else 3)")
 	fixed := flag.String("fixed", "", "open-loop rates as fractions of lane (b)'s closed-loop capacity at c=32, comma-separated (default 0.5,0.8; none: off)")
 	fixedBase := flag.String("fixed-base", "bench", "what the -fixed fractions are of: lane (b)'s capacity in the bench's closed loop at c=32 (bench) or on the wrk lane (wrk; the bench's closed loop when the wrk lane did not run)")
@@ -132,10 +135,14 @@ func main() {
 		o = quickOptions()
 	}
 	o.portkey, o.postgres, o.fleet, o.pin, o.bin, o.profile, o.profileConc = *portkey, *postgres, *fleet, *pin, *bin, *profile, *profileConc
+	o.profileWrk = *profileWrk
 	o.trace, o.traceWrk, o.wrk, o.peers, o.fixedBase = *traceFile, *traceWrk, *wrk, peers, *fixedBase
 	if o.fixedBase != "bench" && o.fixedBase != "wrk" {
 		fmt.Fprintln(os.Stderr, "bench: -fixed-base takes bench or wrk")
 		os.Exit(2)
+	}
+	if *wrkDur > 0 {
+		o.wrkDur = *wrkDur
 	}
 	if *wrkReps > 0 {
 		o.wrkReps = *wrkReps
@@ -477,8 +484,9 @@ func throughputOnly(id string) bool {
 }
 
 // runWrkPhase is the wrk lane: wrk against lanes (b), (c), (i) and the
-// peers, interleaved, o.wrkReps times; with o.traceWrk, an execution trace
-// of lane (c)'s process in the last repetition.
+// peers, interleaved, o.wrkReps times; with o.traceWrk and o.profileWrk,
+// an execution trace and a CPU profile of lane (c)'s process (and of lane
+// (b)'s) in the last repetition.
 func runWrkPhase(ctx context.Context, r *rig, res *results, o options, logf func(string, ...any)) error {
 	wrk := wrkPath()
 	if wrk == "" {
@@ -493,19 +501,24 @@ func runWrkPhase(ctx context.Context, r *rig, res *results, o options, logf func
 			if !wrkLane(l.id) {
 				continue
 			}
-			var trace chan error
-			if o.traceWrk != "" && rep == o.wrkReps-1 {
-				switch l.id {
-				case "c":
-					trace = r.profile(ctx, "trace", o.wrkDur, o.traceWrk)
-				case "b": // plain Caddy's, to compare with
-					trace = r.profileOf(ctx, &gwNode{adminAddr: r.plainAdmin}, "trace", o.wrkDur, plainTraceFile(o.traceWrk))
+			var taken []chan error
+			if rep == o.wrkReps-1 {
+				for kind, file := range map[string]string{"trace": o.traceWrk, "profile": o.profileWrk} {
+					if file == "" {
+						continue
+					}
+					switch l.id {
+					case "c":
+						taken = append(taken, r.profile(ctx, kind, o.wrkDur, file))
+					case "b": // plain Caddy's, to compare with
+						taken = append(taken, r.profileOf(ctx, &gwNode{adminAddr: r.plainAdmin}, kind, o.wrkDur, plainTraceFile(file)))
+					}
 				}
 			}
 			wr, err := runWrk(ctx, wrk, r.work, l, body, o.wrkConc, o.wrkDur, r.pin)
-			if trace != nil {
-				if err := <-trace; err != nil {
-					logf("trace: %v", err)
+			for _, t := range taken {
+				if err := <-t; err != nil {
+					logf("profile: %v", err)
 				}
 			}
 			if err != nil {
@@ -524,8 +537,8 @@ func runWrkPhase(ctx context.Context, r *rig, res *results, o options, logf func
 	return nil
 }
 
-// plainTraceFile is where -trace-wrk writes lane (b)'s trace: beside
-// lane (c)'s, "-plain" before the extension.
+// plainTraceFile is where -trace-wrk and -profile-wrk write lane (b)'s
+// trace or profile: beside lane (c)'s, "-plain" before the extension.
 func plainTraceFile(file string) string {
 	ext := filepath.Ext(file)
 	return strings.TrimSuffix(file, ext) + "-plain" + ext

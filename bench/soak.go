@@ -225,7 +225,8 @@ func startSoakRig(ctx context.Context, o soakOptions) (r *soakRig, err error) {
 	home := filepath.Join(work, "home")
 	r.cmd.Env = append(os.Environ(), "HOME="+home, "XDG_DATA_HOME="+filepath.Join(work, "xdg-data"),
 		"XDG_CONFIG_HOME="+filepath.Join(work, "xdg-config"), "XDG_CACHE_HOME="+filepath.Join(work, "xdg-cache"),
-		"XDG_STATE_HOME="+filepath.Join(work, "xdg-state"), "GOMAXPROCS="+serverProcs())
+		"XDG_STATE_HOME="+filepath.Join(work, "xdg-state"), "GOMAXPROCS="+serverProcs(),
+		"GODEBUG="+withGODEBUG(os.Getenv("GODEBUG"), "memprofilerate="+strconv.Itoa(soakProfileRate)))
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
 		return nil, err
@@ -999,6 +1000,10 @@ type soakSample struct {
 	rssKB               int64
 	rssAnonKB           int64 // the process's own memory: RSS less the mapped files (the store's tables)
 	heapInuse, heapLive int64 // bytes, after a forced GC
+	// heapOurs and heapStore split the live heap by the heap profile taken
+	// with the reading (heapSplit): the store's buffers and the rest.
+	heapOurs, heapStore float64 // bytes
+	profiled            bool    // the heap profile was read
 	goroutines          int64
 	fds, files          int           // open descriptors; those that are files (not sockets, pipes or other kernel objects)
 	storeFiles          int           // descriptors of the store's tables and value logs (their number grows with the store, by design)
@@ -1037,6 +1042,9 @@ func (r *soakRig) sample(ctx context.Context, at time.Duration) soakSample {
 		}
 	}
 	s.at = at
+	if st, b, err := r.n.admin(ctx, "GET", "/debug/pprof/heap?gc=1&debug=1", nil); err == nil && st == http.StatusOK {
+		s.heapOurs, s.heapStore, s.profiled = heapSplit(b)
+	}
 	filepath.WalkDir(r.dataDir, func(_ string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			if fi, err := d.Info(); err == nil {
@@ -1296,8 +1304,8 @@ func runSoak(ctx context.Context, o soakOptions) (*soakResult, error) {
 		} else if next.After(end) {
 			res.heapEnd = r.heapProfile(ctx)
 		}
-		o.logf("sample %v: RSS %.1f MB (%.1f MB anonymous), heap %.1f MB, %d goroutines, %d fds (%d files, %d the store's tables), store %.1f MB; %d sessions, %d gateway requests",
-			s.at.Round(time.Second), float64(s.rssKB)/1024, float64(s.rssAnonKB)/1024, float64(s.heapInuse)/(1<<20), s.goroutines, s.fds, s.files, s.storeFiles, float64(s.storeBytes)/(1<<20),
+		o.logf("sample %v: RSS %.1f MB (%.1f MB anonymous), heap %.1f MB (live: %.1f MB outside the store, %.1f MB the store's), %d goroutines, %d fds (%d files, %d the store's tables), store %.1f MB; %d sessions, %d gateway requests",
+			s.at.Round(time.Second), float64(s.rssKB)/1024, float64(s.rssAnonKB)/1024, float64(s.heapInuse)/(1<<20), s.heapOurs/(1<<20), s.heapStore/(1<<20), s.goroutines, s.fds, s.files, s.storeFiles, float64(s.storeBytes)/(1<<20),
 			res.sessions.created, res.sentSoFar())
 		if next.After(end) {
 			break

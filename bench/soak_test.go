@@ -105,3 +105,42 @@ func TestSoakSlopes(t *testing.T) {
 		}
 	}
 }
+
+// TestSoakHeapJudged: with heap profiles, the judged heap is the live heap
+// outside the store: the store's memtables and compactions raising the
+// heap in use fail nothing, while a leak outside the store fails the
+// heap's verdict; without profiles, the heap in use is judged.
+func TestSoakHeapJudged(t *testing.T) {
+	res := &soakResult{o: soakOptions{limits: hourLimits}, loadFor: time.Hour, sessions: &sessionStats{}, counts: map[string]*soakCounts{}}
+	for i := range 61 {
+		at := time.Duration(i) * time.Minute
+		store := float64(40<<20) + float64(i%3)*(20<<20) + float64(i)*(1<<20) // memtables come and go; the block cache fills
+		res.samples = append(res.samples, soakSample{at: at, goroutines: 40, fds: 25, profiled: true,
+			heapOurs: 30 << 20, heapStore: store, heapInuse: int64(30<<20 + store)})
+	}
+	heapVerdict := func() soakVerdict {
+		for _, v := range res.verdicts() {
+			if strings.Contains(v.name, "heap") {
+				return v
+			}
+		}
+		t.Fatal("no heap verdict")
+		return soakVerdict{}
+	}
+	if v := heapVerdict(); !v.met || !strings.Contains(v.name, "outside the store") {
+		t.Fatalf("the store's heap judged: %+v", v)
+	}
+	for i := range res.samples {
+		res.samples[i].heapOurs += float64(i) * (100 << 10) // 6 MB an hour
+	}
+	if v := heapVerdict(); v.met {
+		t.Fatalf("a leak outside the store passes: %+v", v)
+	}
+	for i := range res.samples {
+		res.samples[i].heapOurs -= float64(i) * (100 << 10)
+		res.samples[i].profiled = i%2 == 0
+	}
+	if v := heapVerdict(); v.met || !strings.Contains(v.name, "in use") {
+		t.Fatalf("without every profile, the heap in use (rising) is not what failed: %+v", v)
+	}
+}

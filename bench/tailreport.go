@@ -104,7 +104,8 @@ func (res *results) tailMarkdown() string {
 			w("%s.\n", res.wrkMsg)
 		} else {
 			w("wrk, an event loop in C, pinned to core 0 beside the fake provider; the servers on core 1 with GOMAXPROCS=%s. A closed loop like the bench's own, but its client costs far less per request, so it drives the servers harder: its req/s is closer to the servers' capacity and its p99 shows their queueing. Answers with a status above 399 and socket errors count as errors. Latencies are wrk's (from each request's send on its connection).\n\n", serverProcs())
-			w("| Lane | req/s | vs (b) | p50 | p90 | p99 | p99 vs (b) | p99.9 | server CPU per request | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
+			w("Per request, the server's CPU (user + system, from /proc/<pid>/stat), of it the system's, its read and write system calls (/proc/<pid>/io) and its threads' context switches (/proc/<pid>/task/*/status).\n\n")
+			w("| Lane | req/s | vs (b) | p50 | p90 | p99 | p99 vs (b) | p99.9 | server CPU per request | of it system | syscalls | context switches | errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 			rb, pb := res.wrkMedian("b", func(x wrkResult) float64 { return x.rps }), res.wrkMedian("b", wrkP99)
 			for _, id := range res.tailLanes() {
 				ws := res.wrk[id]
@@ -125,12 +126,15 @@ func (res *results) tailMarkdown() string {
 				if first != "" {
 					e += " (" + first + ")"
 				}
-				w("| (%s) | %.0f | %s | %s | %s | %s | %s | %s | %.0f µs | %s |\n", id, rps, ratio(rps, rb),
+				w("| (%s) | %.0f | %s | %s | %s | %s | %s | %s | %.0f µs | %.0f µs | %.1f | %.1f | %s |\n", id, rps, ratio(rps, rb),
 					fms(res.wrkMedian(id, func(x wrkResult) float64 { return float64(x.p50) })),
 					fms(res.wrkMedian(id, func(x wrkResult) float64 { return float64(x.p90) })),
 					fms(p99v), ratio(p99v, pb),
 					fms(res.wrkMedian(id, func(x wrkResult) float64 { return float64(x.p999) })),
-					res.wrkMedian(id, func(x wrkResult) float64 { return float64(x.cpuPerOp) / float64(time.Microsecond) }), e)
+					res.wrkMedian(id, func(x wrkResult) float64 { return float64(x.cpuPerOp) / float64(time.Microsecond) }),
+					res.wrkMedian(id, func(x wrkResult) float64 { return x.sysPerOp }),
+					res.wrkMedian(id, func(x wrkResult) float64 { return x.syscallsPerOp }),
+					res.wrkMedian(id, func(x wrkResult) float64 { return x.switchesPerOp }), e)
 			}
 		}
 	}
@@ -247,12 +251,15 @@ func (res *results) tailSummary() string {
 		for _, x := range res.wrk[id] {
 			errs += x.errs
 		}
-		fmt.Fprintf(&b, "wrk  (%s) %6.0f req/s  p50 %s  p99 %s  p99.9 %s  cpu %.0f µs  errors %d\n", id,
+		fmt.Fprintf(&b, "wrk  (%s) %6.0f req/s  p50 %s  p99 %s  p99.9 %s  cpu %.0f µs (sys %.0f)  syscalls %.1f  switches %.1f  errors %d\n", id,
 			res.wrkMedian(id, func(x wrkResult) float64 { return x.rps }),
 			fms(res.wrkMedian(id, func(x wrkResult) float64 { return float64(x.p50) })),
 			fms(res.wrkMedian(id, wrkP99)),
 			fms(res.wrkMedian(id, func(x wrkResult) float64 { return float64(x.p999) })),
-			res.wrkMedian(id, func(x wrkResult) float64 { return float64(x.cpuPerOp) / float64(time.Microsecond) }), errs)
+			res.wrkMedian(id, func(x wrkResult) float64 { return float64(x.cpuPerOp) / float64(time.Microsecond) }),
+			res.wrkMedian(id, func(x wrkResult) float64 { return x.sysPerOp }),
+			res.wrkMedian(id, func(x wrkResult) float64 { return x.syscallsPerOp }),
+			res.wrkMedian(id, func(x wrkResult) float64 { return x.switchesPerOp }), errs)
 	}
 	for _, fr := range res.fixed {
 		for _, id := range res.tailLanes() {

@@ -22,11 +22,14 @@ import (
 
 // wrkResult is one wrk run against one lane.
 type wrkResult struct {
-	rps                  float64 // answered requests (2xx/3xx) per second
-	ok, errs             int64   // answered; socket errors, timeouts and non-2xx/3xx answers
-	p50, p90, p99, p999  time.Duration
-	cpuPerOp             time.Duration // server CPU per answered request
-	firstErr, rawSummary string
+	rps                 float64 // answered requests (2xx/3xx) per second
+	ok, errs            int64   // answered; socket errors, timeouts and non-2xx/3xx answers
+	p50, p90, p99, p999 time.Duration
+	cpuPerOp            time.Duration // server CPU per answered request
+	// per answered request: the servers' system CPU (µs, part of
+	// cpuPerOp), read and write system calls, and context switches
+	sysPerOp, syscallsPerOp, switchesPerOp float64
+	firstErr, rawSummary                   string
 }
 
 // wrkPath is the wrk binary, "" when it is not installed.
@@ -82,11 +85,11 @@ func runWrk(ctx context.Context, wrk, work string, l *lane, body []byte, conc in
 		name, args = "taskset", append([]string{"-c", "0", wrk}, args...)
 	}
 	servers := l.serverPids()
-	cpu0 := cpuTimes(servers)
+	c0 := countsOf(servers)
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(cctx, name, args...).CombinedOutput()
-	cpu1 := cpuTimes(servers)
+	used := countsOf(servers).sub(c0)
 	if err != nil {
 		return wrkResult{}, fmt.Errorf("wrk: %v: %s", err, tail(string(out), 500))
 	}
@@ -95,7 +98,9 @@ func runWrk(ctx context.Context, wrk, work string, l *lane, body []byte, conc in
 		return res, err
 	}
 	if len(servers) > 0 && res.ok > 0 {
-		res.cpuPerOp = (cpu1 - cpu0) / time.Duration(res.ok)
+		res.cpuPerOp = (used.user + used.sys) / time.Duration(res.ok)
+		res.sysPerOp = perOp(used.sys, res.ok)
+		res.syscallsPerOp, res.switchesPerOp = perOp(used.syscalls, res.ok), perOp(used.switches, res.ok)
 	}
 	return res, nil
 }
