@@ -291,9 +291,9 @@ func (res *soakResult) markdown(svgName string) string {
 	if svgName != "" {
 		w("\n![RSS, heap, goroutines and open files over the soak](%s)\n", svgName)
 	}
-	w("\n## Samples\n\nAt each sample the load pauses: no new gateway request, session or short-lived event client starts; the work in flight " +
-		"finishes (the Drain column: how long it took); the idle connections on both sides of the server are closed; then readings 300 ms " +
-		"apart (three or more, until two agree, at most six), each after a forced GC (the admin API's `/debug/pprof/heap?gc=1`), keep each figure's lowest. Heap and goroutines from Caddy's `/metrics`, " +
+	w("\n## Samples\n\nAt each sample the load pauses: no new gateway request, session or short-lived event client starts; the work in flight "+
+		"finishes (the Drain column: how long it took); the idle connections on both sides of the server are closed; then readings 300 ms "+
+		"apart (three or more, until two agree, at most six), each after a forced GC (the admin API's `/debug/pprof/heap?gc=1`), keep each figure's lowest. Heap and goroutines from Caddy's `/metrics`, "+
 		"RSS and descriptors from /proc. The two long-lived event clients and the sessions kept stay throughout. "+
 		"After the readings, a heap profile (after a GC; the server runs with GODEBUG=memprofilerate=%d, one sampled allocation per %d KiB) splits the live heap: "+
 		"allocations with a frame of the store (Badger and its cache) on their stack, and the rest.\n\n", soakProfileRate, soakProfileRate>>10)
