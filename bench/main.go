@@ -528,6 +528,20 @@ func runWrkPhase(ctx context.Context, r *rig, res *results, o options, logf func
 		}
 		r.resetProviders()
 	}
+	if o.profileWrk != "" {
+		if bs, cs := res.wrk["b"], res.wrk["c"]; len(bs) > 0 && len(cs) > 0 {
+			table, err := wrkProfileReport(ctx, r.bin, plainTraceFile(o.profileWrk), o.profileWrk, bs[len(bs)-1].ok, cs[len(cs)-1].ok)
+			if err != nil {
+				logf("profile breakdown: %v", err)
+			} else {
+				md := strings.TrimSuffix(o.profileWrk, filepath.Ext(o.profileWrk)) + ".md"
+				logf("CPU per request on the wrk lane, from the profiles (also in %s):\n%s", md, table)
+				if err := os.WriteFile(md, []byte(wrkProfileIntro(o)+table), 0o644); err != nil {
+					logf("profile breakdown: %v", err)
+				}
+			}
+		}
+	}
 	// wrk stops at its deadline with a request in flight on each
 	// connection. The gateway still reads and meters the provider's
 	// answers to those (non-stream) requests, so they count in the usage
