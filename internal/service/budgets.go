@@ -61,22 +61,20 @@ func (s *Service) Budgets(ctx context.Context, p *Principal) ([]BudgetView, erro
 		return nil, forbidden(p, OpReadSpend)
 	}
 	var members []budgetMember
-	var monthSpend map[string]money.Pico
 	err := s.Store.View(ctx, func(tx store.Tx) error {
 		if _, err := workspace(tx, p.Workspace); err != nil {
 			return err
 		}
 		var err error
-		if members, err = budgetMembers(tx, p.Workspace); err != nil {
-			return err
-		}
-		monthSpend, err = s.monthSpend(tx, p.Workspace)
+		members, err = budgetMembers(tx, p.Workspace)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := []BudgetView{}
+	listed := members[:0:0]
+	var statuses []ledger.Status
+	unbudgeted := false
 	for _, m := range members {
 		if access == OwnOnly && m.id != p.MemberID() {
 			continue
@@ -85,7 +83,26 @@ func (s *Service) Budgets(ctx context.Context, p *Principal) ([]BudgetView, erro
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, budgetView(m, st, monthSpend[m.id]))
+		listed, statuses = append(listed, m), append(statuses, st)
+		unbudgeted = unbudgeted || st.Budget == nil
+	}
+	// A member without a budget shows what it spent this calendar month,
+	// summed from the month's usage records: a scan as long as the month's
+	// traffic, so it is made only when a member listed has no budget (a
+	// budget carries its period's spend).
+	var monthSpend map[string]money.Pico
+	if unbudgeted {
+		if err := s.Store.View(ctx, func(tx store.Tx) error {
+			var err error
+			monthSpend, err = s.monthSpend(tx, p.Workspace)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	}
+	out := []BudgetView{}
+	for i, m := range listed {
+		out = append(out, budgetView(m, statuses[i], monthSpend[m.id]))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].MemberID < out[j].MemberID })
 	return out, nil

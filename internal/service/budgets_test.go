@@ -1,8 +1,10 @@
 package service_test
 
 import (
+	"context"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,5 +271,61 @@ func TestUsageQueryService(t *testing.T) {
 	}
 	if got := strings.Join(all, "|"); got != want(0, 1)+"|"+want(2, 3)+"|"+want(4) {
 		t.Errorf("pages %s", got)
+	}
+}
+
+// usageScans counts the scans of usage records its transactions make.
+type usageScans struct {
+	store.Store
+	n *atomic.Int64
+}
+
+func (s usageScans) View(ctx context.Context, fn func(store.Tx) error) error {
+	return s.Store.View(ctx, func(tx store.Tx) error { return fn(usageScansTx{tx, s.n}) })
+}
+
+type usageScansTx struct {
+	store.Tx
+	n *atomic.Int64
+}
+
+func (t usageScansTx) Usage(ws, after string, fn func(*store.UsageRecord) (bool, error)) error {
+	t.n.Add(1)
+	return t.Tx.Usage(ws, after, fn)
+}
+
+// TestBudgetsScanUsageOnlyWhenUnbudgeted: a member without a budget shows
+// the month's spend, summed from the usage records; once every member has
+// a budget (which carries its period's spend) listing the budgets reads no
+// usage record, a scan as long as the month's traffic, and shows the same
+// spend.
+func TestBudgetsScanUsageOnlyWhenUnbudgeted(t *testing.T) {
+	e := newEnv(t)
+	f := e.fixture("acme")
+	e.settle(f.ws, f.member, store.MemberPerson, t0.Add(-2*time.Minute), money.Pico(5))
+	e.settle(f.ws, f.sa, store.MemberServiceAccount, t0.Add(-time.Minute), money.Pico(7))
+	var scans atomic.Int64
+	e.svc.Store = usageScans{Store: e.svc.Store, n: &scans}
+	op := service.Operator(f.ws)
+	spent := func() map[string]money.Pico {
+		bs, err := e.svc.Budgets(ctx, op)
+		noErr(t, "Budgets", err)
+		out := map[string]money.Pico{}
+		for _, b := range bs {
+			out[b.MemberID] = b.SpentUSD
+		}
+		return out
+	}
+	if got := spent(); got[f.member] != 5 || got[f.sa] != 7 || got[f.admin] != 0 || scans.Load() != 1 {
+		t.Fatalf("without budgets: spent %v after %d scans; want %s 5, %s 7, one scan", got, scans.Load(), f.member, f.sa)
+	}
+	limit := money.Micros(1_000_000)
+	for _, m := range []string{f.member, f.sa, f.admin, f.owner} {
+		_, err := e.svc.SetBudget(ctx, op, m, service.BudgetInput{LimitUSD: &limit, Period: store.PeriodMonthly})
+		noErr(t, "SetBudget", err)
+	}
+	before := scans.Load()
+	if got := spent(); got[f.member] != 5 || got[f.sa] != 7 || scans.Load() != before {
+		t.Fatalf("every member budgeted: spent %v after %d more scans; want %s 5, %s 7, no scan", got, scans.Load()-before, f.member, f.sa)
 	}
 }
