@@ -100,6 +100,7 @@ type soakRig struct {
 	instSA                 string
 	reloads                int
 	reloadAt               atomic.Int64 // when the last reload ended (unix ns)
+	instRetried            atomic.Int64 // instance requests sent again after a reload closed their connection
 	q                      quietGate
 }
 
@@ -396,6 +397,18 @@ func (r *soakRig) inst(ctx context.Context, method, path string, body any, out a
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := soakClient.Do(req)
+	if err != nil && ctx.Err() == nil && r.sinceReload(time.Now()) < reloadGrace {
+		// A reload closes the old server's idle keep-alive connections;
+		// a request that had just picked one was never read (a request in
+		// progress is waited for), so it is sent again, as a client does
+		// when the server closed an idle connection, and counted apart.
+		r.instRetried.Add(1)
+		if body != nil {
+			b, _ := jsonMarshal(body)
+			req.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		resp, err = soakClient.Do(req)
+	}
 	if err != nil {
 		return 0, nil, err
 	}
@@ -1196,6 +1209,7 @@ type soakResult struct {
 	long                []*eventClient
 	churned             int64
 	reloads, reloadErrs int
+	instRetried         int64 // instance requests sent again after a reload closed their idle connection
 	reloadErr           string
 	samples             []soakSample
 	paused              time.Duration // the load's pauses for the samples, in all
@@ -1324,6 +1338,7 @@ func runSoak(ctx context.Context, o soakOptions) (*soakResult, error) {
 	res.skipped = skipped.Load()
 	res.churned = churned.Load()
 	res.reloads = r.reloads
+	res.instRetried = r.instRetried.Load()
 	res.sent = res.sentSoFar()
 
 	// What was sent is settled: read the ledger until it adds up (or 20 s).

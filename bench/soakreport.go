@@ -267,9 +267,9 @@ func (res *soakResult) markdown(svgName string) string {
 	w("Instance: %d workers, each creating a session in one of %d project directories, prompting it (the scripted model reads, lists, globs "+
 		"and greps in one step, edits the file the prompt names in the next, then answers; a title is asked for each session), waiting for "+
 		"it, compacting every third session, and deleting its sessions beyond the newest %d. Sessions created **%d**, turns %d (edits on disk "+
-		"%d), compactions %d, deleted %d, errors %d%s. Bash is not called (it needs the sandbox). Event streams: %d long-lived clients, %s. "+
+		"%d), compactions %d, deleted %d, errors %d%s; %d requests sent again after a reload closed their idle connection under them. Bash is not called (it needs the sandbox). Event streams: %d long-lived clients, %s. "+
 		"Config reloads (POST /load with a changed `cooldown`) every %v: **%d**, %d failed%s.\n\n",
-		res.o.workers, len(r.projects), res.o.keep, s.created, s.turns, s.edited, s.compactions, s.deleted, s.errs, errSuffix(s.firstErr),
+		res.o.workers, len(r.projects), res.o.keep, s.created, s.turns, s.edited, s.compactions, s.deleted, s.errs, errSuffix(s.firstErr), res.instRetried,
 		len(res.long), churn, res.o.reload, res.reloads, res.reloadErrs, errSuffix(res.reloadErr))
 
 	w("## Verdicts\n\nLimits: %s.\n\n| Check | Target | Measured | Met |\n|---|---|---|---|\n", res.o.limits.why)
