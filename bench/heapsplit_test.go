@@ -73,3 +73,33 @@ func TestHeapSplitReal(t *testing.T) {
 		t.Fatalf("ours %.1f MiB, store %.1f MiB; 32 MiB kept", ours/(1<<20), store/(1<<20))
 	}
 }
+
+// TestWriteHeapProfiles: the soak's two heap profiles are written beside
+// its report, and their difference is read both outside the store (the
+// judged figure) and whole.
+func TestWriteHeapProfiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go tool pprof")
+	}
+	take := func() []byte {
+		var b bytes.Buffer
+		runtime.GC()
+		if err := pprof.Lookup("heap").WriteTo(&b, 0); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	res := &soakResult{o: soakOptions{out: t.TempDir(), stamp: "2026-01-02"}}
+	res.heapHalf = take()
+	keep := make([][]byte, 64)
+	for i := range keep {
+		keep[i] = make([]byte, 64<<10)
+	}
+	res.heapEnd = take()
+	runtime.KeepAlive(keep)
+	got := res.writeHeapProfiles()
+	if !strings.Contains(got, "Outside the store (the judged figure), `go tool pprof -top -sample_index=inuse_space -nodecount=25 -ignore=github.com/dgraph-io/ -diff_base 2026-01-02-soak-heap-half.pprof 2026-01-02-soak-heap-end.pprof`") ||
+		!strings.Contains(got, "The whole heap, `go tool pprof") || !strings.Contains(got, "TestWriteHeapProfiles") {
+		t.Fatalf("report:\n%s", got)
+	}
+}

@@ -447,9 +447,23 @@ func (res *soakResult) writeHeapProfiles() string {
 	if err := os.WriteFile(end, res.heapEnd, 0o644); err != nil {
 		return err.Error()
 	}
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=25", "-diff_base", half, end).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("go tool pprof failed: %v: %s", err, tail(string(out), 500))
+	// First what the judged figure counts (the heap outside the store:
+	// samples with no store frame), then the whole heap.
+	var b strings.Builder
+	for _, v := range []struct{ what, ignore string }{
+		{"Outside the store (the judged figure)", "-ignore=" + storeFramePrefix[0]},
+		{"The whole heap", ""},
+	} {
+		args := []string{"tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=25"}
+		if v.ignore != "" {
+			args = append(args, v.ignore)
+		}
+		args = append(args, "-diff_base", half, end)
+		out, err := exec.Command("go", args...).CombinedOutput()
+		if err != nil {
+			return fmt.Sprintf("go tool pprof failed: %v: %s", err, tail(string(out), 500))
+		}
+		fmt.Fprintf(&b, "%s, `go %s`:\n\n```\n%s```\n\n", v.what, strings.Join(append(args[:len(args)-3], "-diff_base", filepath.Base(half), filepath.Base(end)), " "), out)
 	}
-	return fmt.Sprintf("`go tool pprof -top -sample_index=inuse_space -diff_base %s %s`:\n\n```\n%s```", filepath.Base(half), filepath.Base(end), out)
+	return strings.TrimSuffix(b.String(), "\n\n")
 }
