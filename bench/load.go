@@ -359,26 +359,33 @@ func sizeName(n int) string {
 // cpuTime is the user + system CPU time a process has used so far, from
 // /proc/<pid>/stat (0 when unknown).
 func cpuTime(pid int) time.Duration {
+	user, sys := statCPU(pid)
+	return user + sys
+}
+
+// statCPU is a process's user and system CPU time so far, from
+// /proc/<pid>/stat (0 when unknown).
+func statCPU(pid int) (user, sys time.Duration) {
 	if pid == 0 {
-		return 0
+		return 0, 0
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	// Fields after the command name (which may hold spaces) start at ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0
+		return 0, 0
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 13 {
-		return 0
+		return 0, 0
 	}
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / clockTicks
+	return time.Duration(ut) * time.Second / clockTicks, time.Duration(st) * time.Second / clockTicks
 }
 
 // cpuTimes is the CPU time of several processes, summed.

@@ -42,17 +42,8 @@ func countsOf(pids []int) (c procCounts) {
 		if pid == 0 {
 			continue
 		}
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			s := string(b)
-			if i := strings.LastIndexByte(s, ')'); i >= 0 {
-				if f := strings.Fields(s[i+1:]); len(f) >= 13 {
-					ut, _ := strconv.ParseInt(f[11], 10, 64)
-					st, _ := strconv.ParseInt(f[12], 10, 64)
-					c.user += time.Duration(ut) * time.Second / clockTicks
-					c.sys += time.Duration(st) * time.Second / clockTicks
-				}
-			}
-		}
+		user, sys := statCPU(pid)
+		c.user, c.sys = c.user+user, c.sys+sys
 		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid)); err == nil {
 			c.syscalls += procField(string(b), "syscr:") + procField(string(b), "syscw:")
 		}
