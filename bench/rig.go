@@ -544,7 +544,9 @@ func (n *gwNode) bootstrap(ctx context.Context, providers [2]*fakeprovider.Provi
 // (c)'s answered requests) and sets their behaviour again.
 func (r *rig) resetProviders() (received int) {
 	for i, p := range r.providers {
-		for _, rec := range p.Received() {
+		// Take, not Received and Reset: a request arriving between the two
+		// would be answered but not counted.
+		for _, rec := range p.Take() {
 			received++
 			if tag := rec.Header.Get(laneHeader); tag != "" && !rec.Canceled {
 				r.mu.Lock()
@@ -552,7 +554,6 @@ func (r *rig) resetProviders() (received int) {
 				r.mu.Unlock()
 			}
 		}
-		p.Reset()
 		b := fakeprovider.Behavior{Chunks: chunks}
 		if i == 1 {
 			b.Delay = pace
