@@ -1023,6 +1023,25 @@ type soakSample struct {
 	storeBytes          int64         // the Badger directory's size on disk
 	quiet               time.Duration // how long the load took to drain before the reading
 	drained             bool          // false: work was still in flight at the reading
+	// cpu is the server's CPU time (user + system) so far and sent the
+	// gateway requests sent so far, read with the sample; cpuPerReq is the
+	// server's CPU per gateway request since the sample before (µs; 0 for
+	// the first): at a steady rate it stays flat unless a request's cost
+	// grows with what the store holds.
+	cpu       time.Duration
+	sent      int64
+	cpuPerReq float64
+}
+
+// cpuPerRequest is the server's CPU per gateway request between two
+// samples, in µs (instance work and the store's background work
+// included); 0 when no request was sent between them.
+func cpuPerRequest(prev, cur soakSample) float64 {
+	n := cur.sent - prev.sent
+	if n <= 0 || cur.cpu < prev.cpu {
+		return 0
+	}
+	return float64(cur.cpu-prev.cpu) / float64(time.Microsecond) / float64(n)
 }
 
 // sample reads the server process 300 ms apart, at least three times
@@ -1307,7 +1326,11 @@ func runSoak(ctx context.Context, o soakOptions) (*soakResult, error) {
 		at := time.Since(loadStart)
 		waited, drained := r.quiet()
 		s := r.sample(ctx, at)
+		s.cpu, s.sent = cpuTime(r.cmd.Process.Pid), res.sentSoFar()
 		r.resume()
+		if n := len(res.samples); n > 0 {
+			s.cpuPerReq = cpuPerRequest(res.samples[n-1], s)
+		}
 		s.quiet, s.drained = waited, drained
 		res.paused += time.Since(loadStart) - at
 		res.samples = append(res.samples, s)
@@ -1318,9 +1341,9 @@ func runSoak(ctx context.Context, o soakOptions) (*soakResult, error) {
 		} else if next.After(end) {
 			res.heapEnd = r.heapProfile(ctx)
 		}
-		o.logf("sample %v: RSS %.1f MB (%.1f MB anonymous), heap %.1f MB (live: %.1f MB outside the store, %.1f MB the store's), %d goroutines, %d fds (%d files, %d the store's tables), store %.1f MB; %d sessions, %d gateway requests",
+		o.logf("sample %v: RSS %.1f MB (%.1f MB anonymous), heap %.1f MB (live: %.1f MB outside the store, %.1f MB the store's), %d goroutines, %d fds (%d files, %d the store's tables), store %.1f MB, %.0f µs of CPU per gateway request; %d sessions, %d gateway requests",
 			s.at.Round(time.Second), float64(s.rssKB)/1024, float64(s.rssAnonKB)/1024, float64(s.heapInuse)/(1<<20), s.heapOurs/(1<<20), s.heapStore/(1<<20), s.goroutines, s.fds, s.files, s.storeFiles, float64(s.storeBytes)/(1<<20),
-			res.sessions.created, res.sentSoFar())
+			s.cpuPerReq, res.sessions.created, s.sent)
 		if next.After(end) {
 			break
 		}

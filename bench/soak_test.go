@@ -144,3 +144,60 @@ func TestSoakHeapJudged(t *testing.T) {
 		t.Fatalf("without every profile, the heap in use (rising) is not what failed: %+v", v)
 	}
 }
+
+// TestSoakCPUPerRequest: each sample's CPU per gateway request is the
+// server's CPU since the sample before over the requests sent meanwhile;
+// a cost that grows with the store shows as a slope (reported, never a
+// failed verdict), and the chart draws the figure without the first
+// sample, which has none.
+func TestSoakCPUPerRequest(t *testing.T) {
+	if got := cpuPerRequest(soakSample{cpu: time.Second, sent: 1000}, soakSample{cpu: 3 * time.Second, sent: 11000}); got != 200 {
+		t.Fatalf("2 s of CPU over 10,000 requests: %v µs, want 200", got)
+	}
+	for _, c := range [][2]soakSample{
+		{{cpu: time.Second, sent: 10}, {cpu: 2 * time.Second, sent: 10}}, // no request between
+		{{cpu: 2 * time.Second, sent: 10}, {cpu: time.Second, sent: 20}}, // a restarted process
+	} {
+		if got := cpuPerRequest(c[0], c[1]); got != 0 {
+			t.Fatalf("%+v: %v, want 0", c, got)
+		}
+	}
+	res := &soakResult{o: soakOptions{limits: hourLimits, dur: time.Hour}, loadFor: time.Hour, sessions: &sessionStats{}, counts: map[string]*soakCounts{}, rig: &soakRig{}}
+	var prev soakSample
+	for i := range 61 {
+		// 2,000 requests a second, each costing 150 µs plus 1 µs for every
+		// 10 minutes the store has grown: 6 µs an hour.
+		s := soakSample{at: time.Duration(i) * time.Minute, goroutines: 40, fds: 25, profiled: true, heapOurs: 30 << 20,
+			sent: int64(i) * 120_000}
+		s.cpu = prev.cpu + time.Duration(120_000*(150+float64(i)/10)*float64(time.Microsecond))
+		if i > 0 {
+			s.cpuPerReq = cpuPerRequest(prev, s)
+		}
+		res.samples = append(res.samples, s)
+		prev = s
+	}
+	var m soakMeasure
+	for _, x := range res.measures() {
+		if strings.Contains(x.name, "CPU per gateway request") {
+			m = x
+		}
+	}
+	if m.of == nil || m.limit != 0 {
+		t.Fatalf("CPU per request measure: %+v", m)
+	}
+	if f := res.fit(m.of); f.robust < 5.9 || f.robust > 6.1 {
+		t.Fatalf("slope %+v, want 6 µs an hour", f)
+	}
+	for _, v := range res.verdicts() {
+		if strings.Contains(v.name, "CPU") {
+			t.Fatalf("CPU per request judged: %+v", v)
+		}
+	}
+	svg := res.svg()
+	if !strings.Contains(svg, "Server CPU per gateway request") || strings.Contains(svg, "NaN") {
+		t.Fatalf("chart: panel missing or NaN drawn:\n%s", svg)
+	}
+	if md := res.markdown(""); !strings.Contains(md, "| 156 µs |") || !strings.Contains(md, "| – |") {
+		t.Fatalf("samples table lacks the figure:\n%s", md)
+	}
+}

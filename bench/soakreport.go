@@ -147,6 +147,7 @@ func (res *soakResult) measures() []soakMeasure {
 		{"Open files that are files (not sockets or pipes)", "", func(s soakSample) float64 { return float64(s.files) }, 0},
 		{"The store's open tables and value logs (grow with the store, by design)", "", func(s soakSample) float64 { return float64(s.storeFiles) }, 0},
 		{"Store on disk (grows by design)", "MB", func(s soakSample) float64 { return float64(s.storeBytes) / (1 << 20) }, 0},
+		{"Server CPU per gateway request since the sample before (instance work and the store's background work included)", "µs", func(s soakSample) float64 { return s.cpuPerReq }, 0},
 	}
 }
 
@@ -295,16 +296,22 @@ func (res *soakResult) markdown(svgName string) string {
 		"finishes (the Drain column: how long it took); the idle connections on both sides of the server are closed; then readings 300 ms "+
 		"apart (three or more, until two agree, at most six), each after a forced GC (the admin API's `/debug/pprof/heap?gc=1`), keep each figure's lowest. Heap and goroutines from Caddy's `/metrics`, "+
 		"RSS and descriptors from /proc. The two long-lived event clients and the sessions kept stay throughout. "+
+		"CPU per gateway request is the server's user + system time (from /proc) since the sample before over the gateway requests sent meanwhile, "+
+		"the instance's work, the pause's readings and the store's background work included: at a steady rate it stays flat unless a request's cost grows with what the store holds. "+
 		"After the readings, a heap profile (after a GC; the server runs with GODEBUG=memprofilerate=%d, one sampled allocation per %d KiB) splits the live heap: "+
 		"allocations with a frame of the store (Badger and its cache) on their stack, and the rest.\n\n", soakProfileRate, soakProfileRate>>10)
-	w("| Time | Drain | RSS MB | RSS anonymous MB | Heap in use MB | Heap live MB | Live outside the store MB | Live in the store MB | Goroutines | Open fds | Of which files | Of which the store's tables | Store MB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| Time | Drain | RSS MB | RSS anonymous MB | Heap in use MB | Heap live MB | Live outside the store MB | Live in the store MB | Goroutines | Open fds | Of which files | Of which the store's tables | Store MB | CPU per gateway request |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range res.samples {
 		drain := x.quiet.Round(10 * time.Millisecond).String()
 		if !x.drained {
 			drain += " (not drained)"
 		}
-		w("| %v | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %d | %d | %d | %d | %.1f |\n", x.at.Round(time.Second), drain, float64(x.rssKB)/1024, float64(x.rssAnonKB)/1024, float64(x.heapInuse)/(1<<20),
-			float64(x.heapLive)/(1<<20), x.heapOurs/(1<<20), x.heapStore/(1<<20), x.goroutines, x.fds, x.files, x.storeFiles, float64(x.storeBytes)/(1<<20))
+		perReq := "–"
+		if x.cpuPerReq > 0 {
+			perReq = fmt.Sprintf("%.0f µs", x.cpuPerReq)
+		}
+		w("| %v | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %d | %d | %d | %d | %.1f | %s |\n", x.at.Round(time.Second), drain, float64(x.rssKB)/1024, float64(x.rssAnonKB)/1024, float64(x.heapInuse)/(1<<20),
+			float64(x.heapLive)/(1<<20), x.heapOurs/(1<<20), x.heapStore/(1<<20), x.goroutines, x.fds, x.files, x.storeFiles, float64(x.storeBytes)/(1<<20), perReq)
 	}
 	if res.heapDiff != "" {
 		w("\n## What the heap gained over the second half\n\nHeap profiles (after a GC) at the half's first sample and at the last, written beside this report; "+
@@ -335,7 +342,7 @@ func mdCell(s string) string {
 // svg charts RSS, heap, goroutines and open descriptors over the run,
 // each on its own panel (its own scale), the second half shaded.
 func (res *soakResult) svg() string {
-	const W, H, left, top, panelH, gap = 860, 790, 70, 50, 120, 30
+	const W, H, left, top, panelH, gap = 860, 940, 70, 50, 120, 30
 	plotW := float64(W - left - 20)
 	type series struct {
 		name  string
@@ -348,6 +355,12 @@ func (res *soakResult) svg() string {
 		{"Go heap live outside the store, from the heap profile (MB)", "#59a14f", func(s soakSample) float64 { return s.heapOurs / (1 << 20) }},
 		{"Goroutines", "#e15759", func(s soakSample) float64 { return float64(s.goroutines) }},
 		{"Open descriptors, the store's tables apart", "#76b7b2", func(s soakSample) float64 { return float64(s.otherFDs()) }},
+		{"Server CPU per gateway request since the sample before (µs)", "#b07aa1", func(s soakSample) float64 {
+			if s.cpuPerReq <= 0 {
+				return math.NaN() // the first sample, or a run without the figure
+			}
+			return s.cpuPerReq
+		}},
 	}
 	span := res.loadFor.Minutes()
 	if span <= 0 {
@@ -362,10 +375,11 @@ func (res *soakResult) svg() string {
 		y0 := float64(top + i*(panelH+gap))
 		lo, hi := math.Inf(1), math.Inf(-1)
 		for _, x := range res.samples {
-			v := p.of(x)
-			lo, hi = math.Min(lo, v), math.Max(hi, v)
+			if v := p.of(x); !math.IsNaN(v) {
+				lo, hi = math.Min(lo, v), math.Max(hi, v)
+			}
 		}
-		if len(res.samples) == 0 {
+		if math.IsInf(lo, 1) {
 			lo, hi = 0, 1
 		}
 		lo = math.Max(0, lo-(hi-lo)*0.2-1)
@@ -379,15 +393,18 @@ func (res *soakResult) svg() string {
 		fmt.Fprintf(&s, `<text x="%d" y="%.1f" fill="%s">%s</text>`+"\n", left+6, y0+14, p.color, p.name)
 		var pts []string
 		for _, smp := range res.samples {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(smp.at), y(p.of(smp))))
+			if v := p.of(smp); !math.IsNaN(v) {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(smp.at), y(v)))
+				fmt.Fprintf(&s, `<circle cx="%.1f" cy="%.1f" r="2" fill="%s"/>`+"\n", x(smp.at), y(v), p.color)
+			}
 		}
 		fmt.Fprintf(&s, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", p.color, strings.Join(pts, " "))
-		for _, smp := range res.samples {
-			fmt.Fprintf(&s, `<circle cx="%.1f" cy="%.1f" r="2" fill="%s"/>`+"\n", x(smp.at), y(p.of(smp)), p.color)
-		}
 		// The fitted line over the second half.
 		if half := res.secondHalf(); len(half) >= 2 {
 			f := res.fit(p.of)
+			if math.IsNaN(f.robust) || math.IsNaN(f.intercept) {
+				continue // a figure some samples of the half lack
+			}
 			at := func(d time.Duration) float64 { return f.intercept + f.robust*d.Hours() }
 			a, b := half[0].at, half[len(half)-1].at
 			fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black" stroke-dasharray="4 3"/>`+"\n", x(a), y(at(a)), x(b), y(at(b)))
