@@ -265,6 +265,7 @@ func TestTailReport(t *testing.T) {
 	lat := func(d time.Duration) openResult {
 		return openResult{lat: []time.Duration{d / 2, d / 2, d}, achieved: 4000}
 	}
+	res.addFixed(0.8, 4000, "a", lat(2*time.Millisecond))
 	res.addFixed(0.8, 4000, "b", lat(4*time.Millisecond))
 	res.addFixed(0.8, 4000, "c", lat(5*time.Millisecond))
 	md := res.markdown("")
@@ -272,6 +273,7 @@ func TestTailReport(t *testing.T) {
 		"## wrk lane (1 KB, 0 ms provider, `wrk -t1 -c32`, 1s each, median of 3)",
 		"| (c) | 8000 | 0.80× | 3.00 ms |",
 		"## Open loop at fixed rates",
+		"| 80% = 4000 req/s | (a) | 4000 | 1.00 ms | 1.00 ms | 0.50× | 1.00 ms | 2.00 ms | 0 |",
 		"| 80% = 4000 req/s | (c) | 4000 | 2.50 ms | 2.50 ms | 1.25× | 2.50 ms | 5.00 ms | 0 |",
 		"| Throughput 1 KB c=32 | (c) ≥ 0.85 × (b) | 4000 vs 5000 req/s = 0.80× | **no** |",
 		"| Server CPU per request c=32 | (c) ≤ 1.25 × (b) | 125 vs 100 µs = 1.25× | yes |",
@@ -286,5 +288,18 @@ func TestTailReport(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("report:\n%s", md)
+	}
+
+	// The rig alone cannot send the rate: the fixed rate's comparison is
+	// not a verdict on the servers.
+	res.fixed = nil
+	short := lat(2 * time.Millisecond)
+	short.achieved = 3700
+	res.addFixed(0.8, 4000, "a", short)
+	res.addFixed(0.8, 4000, "b", lat(4*time.Millisecond))
+	res.addFixed(0.8, 4000, "c", lat(9*time.Millisecond))
+	want := "| p99 at 80% of (b)'s capacity (4000 req/s) | (c) ≤ 1.5 × (b), open loop | 4.50 ms vs 2.00 ms = 2.25×; the rig alone (lane (a)) answered 3700 of 4000 req/s: the load side, not the servers, set the pace | not measured |"
+	if md := res.markdown(""); !strings.Contains(md, want) {
+		t.Errorf("the report lacks %q:\n%s", want, md)
 	}
 }

@@ -80,7 +80,7 @@ type options struct {
 	wrkDur      time.Duration
 	fixed       []float64 // open-loop rates, as fractions of lane (b)'s closed-loop capacity at c=32
 	fixedDur    time.Duration
-	fixedBase   string     // "bench": (b)'s capacity from the bench's closed loop; "wrk": from the wrk lane
+	fixedBase   string     // "open": (b)'s capacity in the open loop itself; "bench": from the bench's closed loop; "wrk": from the wrk lane
 	peers       []peerSpec // other gateways' binaries, run as lanes
 	stamp       string     // file name stem
 	progressOut *os.File
@@ -119,7 +119,7 @@ func main() {
 	wrkDur := flag.Duration("wrk-dur", 0, "the length of each wrk run, whole seconds (default 2s with -quick, else 4s)")
 	wrkReps := flag.Int("wrk-reps", 0, "repetitions of the wrk lane (default 1 with -quick, else 3)")
 	fixed := flag.String("fixed", "", "open-loop rates as fractions of lane (b)'s closed-loop capacity at c=32, comma-separated (default 0.5,0.8; none: off)")
-	fixedBase := flag.String("fixed-base", "bench", "what the -fixed fractions are of: lane (b)'s capacity in the bench's closed loop at c=32 (bench) or on the wrk lane (wrk; the bench's closed loop when the wrk lane did not run)")
+	fixedBase := flag.String("fixed-base", "open", "what the -fixed fractions are of: lane (b)'s capacity in the open loop itself (open: the rate it answers when sent 1.5× the larger of its closed-loop capacities), in the bench's closed loop at c=32 (bench) or on the wrk lane (wrk; the bench's closed loop when the wrk lane did not run)")
 	var peers peerFlags
 	flag.Var(&peers, "peer", "another gateway as a lane, name=command (repeatable; e.g. gomodel=/path/to/gomodel); see bench/peers.go")
 	dur := flag.Duration("dur", 0, "the length of each throughput measurement (default 1s with -quick, else 2s)")
@@ -137,8 +137,8 @@ func main() {
 	o.portkey, o.postgres, o.fleet, o.pin, o.bin, o.profile, o.profileConc = *portkey, *postgres, *fleet, *pin, *bin, *profile, *profileConc
 	o.profileWrk = *profileWrk
 	o.trace, o.traceWrk, o.wrk, o.peers, o.fixedBase = *traceFile, *traceWrk, *wrk, peers, *fixedBase
-	if o.fixedBase != "bench" && o.fixedBase != "wrk" {
-		fmt.Fprintln(os.Stderr, "bench: -fixed-base takes bench or wrk")
+	if o.fixedBase != "open" && o.fixedBase != "bench" && o.fixedBase != "wrk" {
+		fmt.Fprintln(os.Stderr, "bench: -fixed-base takes open, bench or wrk")
 		os.Exit(2)
 	}
 	if *wrkDur > 0 {
@@ -559,7 +559,8 @@ func plainTraceFile(file string) string {
 }
 
 // runFixedRates is the open loop at fixed rates: each a fraction of lane
-// (b)'s closed-loop capacity at c=32 (the median of this run), against
+// (b)'s capacity (by default as the open loop itself measures it, the
+// median of this run's probes), against lane (a), the rig alone, and
 // lanes (b), (c), (i) and the peers, interleaved.
 func runFixedRates(ctx context.Context, r *rig, res *results, o options, body []byte, logf func(string, ...any)) {
 	c32 := res.cond32()
@@ -570,9 +571,32 @@ func runFixedRates(ctx context.Context, r *rig, res *results, o options, body []
 		return
 	}
 	res.fixedBase = "the bench's closed loop at c=32"
-	if o.fixedBase == "wrk" && len(res.wrk["b"]) > 0 {
-		capacity = res.wrkMedian("b", func(x wrkResult) float64 { return x.rps })
+	var wrkCap float64
+	if len(res.wrk["b"]) > 0 {
+		wrkCap = res.wrkMedian("b", func(x wrkResult) float64 { return x.rps })
+	}
+	switch {
+	case o.fixedBase == "wrk" && wrkCap > 0:
+		capacity = wrkCap
 		res.fixedBase = fmt.Sprintf("the wrk lane (-c%d)", o.wrkConc)
+	case o.fixedBase == "open":
+		// A closed loop's capacity is not what the server sustains under
+		// the open loop's client and its many connections (it can be far
+		// more): the rates are fractions of what lane (b) answers in the
+		// open loop itself when sent more than it can take.
+		if b := r.lane("b"); b != nil {
+			probe := int(1.5 * max(capacity, wrkCap))
+			logf("open loop: lane (b)'s capacity, sent %d req/s, %s each", probe, o.fixedDur)
+			var got []float64
+			for range o.reps {
+				got = append(got, openRun(ctx, b, 0, body, probe, o.fixedDur).achieved)
+				r.resetProviders()
+			}
+			if m := median(got); m > 0 {
+				capacity, res.fixedProbe = m, probe
+				res.fixedBase = fmt.Sprintf("the open loop itself (the rate it answered when sent %d req/s, median of %d)", probe, len(got))
+			}
+		}
 	}
 	res.fixedCap = capacity
 	for _, f := range o.fixed {
@@ -583,7 +607,7 @@ func runFixedRates(ctx context.Context, r *rig, res *results, o options, body []
 		logf("open loop at %.0f%% of (b)'s capacity: %d req/s, %s each", 100*f, rate, o.fixedDur)
 		for range o.reps {
 			for _, l := range r.lanes {
-				if !wrkLane(l.id) {
+				if !fixedLane(l.id) {
 					continue
 				}
 				or := openRun(ctx, l, 0, body, rate, o.fixedDur)

@@ -540,6 +540,16 @@ func (n *gwNode) bootstrap(ctx context.Context, providers [2]*fakeprovider.Provi
 		map[string]any{"limit_usd": 100_000, "period": "monthly"}, nil)
 }
 
+// lane is the lane of that id in this run, nil when it does not run.
+func (r *rig) lane(id string) *lane {
+	for _, l := range r.lanes {
+		if l.id == id {
+			return l
+		}
+	}
+	return nil
+}
+
 // resetProviders forgets what the providers received (after counting lane
 // (c)'s answered requests) and sets their behaviour again.
 func (r *rig) resetProviders() (received int) {
