@@ -593,7 +593,7 @@ func runFixedRates(ctx context.Context, r *rig, res *results, o options, body []
 				r.resetProviders()
 			}
 			if m := median(got); m > 0 {
-				capacity, res.fixedProbe = m, probe
+				capacity = m
 				res.fixedBase = fmt.Sprintf("the open loop itself (the rate it answered when sent %d req/s, median of %d)", probe, len(got))
 			}
 		}

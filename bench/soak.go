@@ -403,9 +403,8 @@ func (r *soakRig) inst(ctx context.Context, method, path string, body any, out a
 		// progress is waited for), so it is sent again, as a client does
 		// when the server closed an idle connection, and counted apart.
 		r.instRetried.Add(1)
-		if body != nil {
-			b, _ := jsonMarshal(body)
-			req.Body = io.NopCloser(bytes.NewReader(b))
+		if req.GetBody != nil {
+			req.Body, _ = req.GetBody() // the body again, from its start
 		}
 		resp, err = soakClient.Do(req)
 	}

@@ -29,10 +29,7 @@ type tailResults struct {
 	fixed     []*fixedRun
 	fixedCap  float64 // lane (b)'s capacity the rates derive from
 	fixedBase string  // where fixedCap was measured
-	// fixedProbe is the rate sent to lane (b) to measure its open-loop
-	// capacity (0: the capacity is a closed loop's).
-	fixedProbe int
-	fixedMsg   string
+	fixedMsg  string
 }
 
 func (res *results) addWrk(lane string, wr wrkResult) {
@@ -92,6 +89,11 @@ func (res *results) fixedAt(frac float64) *fixedRun {
 // tailLanes are the lanes of the wrk lane, in the run's order.
 func (res *results) tailLanes() []string {
 	return slices.DeleteFunc(slices.Clone(res.laneIDs), func(id string) bool { return !wrkLane(id) })
+}
+
+// fixedLanes are the lanes of the fixed rates, in the run's order.
+func (res *results) fixedLanes() []string {
+	return slices.DeleteFunc(slices.Clone(res.laneIDs), func(id string) bool { return !fixedLane(id) })
 }
 
 // fixedLane reports whether a lane runs at the fixed rates: the wrk
@@ -168,7 +170,7 @@ func (res *results) tailMarkdown() string {
 			w("| Rate | Lane | achieved req/s | p50 | p99 | p99 vs (b) | p99.9 | max | errors |\n|---|---|---|---|---|---|---|---|---|\n")
 			for _, fr := range res.fixed {
 				pb := fr.median("b", fixedP99)
-				for _, id := range slices.DeleteFunc(slices.Clone(res.laneIDs), func(id string) bool { return !fixedLane(id) }) {
+				for _, id := range res.fixedLanes() {
 					ss := fr.lanes[id]
 					if len(ss) == 0 {
 						continue
