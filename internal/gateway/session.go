@@ -7,7 +7,8 @@ import (
 )
 
 // sessionHeaders are the request headers in which coding agents name their
-// session, in order of precedence: the first one present decides. Agents'
+// session, in their canonical form (http.CanonicalHeaderKey), in order of
+// precedence: the first one present decides. Agents'
 // own headers come before the generic names, so that a request carrying
 // both is attributed by the more specific one.
 //
@@ -41,10 +42,13 @@ var sessionHeaders = []string{
 // missing than wrong. The headers themselves go upstream unchanged.
 func requestSession(h http.Header) string {
 	for _, name := range sessionHeaders {
-		v := h.Get(name)
-		if v == "" {
+		// The names are canonical already: a map lookup, as Get's after
+		// it canonicalises the name.
+		vs := h[name]
+		if len(vs) == 0 || vs[0] == "" {
 			continue
 		}
+		v := vs[0]
 		if len(v) > store.MaxSessionLen {
 			return ""
 		}

@@ -50,3 +50,19 @@ func TestRequestSession(t *testing.T) {
 		}
 	}
 }
+
+// The session headers are looked up in the header map as they are: each
+// must be the form net/http gives a received header's name, or it would
+// never be found.
+func TestSessionHeadersCanonical(t *testing.T) {
+	for _, name := range sessionHeaders {
+		if c := http.CanonicalHeaderKey(strings.ToLower(name)); c != name {
+			t.Errorf("%q is received as %q", name, c)
+		}
+		h := http.Header{}
+		h.Set(strings.ToLower(name), "ses_x")
+		if got := requestSession(h); got != "ses_x" {
+			t.Errorf("%s set in lower case: session %q", name, got)
+		}
+	}
+}
