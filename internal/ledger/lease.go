@@ -483,6 +483,6 @@ func (l *Ledger) giveBack() {
 		return
 	}
 	if batch := l.upkeepFleet(true); len(batch) > 0 {
-		l.write(batch)
+		l.write(batch, false)
 	}
 }

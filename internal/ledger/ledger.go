@@ -312,20 +312,20 @@ func (l *Ledger) writer() {
 		case first = <-l.queue:
 		case <-tick:
 			if up := l.upkeepFleet(false); len(up) > 0 {
-				l.write(up)
+				l.write(up, false)
 			}
 			continue
 		case <-l.stop:
 			for {
 				select {
 				case s := <-l.queue:
-					l.write([]*settlement{s})
+					l.write([]*settlement{s}, false)
 				default:
 					return
 				}
 			}
 		}
-		l.write(l.fill(first))
+		l.write(l.fill(first), false)
 	}
 }
 
@@ -382,7 +382,16 @@ func (l *Ledger) fill(first *settlement) []*settlement {
 // write stores a batch in one transaction: every usage record, and each
 // touched budget read once and written once. If the batch fails, each
 // settlement is retried on its own so that one bad record costs no other.
-func (l *Ledger) write(batch []*settlement) {
+//
+// A batch's usage records are appended without a check that their ids are
+// free (the ids were just made) on its first attempt only: a failed
+// transaction may still have been written (its sync failed, or the
+// database's answer to the commit was lost), and a later attempt that
+// took a record already there as new would charge its budget twice. Such
+// an attempt finds the id taken, and as no other writer has this process's
+// ids, the batch was written: it counts as settled. repeat says the batch
+// was tried before.
+func (l *Ledger) write(batch []*settlement, repeat bool) {
 	var err error
 	var groups []*fleetGroup
 	for attempt := 0; ; attempt++ {
@@ -390,7 +399,11 @@ func (l *Ledger) write(batch []*settlement) {
 		if l.fleet != nil {
 			groups, err = l.commitFleet(batch)
 		} else {
-			err = l.commit(batch)
+			checked := repeat || attempt > 0
+			err = l.commit(batch, checked)
+			if checked && errors.Is(err, store.ErrExists) {
+				err = nil
+			}
 		}
 		l.settling.RUnlock()
 		if err == nil || !unavailable(err) || !l.backoff(attempt) {
@@ -399,7 +412,7 @@ func (l *Ledger) write(batch []*settlement) {
 	}
 	if err != nil && len(batch) > 1 {
 		for _, s := range batch {
-			l.write([]*settlement{s})
+			l.write([]*settlement{s}, true)
 		}
 		return
 	}
@@ -442,7 +455,7 @@ func (l *Ledger) backoff(attempt int) bool {
 	return true
 }
 
-func (l *Ledger) commit(batch []*settlement) error {
+func (l *Ledger) commit(batch []*settlement, repeat bool) error {
 	var locks []string
 	if l.shared {
 		for _, s := range batch {
@@ -451,8 +464,12 @@ func (l *Ledger) commit(batch []*settlement) error {
 	}
 	return l.update(context.Background(), locks, func(tx store.Tx) error {
 		budgets := map[string]*store.Budget{}
+		put := tx.AppendUsage
+		if repeat {
+			put = tx.PutUsage
+		}
 		for _, s := range batch {
-			if err := tx.PutUsage(s.rec); err != nil {
+			if err := put(s.rec); err != nil {
 				return err
 			}
 			if s.r.hold != "" {

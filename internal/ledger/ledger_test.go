@@ -435,3 +435,88 @@ func TestUsageIDSortsByTime(t *testing.T) {
 		t.Fatal("two ids of one instant are equal")
 	}
 }
+
+// lostCommitStore reports its first transaction after armed as failed and
+// unavailable once it has been written: a sync that failed after the
+// write, or a database whose answer to the commit was lost.
+type lostCommitStore struct {
+	store.Store
+	armed, lost atomic.Bool
+}
+
+type lostCommit struct{}
+
+func (lostCommit) Error() string     { return "the answer to the commit was lost" }
+func (lostCommit) Unavailable() bool { return true }
+
+func (s *lostCommitStore) Update(ctx context.Context, fn func(store.Tx) error) error {
+	err := s.Store.Update(ctx, fn)
+	if err == nil && s.armed.Load() && s.lost.CompareAndSwap(false, true) {
+		return lostCommit{}
+	}
+	return err
+}
+
+// A settlement whose commit was written but reported failed is tried
+// again; the retry finds its usage record there and takes the settlement
+// as written: the budget is charged once, in the store and in the ledger,
+// and there is one record. (A retry that appended again would write over
+// the record and charge the budget a second time.)
+func TestLostCommitChargedOnce(t *testing.T) {
+	st := open(t, t.TempDir())
+	defer st.Close()
+	ls := &lostCommitStore{Store: st}
+	clk := clock.NewFake(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	l := New(ls, clk)
+	defer l.Close()
+	if _, err := l.SetBudget(ctx, "wrk_a", "sa_x", store.MemberServiceAccount, usd("1"), store.PeriodMonthly); err != nil {
+		t.Fatal(err)
+	}
+	ls.armed.Store(true)
+	r, err := l.Reserve(ctx, "wrk_a", "sa_x", usd("0.10"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Settle(ctx, record(clk, "wrk_a", "sa_x", usd("0.05"))); err != nil {
+		t.Fatalf("Settle after a lost commit: %v", err)
+	}
+	if !ls.lost.Load() {
+		t.Fatal("the commit was not reported lost")
+	}
+	var b *store.Budget
+	count := 0
+	st.View(ctx, func(tx store.Tx) error {
+		b, err = tx.Budget("wrk_a", "sa_x")
+		return tx.Usage("wrk_a", "", func(*store.UsageRecord) (bool, error) { count++; return true, nil })
+	})
+	if err != nil || b.Spent != usd("0.05") || count != 1 {
+		t.Fatalf("stored budget %+v (%v), %d records; want 0.05 spent, 1 record", b, err, count)
+	}
+	s, err := l.Status(ctx, "wrk_a", "sa_x")
+	if err != nil || s.Budget == nil || s.Budget.Spent != usd("0.05") || s.Reserved != 0 {
+		t.Fatalf("ledger status %+v, %v; want 0.05 spent, nothing reserved", s, err)
+	}
+}
+
+// Usage ids of one process never repeat, even at one instant (a fake
+// clock), and follow the order they were made in.
+func TestUsageIDsDoNotRepeat(t *testing.T) {
+	at := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+	seen := make(map[string]bool, 100_000)
+	wrapped := 0
+	prev := ""
+	for range 100_000 {
+		id := UsageID(at)
+		if seen[id] {
+			t.Fatalf("%q made twice", id)
+		}
+		seen[id] = true
+		if id <= prev {
+			wrapped++ // the sequence passed its largest value
+		}
+		prev = id
+	}
+	if wrapped > 1 {
+		t.Fatalf("ids of one instant out of order %d times", wrapped)
+	}
+}

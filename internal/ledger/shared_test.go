@@ -408,7 +408,7 @@ func TestFleetUpkeepGivesBackAndRenews(t *testing.T) {
 	}
 	upkeep := func(l *Ledger) {
 		if batch := l.upkeepFleet(false); len(batch) > 0 {
-			l.write(batch)
+			l.write(batch, false)
 		}
 	}
 	r, err := a.Reserve(ctx, "wrk_a", "sa_x", usd("0.10"))

@@ -8,6 +8,10 @@ import (
 
 const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
+// Base62 is the alphabet of the ids and tokens made here, in ASCII order:
+// fixed-width numbers written in it sort as their values do.
+const Base62 = base62
+
 // Token kinds: the fixed prefixes of agentgate's credentials.
 const (
 	PrefixServiceKey   = "ag_sk_" // service-account API key

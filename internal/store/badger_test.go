@@ -16,6 +16,27 @@ func TestBadgerConformance(t *testing.T) {
 	runConformance(t, func(t *testing.T) Store { return newStore(t) })
 }
 
+// Badger's AppendUsage writes without reading the key first (the ledger's
+// ids do not repeat; a retry uses PutUsage): a taken id is written over,
+// one record remains, and PutUsage still refuses it.
+func TestBadgerAppendUsageDoesNotRead(t *testing.T) {
+	s := newStore(t)
+	if err := testAppendUsageTaken(t, s); err != nil {
+		t.Fatalf("AppendUsage of a taken id: %v", err)
+	}
+	var got []*UsageRecord
+	s.View(ctx, func(tx Tx) error {
+		return tx.Usage("ws1", "", func(u *UsageRecord) (bool, error) { got = append(got, u); return true, nil })
+	})
+	if len(got) != 1 || got[0].Cost != 2 {
+		t.Fatalf("records %+v, want the one written last", got)
+	}
+	err := s.Update(ctx, func(tx Tx) error { return tx.PutUsage(got[0]) })
+	if !errors.Is(err, ErrExists) {
+		t.Fatalf("PutUsage of a taken id: %v, want ErrExists", err)
+	}
+}
+
 func openAt(t *testing.T, dir string) *Badger {
 	t.Helper()
 	s, err := OpenBadger(BadgerOptions{Dir: dir})

@@ -1173,6 +1173,33 @@ func testUsage(t *testing.T, s Store) {
 		}
 		return nil
 	})
+	// AppendUsage appends a record of a fresh id as PutUsage does, in the
+	// same transaction as other writes.
+	fresh := &UsageRecord{ID: usageID(n), Time: t0.Add(n * time.Second), Workspace: "ws1", MemberID: "p1", Cost: 7, Status: 200}
+	update(t, s, func(tx Tx) error {
+		if err := tx.AppendUsage(fresh); err != nil {
+			return err
+		}
+		return tx.PutWorkspace(&Workspace{ID: "ws-append"})
+	})
+	view(t, s, func(tx Tx) error {
+		equal(t, "after AppendUsage", collect(tx, "ws1", usageID(n-1), 0), []string{usageID(n)})
+		var got *UsageRecord
+		tx.Usage("ws1", usageID(n-1), func(u *UsageRecord) (bool, error) { got = u; return false, nil })
+		equal(t, "appended record", got, fresh)
+		return nil
+	})
+}
+
+// A taken id given to AppendUsage, which its callers never do: PostgreSQL
+// refuses it; Badger writes over the record without reading the key
+// (testAppendUsageOverwrites).
+func testAppendUsageTaken(t *testing.T, s Store) error {
+	rec := &UsageRecord{ID: "u-taken", Workspace: "ws1", MemberID: "p1", Cost: 1, Status: 200}
+	update(t, s, func(tx Tx) error { return tx.PutUsage(rec) })
+	again := *rec
+	again.Cost = 2
+	return s.Update(ctx, func(tx Tx) error { return tx.AppendUsage(&again) })
 }
 
 func testHolds(t *testing.T, s Store) {

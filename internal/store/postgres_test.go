@@ -42,6 +42,15 @@ func TestPostgresConformance(t *testing.T) {
 	t.Logf("conformance suite on PostgreSQL: %v", time.Since(start))
 }
 
+// PostgreSQL's AppendUsage still refuses a taken id (its primary key):
+// the records of several nodes meet in one table.
+func TestPostgresAppendUsageRefusesTakenID(t *testing.T) {
+	s, _ := newPG(t)
+	if err := testAppendUsageTaken(t, s); !errors.Is(err, ErrExists) {
+		t.Fatalf("AppendUsage of a taken id: %v, want ErrExists", err)
+	}
+}
+
 func sqlQuery[T any](t *testing.T, dsn, sql string, args ...any) []T {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, dsn)

@@ -152,6 +152,14 @@ type Tx interface {
 
 	// PutUsage appends a usage record; ErrExists if its id is taken.
 	PutUsage(*UsageRecord) error
+	// AppendUsage appends a usage record whose id its caller has just
+	// made and never written before (the ledger's UsageID, which does not
+	// repeat one). PostgreSQL still refuses a taken id (ErrExists: records
+	// of several nodes meet there); Badger, whose directory one process
+	// holds, writes it without reading the key first. A write that may be
+	// a repeat (the retry of a transaction whose outcome is unknown) uses
+	// PutUsage.
+	AppendUsage(*UsageRecord) error
 	// Usage calls fn for the workspace's usage records with ids greater than
 	// after, in id (time) order, until fn returns false or an error.
 	Usage(workspace, after string, fn func(*UsageRecord) (bool, error)) error

@@ -425,11 +425,22 @@ func (t *btx) PutUsage(u *UsageRecord) error {
 			return errors.Join(err, fmt.Errorf("usage record %w", ErrExists))
 		}
 	}
+	return t.putUsage(key, u, ins)
+}
+
+func (t *btx) AppendUsage(u *UsageRecord) error {
+	ins, _ := t.kv.(kvInserter)
+	return t.putUsage(pUsage+u.Workspace+"/"+u.ID, u, ins)
+}
+
+// putUsage writes a usage record under key: inserted when ins is set (the
+// key's check deferred to the commit), else set.
+func (t *btx) putUsage(key string, u *UsageRecord, ins kvInserter) error {
 	b, err := u.AppendJSON(make([]byte, 0, 512))
 	if err != nil {
 		return err
 	}
-	if insert {
+	if ins != nil {
 		return ins.Insert(key, b)
 	}
 	return t.kv.Set(key, b)
