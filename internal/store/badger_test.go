@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -34,6 +35,40 @@ func TestBadgerAppendUsageDoesNotRead(t *testing.T) {
 	err := s.Update(ctx, func(tx Tx) error { return tx.PutUsage(got[0]) })
 	if !errors.Is(err, ErrExists) {
 		t.Fatalf("PutUsage of a taken id: %v, want ErrExists", err)
+	}
+}
+
+// A store written by an earlier version holds usage records as JSON:
+// they are listed with the records written since, in id order, each as
+// it was written.
+func TestUsageJSONRecordsStillRead(t *testing.T) {
+	s := newStore(t)
+	old := &UsageRecord{ID: "0001", Time: time.Unix(1764000000, 5).UTC(), Workspace: "ws1", MemberID: "p1", MemberKind: MemberPerson,
+		Connection: "conn_1", Format: "chat", Model: "m", UpstreamModel: "m-1", Tokens: Tokens{Input: 3, Output: 4}, Cost: 70, Status: 200,
+		Session: "ses_a", Attempts: []Attempt{{Connection: "conn_0", Status: 503, Error: "unavailable"}}}
+	js, err := json.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := *old
+	fresh.ID, fresh.Cost, fresh.Attempts = "0002", 80, nil
+	if err := s.Update(ctx, func(tx Tx) error {
+		if err := tx.(*btx).kv.Set(pUsage+"ws1/0001", js); err != nil {
+			return err
+		}
+		return tx.AppendUsage(&fresh)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var got []*UsageRecord
+	s.View(ctx, func(tx Tx) error {
+		return tx.Usage("ws1", "", func(u *UsageRecord) (bool, error) { got = append(got, u); return true, nil })
+	})
+	equal(t, "records", got, []*UsageRecord{old, &fresh})
+	var raw []byte
+	s.View(ctx, func(tx Tx) error { raw, err = tx.(*btx).value(pUsage + "ws1/0002"); return err })
+	if err != nil || len(raw) == 0 || raw[0] != usageBinV1 {
+		t.Fatalf("the new record is stored as %q (%v), not in its binary form", raw, err)
 	}
 }
 

@@ -433,10 +433,11 @@ func (t *btx) AppendUsage(u *UsageRecord) error {
 	return t.putUsage(pUsage+u.Workspace+"/"+u.ID, u, ins)
 }
 
-// putUsage writes a usage record under key: inserted when ins is set (the
-// key's check deferred to the commit), else set.
+// putUsage writes a usage record under key in its stored form
+// (usage_bin.go): inserted when ins is set (the key's check deferred to
+// the commit), else set.
 func (t *btx) putUsage(key string, u *UsageRecord, ins kvInserter) error {
-	b, err := u.AppendJSON(make([]byte, 0, 512))
+	b, err := appendUsage(make([]byte, 0, 192), u)
 	if err != nil {
 		return err
 	}
@@ -454,9 +455,10 @@ func (t *btx) Usage(ws, after string, fn func(*UsageRecord) (bool, error)) error
 			return true, nil
 		}
 		u := new(UsageRecord)
-		if err := json.Unmarshal(v, u); err != nil {
-			return false, err
+		if err := decodeUsage(v, u); err != nil {
+			return false, fmt.Errorf("usage record %s: %w", k, err)
 		}
+		u.Workspace, u.ID = ws, string(k[len(prefix):])
 		return fn(u)
 	})
 }
