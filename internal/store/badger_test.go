@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -162,7 +163,7 @@ func TestPersistsAcrossReopen(t *testing.T) {
 			t.Fatalf("Meta after reopen = %q", v)
 		}
 		v, err = tx.Meta("schema_version")
-		if err != nil || string(v) != "1" {
+		if err != nil || string(v) != strconv.Itoa(SchemaVersion) {
 			t.Fatalf("schema_version after reopen = %q, %v", v, err)
 		}
 		return nil
@@ -208,22 +209,35 @@ func TestRefusesBadSchema(t *testing.T) {
 	}
 }
 
-func TestOlderOrEqualSchemaAccepted(t *testing.T) {
-	dir := t.TempDir()
-	s, err := OpenBadger(BadgerOptions{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	update(t, s, func(tx Tx) error { return tx.PutMeta("schema_version", []byte("0")) })
-	s.Close()
-	s = openAt(t, dir)
-	view(t, s, func(tx Tx) error {
-		v, _ := tx.Meta("schema_version")
-		if string(v) != "0" {
-			t.Fatalf("schema_version rewritten to %q", v)
+// A store of an older schema opens, keeps what it holds, and is raised to
+// this build's schema: what this build writes (usage records in their
+// binary form since schema 2) an older build cannot read, so an older
+// build refuses it from then on.
+func TestOlderSchemaAcceptedAndRaised(t *testing.T) {
+	for _, old := range []string{"0", "1"} {
+		dir := t.TempDir()
+		s, err := OpenBadger(BadgerOptions{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
+		update(t, s, func(tx Tx) error {
+			if err := tx.PutWorkspace(&Workspace{ID: "ws1"}); err != nil {
+				return err
+			}
+			return tx.PutMeta("schema_version", []byte(old))
+		})
+		s.Close()
+		s = openAt(t, dir)
+		view(t, s, func(tx Tx) error {
+			if v, _ := tx.Meta("schema_version"); string(v) != strconv.Itoa(SchemaVersion) {
+				t.Fatalf("schema %s: schema_version after open %q, want %d", old, v, SchemaVersion)
+			}
+			if _, err := tx.Workspace("ws1"); err != nil {
+				t.Fatalf("schema %s: workspace after open: %v", old, err)
+			}
+			return nil
+		})
+	}
 }
 
 func TestBadDataDir(t *testing.T) {
@@ -374,7 +388,7 @@ func TestInMemory(t *testing.T) {
 			t.Fatalf("in-memory Workspace: %v, %v", w, err)
 		}
 		v, err := tx.Meta("schema_version")
-		if err != nil || string(v) != "1" {
+		if err != nil || string(v) != strconv.Itoa(SchemaVersion) {
 			t.Fatalf("in-memory schema_version: %q, %v", v, err)
 		}
 		return nil

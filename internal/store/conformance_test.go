@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -717,8 +718,8 @@ func testTokenFamiliesAndTokens(t *testing.T, s Store) {
 func testMeta(t *testing.T, s Store) {
 	view(t, s, func(tx Tx) error {
 		v, err := tx.Meta("schema_version")
-		if err != nil || string(v) != "1" {
-			t.Fatalf("schema_version = %q, %v; want \"1\"", v, err)
+		if err != nil || string(v) != strconv.Itoa(SchemaVersion) {
+			t.Fatalf("schema_version = %q, %v; want %d", v, err, SchemaVersion)
 		}
 		_, err = tx.Meta("key_fingerprint")
 		isNotFound(t, "Meta missing", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,7 +106,7 @@ func TestPostgresConcurrentMigrations(t *testing.T) {
 			t.Fatalf("Workspaces: %d, %v", len(list), err)
 		}
 		v, err := tx.Meta("schema_version")
-		if err != nil || string(v) != "1" {
+		if err != nil || string(v) != strconv.Itoa(SchemaVersion) {
 			t.Fatalf("schema_version = %q, %v", v, err)
 		}
 		return nil

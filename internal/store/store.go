@@ -13,7 +13,11 @@ import (
 
 // SchemaVersion is the version of the record layout this build writes.
 // A store written by a newer build is refused rather than misread.
-const SchemaVersion = 1
+//
+//  1. Records as JSON.
+//  2. Usage records in their binary form (usage_bin.go); JSON ones of
+//     version 1 still read.
+const SchemaVersion = 2
 
 // Errors returned by stores.
 var (
@@ -218,8 +222,10 @@ type Tx interface {
 }
 
 // checkSchemaVersion records SchemaVersion in the meta "schema_version" of a
-// new store and refuses a store written by a newer build. Every backend
-// runs it when it opens.
+// new store, raises an older store's to it (this build writes what older
+// builds cannot read: from now on they refuse the store rather than misread
+// it) and refuses a store written by a newer build. Every backend runs it
+// when it opens.
 func checkSchemaVersion(st Store) error {
 	return st.Update(context.Background(), func(tx Tx) error {
 		v, err := tx.Meta("schema_version")
@@ -236,7 +242,10 @@ func checkSchemaVersion(st Store) error {
 		if n > SchemaVersion {
 			return fmt.Errorf("store: data was written by a newer agentgate (schema %d, this build reads up to %d)", n, SchemaVersion)
 		}
-		// n < SchemaVersion: no older layouts exist yet.
+		if n < SchemaVersion {
+			// Every older layout reads as it is: nothing is rewritten.
+			return tx.PutMeta("schema_version", []byte(strconv.Itoa(SchemaVersion)))
+		}
 		return nil
 	})
 }
