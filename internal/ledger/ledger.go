@@ -539,9 +539,10 @@ func (l *Ledger) finish(batch []*settlement, err error) {
 }
 
 // Record appends a usage record of a request that was never admitted (it
-// costs nothing): refused by its budget, say.
+// costs nothing): refused by its budget, say. It is written once, not
+// retried, so its fresh id is appended without a check.
 func (l *Ledger) Record(ctx context.Context, rec *store.UsageRecord) error {
-	return l.store.Update(context.WithoutCancel(ctx), func(tx store.Tx) error { return tx.PutUsage(rec) })
+	return l.store.Update(context.WithoutCancel(ctx), func(tx store.Tx) error { return tx.AppendUsage(rec) })
 }
 
 // Release gives a reservation back without recording anything (the

@@ -96,7 +96,9 @@ func BenchmarkProviderDirect(b *testing.B) {
 // meters, cheaper request ids and the detached context of non-stream
 // requests: 363–374 and 30 KB, about 130 of them in Caddy's reverse proxy
 // and transport and 25 in the harness's DEBUG logging (the harness logs
-// at DEBUG level, which is part of that).
+// at DEBUG level, which is part of that); after usage records went into
+// the store without a read of their key and in their binary form:
+// 362–367 and 28.7 KB.
 func TestGatewayAllocsCeiling(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two benchmarks")
@@ -108,7 +110,7 @@ func TestGatewayAllocsCeiling(t *testing.T) {
 	addedBytes := gw.AllocedBytesPerOp() - direct.AllocedBytesPerOp()
 	t.Logf("gateway: %s %s; direct: %s %s; added %d allocs, %d B per request",
 		gw, gw.MemString(), direct, direct.MemString(), added, addedBytes)
-	const maxAllocs, maxBytes = 410, 36 << 10
+	const maxAllocs, maxBytes = 395, 32 << 10
 	if added > maxAllocs {
 		t.Errorf("the gateway adds %d allocations per request; the ceiling is %d", added, maxAllocs)
 	}
