@@ -58,12 +58,53 @@ func (d *discardWriter) WriteHeader(int)             {}
 //
 //	go test ./internal/gateway -run '^$' -bench PipelineCost -benchtime 20000x
 func BenchmarkPipelineCost(b *testing.B) {
+	ce := newCostEnv(b)
+	serve := ce.client()
+	b.ReportAllocs()
+	b.ResetTimer()
+	before := cpuNow()
+	for b.Loop() {
+		serve()
+	}
+	ce.done(b, before)
+}
+
+// BenchmarkPipelineCostParallel is BenchmarkPipelineCost with 32 requests
+// in flight (16 per P), as a server at saturation holds them: the same
+// work per request, each request's objects among the others'.
+func BenchmarkPipelineCostParallel(b *testing.B) {
+	ce := newCostEnv(b)
+	b.SetParallelism(16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	before := cpuNow()
+	b.RunParallel(func(pb *testing.PB) {
+		serve := ce.client()
+		for pb.Next() {
+			serve()
+		}
+	})
+	ce.done(b, before)
+}
+
+// costEnv is a pipeline over a real store, its forwarder replaying one
+// real answer of the fake provider, and a budgeted key.
+type costEnv struct {
+	te         *testenv.Env
+	op         *service.Principal
+	member     string // the key's service account
+	p          *Pipeline
+	path, auth string
+	body       []byte
+}
+
+func newCostEnv(b *testing.B) *costEnv {
 	te := testenv.New(b, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	fake, err := fakeprovider.Start("sk-up")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer fake.Close()
+	b.Cleanup(func() { fake.Close() })
 	ctx := context.Background()
 	w, err := te.Service.CreateWorkspace(ctx, "acme")
 	if err != nil {
@@ -105,38 +146,46 @@ func BenchmarkPipelineCost(b *testing.B) {
 	}
 	fw := &replayForwarder{header: http.Header{"Content-Type": {"application/json"}, "Content-Length": {resp.Header.Get("Content-Length")}}, body: answer}
 
-	p := &Pipeline{Service: func(context.Context) (*service.Service, error) { return te.Service, nil }, Forwarder: fw,
-		MaxRequestBody: 1 << 20, Metrics: NewMetrics(nil), Logger: zap.NewNop(), RequestID: func(*http.Request) string { return "req" }}
-	path := "/custom/" + conn.ID + "/chat/completions"
-	auth := "Bearer " + k.Key
-	dw := &discardWriter{h: http.Header{}}
-	rd := bytes.NewReader(body)
-	serve := func() {
-		rd.Reset(body)
-		r, _ := http.NewRequest("POST", "http://gw"+path, rd)
-		r.Header.Set("Authorization", auth)
-		r.Header.Set("Content-Type", "application/json")
-		r.Header.Set("User-Agent", "OpenAI/Python 1.99.0")
-		r.RequestURI = path
-		clear(dw.h)
-		p.Serve(dw, r)
-	}
+	ce := &costEnv{te: te, op: op, member: sa.ID, body: body, path: "/custom/" + conn.ID + "/chat/completions", auth: "Bearer " + k.Key,
+		p: &Pipeline{Service: func(context.Context) (*service.Service, error) { return te.Service, nil }, Forwarder: fw,
+			MaxRequestBody: 1 << 20, Metrics: NewMetrics(nil), Logger: zap.NewNop(), RequestID: func(*http.Request) string { return "req" }}}
+	serve := ce.client()
 	for range 200 { // warm the store and the pools
 		serve()
 	}
 	te.Service.Ledger.Wait()
-	before := cpuNow()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		serve()
+	return ce
+}
+
+// client returns a function that sends one request, for one goroutine.
+func (ce *costEnv) client() func() {
+	dw := &discardWriter{h: http.Header{}}
+	rd := bytes.NewReader(ce.body)
+	return func() {
+		rd.Reset(ce.body)
+		r, _ := http.NewRequest("POST", "http://gw"+ce.path, rd)
+		r.Header.Set("Authorization", ce.auth)
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("User-Agent", "OpenAI/Python 1.99.0")
+		r.RequestURI = ce.path
+		clear(dw.h)
+		ce.p.Serve(dw, r)
 	}
-	te.Service.Ledger.Wait()
+}
+
+// done waits for the settlements, reports the CPU per request since
+// before, and checks the requests were answered and charged.
+func (ce *costEnv) done(b *testing.B, before time.Duration) {
+	ce.te.Service.Ledger.Wait()
 	b.StopTimer()
 	b.ReportMetric(float64((cpuNow()-before).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
-	recs, _, err := te.Service.Usage(ctx, op, service.UsageQuery{Limit: 1})
+	recs, _, err := ce.te.Service.Usage(context.Background(), ce.op, service.UsageQuery{Limit: 1})
 	if err != nil || len(recs) == 0 || recs[0].Status != 200 || recs[0].Cost == 0 {
 		b.Fatalf("usage %+v, %v", recs, err)
+	}
+	st, err := ce.te.Service.Ledger.Status(context.Background(), ce.op.Workspace, ce.member)
+	if want := recs[0].Cost * money.Pico(200+b.N); err != nil || st.Budget == nil || st.Budget.Spent != want || st.Reserved != 0 {
+		b.Fatalf("budget %+v (%v), want %s spent for %d requests", st, err, want, 200+b.N)
 	}
 }
 
