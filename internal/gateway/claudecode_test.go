@@ -31,20 +31,28 @@ type ccEnv struct {
 	person *store.Person
 }
 
-func newCCEnv(t *testing.T) *ccEnv {
-	t.Helper()
-	te := testenv.New(t, time.Date(2026, 3, 10, 9, 0, 0, 0, time.UTC))
+// fakeWorkspace is a service on a temporary store whose clock starts at
+// start, a fake provider taking the credential "sk-up", and a workspace
+// "acme" with its operator.
+func fakeWorkspace(tb testing.TB, start time.Time) (*testenv.Env, *fakeprovider.Provider, *store.Workspace, *service.Principal) {
+	tb.Helper()
+	te := testenv.New(tb, start)
 	fake, err := fakeprovider.Start("sk-up")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { fake.Close() })
-	ctx := context.Background()
-	w, err := te.Service.CreateWorkspace(ctx, "acme")
+	tb.Cleanup(func() { fake.Close() })
+	w, err := te.Service.CreateWorkspace(context.Background(), "acme")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	op := service.Operator(w.ID)
+	return te, fake, w, service.Operator(w.ID)
+}
+
+func newCCEnv(t *testing.T) *ccEnv {
+	t.Helper()
+	te, fake, w, op := fakeWorkspace(t, time.Date(2026, 3, 10, 9, 0, 0, 0, time.UTC))
+	ctx := context.Background()
 	person, err := te.Service.CreatePerson(ctx, service.NewPerson{Email: "ann@example.com", Name: "Ann", Password: "a long passphrase",
 		Workspace: w.ID, Role: store.RoleMember})
 	if err != nil {

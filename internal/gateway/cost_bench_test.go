@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/agentgate/agentgate/internal/fakeprovider"
 	"github.com/agentgate/agentgate/internal/money"
 	"github.com/agentgate/agentgate/internal/service"
 	"github.com/agentgate/agentgate/internal/store"
@@ -99,18 +98,8 @@ type costEnv struct {
 }
 
 func newCostEnv(b *testing.B) *costEnv {
-	te := testenv.New(b, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	fake, err := fakeprovider.Start("sk-up")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { fake.Close() })
+	te, fake, _, op := fakeWorkspace(b, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ctx := context.Background()
-	w, err := te.Service.CreateWorkspace(ctx, "acme")
-	if err != nil {
-		b.Fatal(err)
-	}
-	op := service.Operator(w.ID)
 	conn, err := te.Service.CreateConnection(ctx, op, service.ConnectionInput{Name: "openai", Kind: store.KindOpenAI, BaseURL: fake.URL + "/v1",
 		Credential: "sk-up", Models: map[string]service.ModelInput{"gpt-4o-mini": {Pricing: &store.Pricing{Input: money.Scale, Output: 4 * money.Scale}}}})
 	if err != nil {

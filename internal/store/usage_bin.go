@@ -109,16 +109,13 @@ type usageDecoder struct {
 	err error
 }
 
+// varint reads a zigzag varint (binary.AppendVarint's).
 func (d *usageDecoder) varint() int64 {
-	if d.err != nil {
-		return 0
+	u := d.uvarint()
+	v := int64(u >> 1)
+	if u&1 != 0 {
+		v = ^v
 	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = errUsageRecord
-		return 0
-	}
-	d.b = d.b[n:]
 	return v
 }
 
