@@ -412,7 +412,8 @@ func TestLingerEndsForSettleAndFullBatch(t *testing.T) {
 }
 
 // TestUsageIDSortsByTime pins the usage id: sixteen hex digits of the Unix
-// nanosecond, then eight random base62 characters, so ids sort by time.
+// nanosecond, then eight base62 characters of the process's sequence, so
+// ids sort by time.
 func TestUsageIDSortsByTime(t *testing.T) {
 	times := []time.Time{time.Unix(0, 1), time.Unix(1764000000, 123), time.Unix(1764000000, 124), time.Unix(1<<33, 0)}
 	prev := ""

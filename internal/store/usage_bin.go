@@ -46,10 +46,7 @@ func appendUsage(b []byte, u *UsageRecord) ([]byte, error) {
 	b = append(b, usageBinV1)
 	b = binary.AppendVarint(b, u.Time.Unix())
 	b = binary.AppendUvarint(b, uint64(u.Time.Nanosecond()))
-	_, offset := u.Time.Zone()
-	if u.Time.Location() == time.UTC {
-		offset = 0
-	}
+	_, offset := u.Time.Zone() // 0 for UTC
 	b = binary.AppendVarint(b, int64(offset))
 	for _, s := range [...]string{u.MemberID, u.MemberKind, u.KeyID, u.FamilyID, u.Connection, u.Format,
 		u.Operation, u.Model, u.UpstreamModel, u.RequestID, u.Session} {
