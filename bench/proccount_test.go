@@ -12,12 +12,7 @@ import (
 func TestCountsOf(t *testing.T) {
 	pid := os.Getpid()
 	c0 := countsOf([]int{pid})
-	// Burn until the process has used 100 ms more CPU, not for a wall-clock
-	// time: beside other packages' tests a 200 ms burn can get a third of
-	// a core.
-	for deadline := time.Now().Add(30 * time.Second); cpuTime(pid)-(c0.user+c0.sys) < 120*time.Millisecond && time.Now().Before(deadline); {
-		burnForProfile(20 * time.Millisecond)
-	}
+	burnCPU(120 * time.Millisecond)
 	for range 20 {
 		os.ReadFile("/proc/self/stat")
 	}
