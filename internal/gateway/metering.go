@@ -94,7 +94,7 @@ func (w *meterWriter) WriteHeader(status int) {
 	w.status = status
 	w.firstByte = time.Since(w.start)
 	if status < 300 && !w.unmetered {
-		w.opts.ContentType = w.Header().Get("Content-Type")
+		w.opts.ContentType = headerValue(w.Header(), "Content-Type")
 		w.meter = formats.NewMeter(w.ResponseWriter, w.opts)
 	}
 	w.ResponseWriter.WriteHeader(status)

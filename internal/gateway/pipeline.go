@@ -235,7 +235,7 @@ func (c *call) authenticate() (*service.Principal, *apierr.Error) {
 	if !c.envelope.Valid() {
 		c.envelope = formats.CredentialFormat(r.Header, c.query.Get(formats.QueryKey))
 	}
-	orgID := r.Header.Get("X-Org-Id")
+	orgID := headerValue(r.Header, "X-Org-Id")
 	stripClientSecrets(r, c.query)
 	if conflict {
 		return nil, ambiguousCredential()
@@ -324,7 +324,7 @@ func (c *call) admit() *apierr.Error {
 // them, and returns the model the request asks for.
 func (c *call) readRequest() (string, *apierr.Error) {
 	route := c.route
-	if enc := c.r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+	if enc := headerValue(c.r.Header, "Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
 		return "", apierr.New(http.StatusUnsupportedMediaType, "UnsupportedMediaType", "compressed request bodies (%s) are not accepted; send plain JSON", enc)
 	}
 	body, pooled, e := readBody(c.w, c.r, c.p.MaxRequestBody)
@@ -491,16 +491,32 @@ func ambiguousCredential() *apierr.Error {
 // from the request, and ?key= from its URL and request URI.
 func stripClientSecrets(r *http.Request, q url.Values) {
 	for _, h := range formats.ClientCredentialHeaders {
-		r.Header.Del(h)
+		delete(r.Header, h)
 	}
-	r.Header.Del("Cookie")
-	r.Header.Del("X-Org-Id")
-	r.Header.Del("Proxy-Authorization")
+	for _, h := range clientSecretHeaders {
+		delete(r.Header, h)
+	}
 	if q.Has(formats.QueryKey) {
 		q.Del(formats.QueryKey)
 		r.URL.RawQuery = q.Encode()
 		r.RequestURI = r.URL.RequestURI()
 	}
+}
+
+// clientSecretHeaders are the client's headers besides its credentials
+// that never go upstream.
+var clientSecretHeaders = [...]string{"Cookie", "X-Org-Id", "Proxy-Authorization"}
+
+// headerValue is h.Get(name) for a name in the canonical form the server
+// receives every header name in: one map lookup, without canonicalising
+// the name again on each request. The names the gateway reads and removes
+// are written canonical (TestHeaderNamesCanonical), as are the formats'
+// credential headers.
+func headerValue(h http.Header, name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // pathError answers a path that is not a gateway route.

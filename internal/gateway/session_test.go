@@ -1,7 +1,12 @@
 package gateway
 
 import (
+	"bufio"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,5 +69,59 @@ func TestSessionHeadersCanonical(t *testing.T) {
 		if got := requestSession(h); got != "ses_x" {
 			t.Errorf("%s set in lower case: session %q", name, got)
 		}
+	}
+}
+
+// TestHeaderNamesCanonical: every header name the gateway reads or removes
+// with a plain map operation (headerValue, delete, Header["…"]) is written
+// in the canonical form the server receives it in; one that is not would
+// be silently missed (a client's cookie forwarded, X-Org-Id ignored). The
+// names are taken from the package's source, so a new one is checked too.
+func TestHeaderNamesCanonical(t *testing.T) {
+	use := regexp.MustCompile(`(?:headerValue\([^,]+, |delete\([^,]*[hH]eader[^,]*, |[hH]eader\[)"([^"]+)"`)
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := slices.Clone(clientSecretHeaders[:])
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range use.FindAllSubmatch(src, -1) {
+			names = append(names, string(m[1]))
+		}
+	}
+	for _, want := range []string{"X-Org-Id", "Content-Encoding", "Content-Type", "Accept-Encoding", "Transfer-Encoding", "Cookie"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("%s: not found in the source; the pattern no longer matches how names are used", want)
+		}
+	}
+	for _, name := range names {
+		if c := http.CanonicalHeaderKey(strings.ToLower(name)); c != name {
+			t.Errorf("%q is received as %q", name, c)
+		}
+	}
+}
+
+// TestClientSecretsStrippedAsReceived: the client's secrets are removed
+// whatever case the client spelled them in (the server canonicalises the
+// names it receives).
+func TestClientSecretsStrippedAsReceived(t *testing.T) {
+	raw := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nauthorization: Bearer k\r\nx-api-key: k\r\ncookie: c=1\r\nx-org-id: org\r\nproxy-authorization: Basic eA==\r\nx-goog-api-key: k\r\napi-key: k\r\nx-keep: 1\r\n\r\n"
+	r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := headerValue(r.Header, "X-Org-Id"); got != "org" {
+		t.Fatalf("X-Org-Id read as %q", got)
+	}
+	stripClientSecrets(r, nil)
+	if len(r.Header) != 1 || r.Header.Get("X-Keep") != "1" {
+		t.Fatalf("left: %v", r.Header)
 	}
 }

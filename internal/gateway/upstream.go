@@ -59,12 +59,12 @@ func (c *call) outgoing(ctx context.Context, to *upstream) *http.Request {
 	out.URL = &up
 	out.RequestURI = up.RequestURI()
 	out.Header = r.Header
-	out.Header.Del("Accept-Encoding") // the transport asks for gzip itself and decodes it
+	delete(out.Header, "Accept-Encoding") // the transport asks for gzip itself and decodes it
 	for k, v := range c.conn.Headers {
 		out.Header.Set(k, v)
 	}
 	if ct := out.Header["Content-Type"]; len(ct) != 1 || ct[0] != "application/json" {
-		out.Header.Set("Content-Type", "application/json")
+		out.Header["Content-Type"] = []string{"application/json"}
 	}
 	body := &upstreamBody{}
 	body.Reset(&c.out)
@@ -78,9 +78,9 @@ func (c *call) outgoing(ctx context.Context, to *upstream) *http.Request {
 	if !headerCount(out.Header["Content-Length"], n) {
 		// The client's header holds the length but for a body that
 		// edits changed (or a body of unknown length).
-		out.Header.Set("Content-Length", strconv.Itoa(n))
+		out.Header["Content-Length"] = []string{strconv.Itoa(n)}
 	}
-	out.Header.Del("Transfer-Encoding")
+	delete(out.Header, "Transfer-Encoding")
 	out.TransferEncoding = nil
 	return out
 }
