@@ -55,6 +55,7 @@ type Pipeline struct {
 	DisconnectGrace time.Duration
 
 	upstreams sync.Map // base URL → *upstream
+	detached  detachedSet
 	cool      cooldowns
 	quotas    quota.Limiter // the workspace policies' per-minute counters
 }
@@ -407,9 +408,9 @@ func (c *call) forward(res *ledger.Reservation) (fe *apierr.Error) {
 		// end (disconnect.go). A client already gone is not forwarded
 		// to: its cancelled context stops the forwarder before anything
 		// is sent, as before.
-		var release func()
-		c.upstreamCtx, release = c.p.detach(c.r.Context(), c.rec.RequestID, c.rec.Session)
-		defer release() // before the accounting above
+		var d *detached
+		c.upstreamCtx, d = c.p.detach(c.r.Context(), c.rec.RequestID, c.rec.Session)
+		defer c.p.release(d) // before the accounting above
 		mw.drain = true
 	}
 	if route.Inference {
