@@ -197,6 +197,36 @@ func anthropicUsage(m *Meter, u gjson.Result, final bool) {
 	m.usageSeen = true
 }
 
+// The slots of a Messages usage object read as it passes: what
+// anthropicUsage reads of a final usage.
+const (
+	antInput = iota
+	antCacheWrite
+	antCacheRead
+	antOutput
+)
+
+var anthropicUsageNode = countsNode(func(m *Meter, c *counts) {
+	if c.got(antInput) {
+		m.tok.Input, m.inputSeen = c.v[antInput], true
+	}
+	if c.got(antCacheWrite) {
+		m.tok.CacheWrite, m.inputSeen = c.v[antCacheWrite], true
+	}
+	if c.got(antCacheRead) {
+		m.tok.CacheRead, m.inputSeen = c.v[antCacheRead], true
+	}
+	if c.got(antOutput) {
+		m.tok.Output, m.complete = c.v[antOutput], true
+	}
+	m.usageSeen = true
+},
+	countMember{key: "input_tokens", slot: antInput, numbers: true},
+	countMember{key: "cache_creation_input_tokens", slot: antCacheWrite, numbers: true},
+	countMember{key: "cache_read_input_tokens", slot: antCacheRead, numbers: true},
+	countMember{key: "output_tokens", slot: antOutput, numbers: true},
+)
+
 // bodyReader: a Messages answer's model, its usage (final), and for the
 // estimate each content block's text and thinking, and the JSON text of a
 // tool call's input.
@@ -204,7 +234,7 @@ func (anthropicWire) bodyReader() *bodyNode { return anthropicBody }
 
 var anthropicBody = newBodyNode(&bodyNode{fields: []bodyField{
 	{key: "model", node: modelNode},
-	{key: "usage", node: &bodyNode{gate: '{', read: func(m *Meter, u gjson.Result) { anthropicUsage(m, u, true) }}},
+	{key: "usage", node: anthropicUsageNode},
 	{key: "content", node: &bodyNode{each: &bodyNode{fields: []bodyField{
 		{key: "text", node: textNode},
 		{key: "thinking", node: textNode},

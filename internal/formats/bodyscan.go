@@ -43,6 +43,11 @@ type bodyNode struct {
 	// then. It may set the meter's usage and model.
 	gate byte
 	read func(m *Meter, v gjson.Result)
+	// start is called as the value begins, whatever it is, and end as it
+	// ends when it is an object. With fields whose nodes read each member,
+	// they read an object member by member as it passes, without keeping
+	// it (the usage objects, counts.go).
+	start, end func(m *Meter)
 }
 
 // bodyField is a member a node reads.
@@ -64,6 +69,9 @@ type bodyField struct {
 func newBodyNode(n *bodyNode) *bodyNode {
 	if len(n.fields) > 0 && n.each != nil {
 		panic("formats: a body node reads fields or each member, not both")
+	}
+	if n.end != nil && len(n.fields) == 0 {
+		panic("formats: a body node ends an object whose fields it reads")
 	}
 	if len(n.fields) > 32 {
 		panic("formats: a body node reads at most 32 fields")
@@ -347,7 +355,7 @@ func (s *bodyScan) write(m *Meter, p []byte) {
 				i++
 				continue
 			}
-			if !s.startValue(c, i) {
+			if !s.startValue(m, c, i) {
 				s.bad()
 				return
 			}
@@ -466,10 +474,13 @@ func (s *bodyScan) number(c byte) bool {
 }
 
 // startValue begins the value whose first byte, at p[i], is c.
-func (s *bodyScan) startValue(c byte, i int) bool {
+func (s *bodyScan) startValue(m *Meter, c byte, i int) bool {
 	n, up := s.child, s.childUp
 	s.child, s.childUp = nil, -1
 	if n != nil && s.capNode == nil && !s.rawOn {
+		if n.start != nil {
+			n.start(m)
+		}
 		if n.read != nil && (n.gate == 0 || n.gate == c) {
 			s.capNode, s.capDepth, s.capFrom = n, len(s.stack), i
 		}
@@ -601,6 +612,10 @@ func (s *bodyScan) emitRune(r rune) {
 
 // pop closes the container that ends at p[:end].
 func (s *bodyScan) pop(m *Meter, p []byte, end int) {
+	top := &s.stack[len(s.stack)-1]
+	if top.obj && top.node != nil && top.node.end != nil {
+		top.node.end(m)
+	}
 	s.stack = s.stack[:len(s.stack)-1]
 	s.endValue(m, p, end)
 }

@@ -170,6 +170,21 @@ var bodyCases = []string{
 	`{"choices":[{"message":{"content":"ab"}}]}x`,
 	`{"choices":[{"message":{"content":"a\x"}}]}`,
 	`12`, `"abc"`, `-`, `[1.]`, `[01]`, `{"a":tru}`, `{}`, `[]`, ``, ` `,
+	// Usage objects read member by member (counts.go): repeated counts,
+	// details objects repeated, empty, of another type or without their
+	// count, counts of every type, escaped names, and the names deeper.
+	`{"usage":{"prompt_tokens":5,"prompt_tokens":7,"completion_tokens":"9","prompt_tokens_details":{"cached_tokens":null},"prompt_tokens_details":{"audio_tokens":1},"completion_tokens_details":{"reasoning_tokens":3},"completion_tokens_details":{},"prompt_cache_hit_tokens":2}}`,
+	`{"usage":{"prompt_tokens":10,"prompt_cache_hit_tokens":4,"prompt_tokens_details":[{"cached_tokens":1}],"completion_tokens":8,"completion_tokens_details":{"reasoning_tokens":2,"reasoning_tokens":5},"completion_tokens_details":7}}`,
+	`{"usage":{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":3,"cached_tokens":1},"prompt_tokens_details":5,"completion_tokens":8,"completion_tokens_details":{"reasoning_tokens":9}}}`,
+	`{"usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":4},"input_tokens_details":{"x":1},"output_tokens":5,"output_tokens_details":{"reasoning_tokens":2,"reasoning_tokens":9}}}`,
+	`{"usage":{"input_tokens":"3","input_tokens":4,"cache_creation_input_tokens":null,"cache_read_input_tokens":2.5,"output_tokens":{"a":1},"output_tokens":6}}`,
+	`{"usage":{"input_tokens":1,"output_tokens":"x","cache_creation_input_tokens":-3}}`,
+	`[{"usageMetadata":{"promptTokenCount":5,"cachedContentTokenCount":2,"toolUsePromptTokenCount":1}},{"usageMetadata":null},{"usageMetadata":{"candidatesTokenCount":"3","thoughtsTokenCount":2}}]`,
+	`{"usageMetadata":{"toolUsePromptTokenCount":"4","candidatesTokenCount":1e2},"usageMetadata":{"thoughtsTokenCount":7}}`,
+	`{"usage":{"prompt_\u0074okens":5,"completion_tokens_details":{"reasoning\u005ftokens":2},"completion_tokens":4,"output_tokens":3}}`,
+	`{"usage":{"x":{"prompt_tokens":99},"prompt_tokens":3,"completion_tokens":[{"completion_tokens":5}],"input_tokens":{"input_tokens":1}}}`,
+	`{"usage":null,"usage":{"prompt_tokens":3}}`,
+	`{"usage":{},"model":"m"}`,
 }
 
 // fakeAnswers are the fake provider's non-stream answers in every format,
@@ -316,18 +331,23 @@ func randomBody(r *rand.Rand) []byte {
 // bodyShape lists the members the readers look for in each member's
 // value; bodyArrays the members whose value is an array of objects.
 var bodyShape = map[string][]string{
-	"":              {"model", "usage", "choices", "output", "content", "candidates", "usageMetadata", "modelVersion", "promptFeedback"},
-	"choices":       {"message", "delta", "finish_reason"},
-	"message":       {"content", "refusal", "reasoning_content", "reasoning", "tool_calls"},
-	"tool_calls":    {"function", "id"},
-	"function":      {"arguments", "name"},
-	"output":        {"arguments", "content", "summary", "type"},
-	"content":       {"text", "thinking", "input", "parts", "type"},
-	"summary":       {"text"},
-	"candidates":    {"content", "finishReason"},
-	"parts":         {"text", "thought"},
-	"usage":         {"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens", "cache_read_input_tokens", "prompt_tokens_details"},
-	"usageMetadata": {"promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount", "cachedContentTokenCount"},
+	"":           {"model", "usage", "choices", "output", "content", "candidates", "usageMetadata", "modelVersion", "promptFeedback"},
+	"choices":    {"message", "delta", "finish_reason"},
+	"message":    {"content", "refusal", "reasoning_content", "reasoning", "tool_calls"},
+	"tool_calls": {"function", "id"},
+	"function":   {"arguments", "name"},
+	"output":     {"arguments", "content", "summary", "type"},
+	"content":    {"text", "thinking", "input", "parts", "type"},
+	"summary":    {"text"},
+	"candidates": {"content", "finishReason"},
+	"parts":      {"text", "thought"},
+	"usage": {"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens", "cache_read_input_tokens", "prompt_tokens_details",
+		"completion_tokens_details", "prompt_cache_hit_tokens", "input_tokens_details", "output_tokens_details", "cache_creation_input_tokens"},
+	"usageMetadata":             {"promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount", "cachedContentTokenCount", "toolUsePromptTokenCount"},
+	"prompt_tokens_details":     {"cached_tokens", "audio_tokens"},
+	"completion_tokens_details": {"reasoning_tokens", "audio_tokens"},
+	"input_tokens_details":      {"cached_tokens"},
+	"output_tokens_details":     {"reasoning_tokens"},
 }
 
 var bodyArrays = map[string]bool{"choices": true, "tool_calls": true, "output": true, "content": true, "summary": true, "candidates": true, "parts": true}
@@ -335,7 +355,8 @@ var bodyArrays = map[string]bool{"choices": true, "tool_calls": true, "output": 
 var bodyNames = []string{"model", "usage", "choices", "message", "content", "refusal", "reasoning_content", "reasoning",
 	"tool_calls", "function", "arguments", "output", "summary", "text", "thinking", "input", "usageMetadata",
 	"modelVersion", "candidates", "parts", "finishReason", "promptFeedback", "prompt_tokens", "completion_tokens",
-	"input_tokens", "output_tokens", "promptTokenCount", "candidatesTokenCount", "cache_read_input_tokens", "x"}
+	"input_tokens", "output_tokens", "promptTokenCount", "candidatesTokenCount", "cache_read_input_tokens", "x",
+	"cached_tokens", "reasoning_tokens", "prompt_tokens_details", "completion_tokens_details"}
 
 var stringParts = []string{"a", "héllo", `\"`, `\\`, `\/`, `\b\f\n\r\t`, `\u0041`, `\u00e9`, `\u20ac`, `\ud83d\ude00`,
 	`\ud83d`, `\ude00`, `\ud83d\n`, `\ud83d\u0041`, `\ude00\ud83d`, `\ud83d\ud83d\ude00`, "{", "[", "usage", `\u0000`, "\xff",

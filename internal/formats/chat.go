@@ -262,12 +262,41 @@ func chatUsage(m *Meter, u gjson.Result) {
 	if !cachedSet {
 		cached = hit
 	}
+	chatTokens(m, prompt, cached, completion, reasoning)
+}
+
+// chatTokens sets a Chat usage's counts.
+func chatTokens(m *Meter, prompt, cached, completion, reasoning int64) {
 	var t Tokens
 	t.Input, t.CacheRead = split(prompt, cached)
 	t.Output, t.Reasoning = split(completion, reasoning)
 	m.tok = t
 	m.inputSeen, m.usageSeen, m.complete = true, true, true
 }
+
+// The slots of a Chat usage object read as it passes: what chatUsage
+// reads.
+const (
+	chatPrompt = iota
+	chatCompletion
+	chatCached
+	chatReasoning
+	chatHit
+)
+
+var chatUsageNode = countsNode(func(m *Meter, c *counts) {
+	cached := c.v[chatCached]
+	if !c.got(chatCached) {
+		cached = c.v[chatHit]
+	}
+	chatTokens(m, c.v[chatPrompt], cached, c.v[chatCompletion], c.v[chatReasoning])
+},
+	countMember{key: "prompt_tokens", slot: chatPrompt},
+	countMember{key: "completion_tokens", slot: chatCompletion},
+	countMember{key: "prompt_tokens_details", slot: chatCached, inner: "cached_tokens"},
+	countMember{key: "completion_tokens_details", slot: chatReasoning, inner: "reasoning_tokens", zero: true},
+	countMember{key: "prompt_cache_hit_tokens", slot: chatHit}, // DeepSeek
+)
 
 // bodyReader: a Chat answer's model, its usage, and for the estimate the
 // text of each choice's message (content, refusal, reasoning_content,
@@ -277,7 +306,7 @@ func (chatWire) bodyReader() *bodyNode { return chatBody }
 
 var chatBody = newBodyNode(&bodyNode{fields: []bodyField{
 	{key: "model", node: modelNode},
-	{key: "usage", node: &bodyNode{gate: '{', read: chatUsage}},
+	{key: "usage", node: chatUsageNode},
 	{key: "choices", node: &bodyNode{each: &bodyNode{fields: []bodyField{
 		{key: "message", node: &bodyNode{fields: []bodyField{
 			{key: "content", all: true, node: textNode},

@@ -286,6 +286,11 @@ func googleUsage(m *Meter, u gjson.Result) {
 		}
 		return true
 	})
+	googleTokens(m, prompt, cached, candidates, thoughts, toolUse)
+}
+
+// googleTokens sets a Gemini usage's counts.
+func googleTokens(m *Meter, prompt, cached, candidates, thoughts, toolUse int64) {
 	var t Tokens
 	t.Input, t.CacheRead = split(prompt, cached)
 	t.Input += toolUse
@@ -293,6 +298,30 @@ func googleUsage(m *Meter, u gjson.Result) {
 	m.tok = t
 	m.usageSeen = true
 }
+
+// The slots of a usageMetadata object read as it passes: what googleUsage
+// reads.
+const (
+	gPrompt = iota
+	gCached
+	gCandidates
+	gThoughts
+	gToolUse
+)
+
+var googleUsageNode = countsNode(func(m *Meter, c *counts) {
+	if c.got(gPrompt) || c.got(gToolUse) {
+		m.inputSeen = true
+	}
+	googleTokens(m, c.v[gPrompt], c.v[gCached], c.v[gCandidates], c.v[gThoughts], c.v[gToolUse])
+	m.complete = true
+},
+	countMember{key: "promptTokenCount", slot: gPrompt},
+	countMember{key: "cachedContentTokenCount", slot: gCached},
+	countMember{key: "candidatesTokenCount", slot: gCandidates},
+	countMember{key: "thoughtsTokenCount", slot: gThoughts},
+	countMember{key: "toolUsePromptTokenCount", slot: gToolUse},
+)
 
 // bodyReader: a whole answer, one response or a streamed array read
 // whole, each response as googleChunk reads it: every usageMetadata (the
@@ -303,10 +332,7 @@ func googleUsage(m *Meter, u gjson.Result) {
 func (googleWire) bodyReader() *bodyNode { return googleBody }
 
 var googleResponse = []bodyField{
-	{key: "usageMetadata", all: true, node: &bodyNode{gate: '{', read: func(m *Meter, u gjson.Result) {
-		googleUsage(m, u)
-		m.complete = true
-	}}},
+	{key: "usageMetadata", all: true, node: googleUsageNode},
 	{key: "modelVersion", all: true, node: modelNode},
 	{key: "candidates", all: true, node: &bodyNode{each: &bodyNode{fields: []bodyField{
 		{key: "content", inner: "parts", node: &bodyNode{each: &bodyNode{fields: []bodyField{{key: "text", node: textNode}}}}},

@@ -163,6 +163,8 @@ type Meter struct {
 	sse  sseState
 	arr  arrayState
 	scan bodyScan
+	// counts are the usage object being read as it passes (counts.go).
+	counts counts
 	// bodyBytes counts the bytes of a non-stream body; bodyOver is set
 	// when it went over the cap, and win keeps its last bytes.
 	bodyBytes int64

@@ -99,12 +99,35 @@ func responsesUsage(m *Meter, u gjson.Result) {
 		}
 		return true
 	})
+	responsesTokens(m, input, cached, output, reasoning)
+}
+
+// responsesTokens sets a Responses usage's counts.
+func responsesTokens(m *Meter, input, cached, output, reasoning int64) {
 	var t Tokens
 	t.Input, t.CacheRead = split(input, cached)
 	t.Output, t.Reasoning = split(output, reasoning)
 	m.tok = t
 	m.inputSeen, m.usageSeen, m.complete = true, true, true
 }
+
+// The slots of a Responses usage object read as it passes: what
+// responsesUsage reads.
+const (
+	respInput = iota
+	respOutput
+	respCached
+	respReasoning
+)
+
+var responsesUsageNode = countsNode(func(m *Meter, c *counts) {
+	responsesTokens(m, c.v[respInput], c.v[respCached], c.v[respOutput], c.v[respReasoning])
+},
+	countMember{key: "input_tokens", slot: respInput},
+	countMember{key: "output_tokens", slot: respOutput},
+	countMember{key: "input_tokens_details", slot: respCached, inner: "cached_tokens", zero: true},
+	countMember{key: "output_tokens_details", slot: respReasoning, inner: "reasoning_tokens", zero: true},
+)
 
 // bodyReader: a Responses answer's model, its usage, and for the estimate
 // the text of each output item (its arguments, and the text of each part
@@ -113,7 +136,7 @@ func (responsesWire) bodyReader() *bodyNode { return responsesBody }
 
 var responsesBody = newBodyNode(&bodyNode{fields: []bodyField{
 	{key: "model", node: modelNode},
-	{key: "usage", node: &bodyNode{gate: '{', read: responsesUsage}},
+	{key: "usage", node: responsesUsageNode},
 	{key: "output", node: &bodyNode{each: &bodyNode{fields: []bodyField{
 		{key: "arguments", node: textNode},
 		{key: "content", node: &bodyNode{each: &bodyNode{fields: []bodyField{{key: "text", node: textNode}}}}},
