@@ -322,8 +322,12 @@ func (upstreamFromVars) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream,
 func requestID(*http.Request) string { return gateway.NewRequestID() }
 
 // logFields adds the request's metering (and the agent session, when the
-// request named one) to Caddy's access log entry.
+// request named one) to Caddy's access log entry. A server that writes no
+// access log gets none: only access log entries carry the fields.
 func logFields(r *http.Request, rec *store.UsageRecord) {
+	if srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv.Logs == nil {
+		return
+	}
 	if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
 		extra.Add(zap.Object("agentgate", gateway.LogObject(rec)))
 	}
