@@ -15,9 +15,9 @@ import (
 // cancellation, the answer is read to its end through the meter (writes
 // to the gone client are dropped, see meterWriter) and the usage record
 // gets the provider's tokens and cost, with client_disconnected set. The
-// wait is bounded: DisconnectGrace after the client left (within a tenth
-// of it more, and at most a second more), the upstream request is
-// cancelled as if the client had cancelled it. A client gone
+// wait is bounded: DisconnectGrace after the client left (and at most two
+// watch intervals more, see detached), the upstream request is cancelled
+// as if the client had cancelled it. A client gone
 // before its request is forwarded is not forwarded to.
 //
 // A stream is not detached: when its client leaves, the upstream request
@@ -40,8 +40,10 @@ const DefaultDisconnectGrace = 10 * time.Minute
 // a callback on each client request's context: such a callback is a
 // registration on the client's context and its removal per request, the
 // costliest part of a request's detachment under load. The grace is thus
-// kept to within one interval: the upstream request is cancelled between
-// grace and grace + interval after the client left.
+// kept to within two intervals: the watcher sees the client gone at most
+// one interval after it left, and cancels at the first look a grace after
+// that; the upstream request is cancelled between grace and grace plus
+// two intervals after the client left.
 type detached struct {
 	client             context.Context
 	cancel             context.CancelFunc

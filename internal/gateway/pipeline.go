@@ -50,9 +50,9 @@ type Pipeline struct {
 	Fallback Fallback
 	// DisconnectGrace is how long the provider's answer to a non-stream
 	// request is still awaited, read and metered after its client left
-	// (DefaultDisconnectGrace when 0); then, within a tenth of it (at
-	// most a second) more, the upstream request is cancelled
-	// (disconnect.go).
+	// (DefaultDisconnectGrace when 0); then, at most two tenths of it
+	// more (each tenth at least 10 ms, at most a second), the upstream
+	// request is cancelled (disconnect.go).
 	DisconnectGrace time.Duration
 
 	upstreams sync.Map // base URL → *upstream

@@ -71,9 +71,9 @@ type Gateway struct {
 	// is not cancelled with its client (the provider answers and bills it
 	// anyway): its answer is read to the end and metered, and its usage
 	// record has the provider's tokens and cost with client_disconnected
-	// set. Past the grace (within a tenth of it, and at most a second,
-	// more) the upstream request is cancelled. Streams are
-	// cancelled when their client leaves. Default: the
+	// set. Past the grace (and at most two tenths of it more, each tenth
+	// at least 10ms and at most 1s) the upstream request is cancelled.
+	// Streams are cancelled when their client leaves. Default: the
 	// response_header_timeout.
 	DisconnectGrace caddy.Duration `json:"disconnect_grace,omitempty"`
 
