@@ -71,7 +71,7 @@ func newBodyNode(n *bodyNode) *bodyNode {
 		panic("formats: a body node reads fields or each member, not both")
 	}
 	if n.end != nil && len(n.fields) == 0 {
-		panic("formats: a body node ends an object whose fields it reads")
+		panic("formats: a body node with an end hook reads fields")
 	}
 	if len(n.fields) > 32 {
 		panic("formats: a body node reads at most 32 fields")
