@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -55,7 +57,8 @@ func (c *call) outgoing(ctx context.Context, to *upstream) *http.Request {
 	up.RawPath = ""
 	up.RawQuery = c.query.Encode()
 
-	out := r.WithContext(WithCredential(ctx, c.conn.Kind, c.secret))
+	cc := &credentialContext{Context: ctx, c: credential{kind: c.conn.Kind, secret: c.secret}}
+	out := r.WithContext(cc)
 	out.URL = &up
 	out.RequestURI = up.RequestURI()
 	out.Header = r.Header
@@ -66,14 +69,20 @@ func (c *call) outgoing(ctx context.Context, to *upstream) *http.Request {
 	if ct := out.Header["Content-Type"]; len(ct) != 1 || ct[0] != "application/json" {
 		out.Header["Content-Type"] = []string{"application/json"}
 	}
-	body := &upstreamBody{}
-	body.Reset(&c.out)
-	if p := c.pooled; p != nil {
-		p.hold() // until the transport closes the body
-		body.p = p
-	}
-	out.Body = body
 	n := c.out.Len()
+	if n <= flatBodyMax {
+		flat := c.out.AppendTo(make([]byte, 0, n))
+		out.Body = io.NopCloser(bytes.NewReader(flat))
+		cc.c.body = flat // what UpstreamRequest sends
+	} else {
+		body := &upstreamBody{}
+		body.Reset(&c.out)
+		if p := c.pooled; p != nil {
+			p.hold() // until the transport closes the body
+			body.p = p
+		}
+		out.Body = body
+	}
 	out.ContentLength = int64(n)
 	if !headerCount(out.Header["Content-Length"], n) {
 		// The client's header holds the length but for a body that
@@ -84,6 +93,16 @@ func (c *call) outgoing(ctx context.Context, to *upstream) *http.Request {
 	out.TransferEncoding = nil
 	return out
 }
+
+// flatBodyMax is the largest upstream body sent from a copy of its own,
+// as a bytes.Reader, which net/http's transport writes together with the
+// request's headers. Before any other reader (Caddy's proxy wraps every
+// request body in two) it writes the headers alone: one write, and one
+// wake-up of the provider's side, more per request. The transport copies
+// a reader of another kind through a buffer of its length up to 32 KiB, so
+// up to there the copy costs no more memory. A longer body is read from
+// the client's (pooled) buffer as it is sent.
+const flatBodyMax = 32 << 10
 
 // headerCount reports whether a header's values are the one count n > 0,
 // spelled as strconv.Itoa spells it.
@@ -102,6 +121,9 @@ type credentialKey struct{}
 // placeholders and logs can read).
 type credential struct {
 	kind, secret string
+	// body is the request's body as the pipeline admitted it, when it is
+	// sent from a copy of its own (flatBodyMax).
+	body []byte
 }
 
 // WithCredential returns ctx carrying a connection kind's provider
@@ -149,6 +171,18 @@ func UpstreamRequest(req *http.Request) *http.Request {
 	}
 	if c, ok := req.Context().Value(credentialKey{}).(*credential); ok {
 		formats.SetCredential(out.Header, c.kind, c.secret)
+		// The body goes with its length (outgoing), which leaves no room
+		// for trailers: none are declared to the provider.
+		out.Trailer = nil
+		if c.body != nil {
+			// The admitted body itself, not req.Body: Caddy's proxy has
+			// wrapped that in readers of its own (to pass the client's
+			// trailers on at its end, and to keep it open when no
+			// connection was made), which would make the transport write
+			// the headers alone first.
+			out.Body = io.NopCloser(bytes.NewReader(c.body))
+			out.ContentLength = int64(len(c.body))
+		}
 	}
 	return out
 }
