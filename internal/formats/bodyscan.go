@@ -630,7 +630,7 @@ func (s *bodyScan) endValue(m *Meter, p []byte, end int) {
 	}
 	if s.capNode != nil && depth == s.capDepth {
 		s.capBuf = append(s.capBuf, p[s.capFrom:end]...)
-		s.capNode.read(m, gjson.Parse(str(s.capBuf)))
+		s.capNode.read(m, parseCaptured(str(s.capBuf)))
 		s.capNode, s.capBuf = nil, s.capBuf[:0]
 	}
 	if depth == 0 {
@@ -638,6 +638,25 @@ func (s *bodyScan) endValue(m *Meter, p []byte, end int) {
 	} else {
 		s.st = bsNext
 	}
+}
+
+// parseCaptured is gjson.Parse(v) for a kept value. A whole number of up
+// to 15 digits (a token count), which a float64 holds exactly, is read
+// here instead, into the Result gjson.Parse would make of it.
+func parseCaptured(v string) gjson.Result {
+	n := len(v)
+	if n == 0 || n > 15 || (v[0] == '0' && n > 1) {
+		return gjson.Parse(v)
+	}
+	var x int64
+	for i := range n {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return gjson.Parse(v)
+		}
+		x = x*10 + int64(c-'0')
+	}
+	return gjson.Result{Type: gjson.Number, Raw: v, Num: float64(x)}
 }
 
 // finish ends the body and reports whether it was one valid JSON value.

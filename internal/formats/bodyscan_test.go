@@ -9,8 +9,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/agentgate/agentgate/internal/fakeprovider"
 )
@@ -426,5 +429,21 @@ func BenchmarkMeterBody(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// parseCaptured makes of every value the Result gjson.Parse makes of it,
+// its fast path (whole numbers of up to 15 digits) included.
+func TestParseCaptured(t *testing.T) {
+	values := []string{"0", "7", "42", "123456789012345", "999999999999999", "1234567890123456",
+		"9007199254740993", "00", "01", "-1", "-0", "1.0", "1e3", "1E3", "12a", "", " 1", "1 ",
+		`"12"`, "true", "false", "null", "{}", `{"a":1}`, "[1]", "+1"}
+	for k := 1; k <= 18; k++ {
+		values = append(values, strings.Repeat("9", k), "1"+strings.Repeat("0", k-1))
+	}
+	for _, v := range values {
+		if got, want := parseCaptured(v), gjson.Parse(v); !reflect.DeepEqual(got, want) {
+			t.Errorf("parseCaptured(%q) = %+v, gjson.Parse: %+v", v, got, want)
+		}
 	}
 }
