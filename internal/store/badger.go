@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -34,6 +35,12 @@ type Badger struct {
 	stop chan struct{}
 	done sync.WaitGroup
 	once sync.Once
+	// active counts the transactions in flight; closing, once set, turns
+	// new ones away (ErrClosed), and Close waits for active to reach zero
+	// before it closes the database under them (Badger panics on an
+	// iterator of a closed database).
+	active  atomic.Int64
+	closing atomic.Bool
 }
 
 // OpenBadger opens (creating if needed) a Badger store in opts.Dir, checks
@@ -118,22 +125,43 @@ func (s *Badger) gcLoop(every time.Duration) {
 // by a newer build (checkSchemaVersion). Future layout changes add steps here.
 func (s *Badger) migrate() error { return checkSchemaVersion(s) }
 
-// Close stops GC and closes the database. It is safe to call more than once.
+// Close stops GC, turns new transactions away, waits for those in flight
+// (a transaction begun inside another one's fn is turned away too, so the
+// outer one can end), and closes the database. It is safe to call more
+// than once, and from several goroutines: each returns once it is closed.
 func (s *Badger) Close() error {
 	var err error
 	s.once.Do(func() {
+		s.closing.Store(true)
 		close(s.stop)
 		s.done.Wait()
+		for s.active.Load() != 0 {
+			time.Sleep(time.Millisecond)
+		}
 		err = s.db.Close()
 	})
 	return err
 }
 
+// enter admits a transaction unless the store is closing; an admitted
+// one calls leave when it ends.
+func (s *Badger) enter() bool {
+	s.active.Add(1)
+	if s.closing.Load() {
+		s.active.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (s *Badger) leave() { s.active.Add(-1) }
+
 // View implements Store.
 func (s *Badger) View(ctx context.Context, fn func(Tx) error) error {
-	if s.db.IsClosed() {
+	if !s.enter() {
 		return ErrClosed
 	}
+	defer s.leave()
 	err := s.db.View(func(txn *badger.Txn) error { return fn(&btx{kv: badgerKV{txn}}) })
 	if errors.Is(err, badger.ErrDBClosed) {
 		return ErrClosed
@@ -148,10 +176,11 @@ func (s *Badger) Update(ctx context.Context, fn func(Tx) error) error {
 	// (capped at 10ms) so that the contenders spread out.
 	const maxAttempts = 200
 	for attempt := 0; ; attempt++ {
-		if s.db.IsClosed() {
+		if !s.enter() {
 			return ErrClosed
 		}
 		err := s.db.Update(func(txn *badger.Txn) error { return fn(&btx{kv: badgerKV{txn}}) })
+		s.leave()
 		if !errors.Is(err, badger.ErrConflict) || attempt == maxAttempts {
 			if errors.Is(err, badger.ErrDBClosed) {
 				return ErrClosed

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -362,6 +364,92 @@ func TestConcurrentClose(t *testing.T) {
 	wg.Wait()
 	if err := s.View(ctx, func(Tx) error { return nil }); !errors.Is(err, ErrClosed) {
 		t.Fatalf("View after Close: %v", err)
+	}
+}
+
+// Close waits for the transactions in flight, which see the database
+// open to their end (an iterator of a closed Badger database panics), and
+// turns new ones away, a transaction begun inside one included.
+func TestCloseWaitsForTransactions(t *testing.T) {
+	s, err := OpenBadger(BadgerOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	update(t, s, func(tx Tx) error { return tx.PutWorkspace(&Workspace{ID: "ws1"}) })
+	closed := make(chan error, 1)
+	err = s.View(ctx, func(tx Tx) error {
+		go func() { closed <- s.Close() }()
+		for !s.closing.Load() {
+			runtime.Gosched()
+		}
+		if err := s.Update(ctx, func(Tx) error { return nil }); !errors.Is(err, ErrClosed) {
+			t.Errorf("a transaction begun while closing: %v, want ErrClosed", err)
+		}
+		select {
+		case err := <-closed:
+			t.Errorf("Close returned (%v) with a transaction in flight", err)
+		default:
+		}
+		ws, err := tx.Workspaces()
+		if err != nil || len(ws) != 1 {
+			t.Errorf("iterating in the transaction in flight: %d workspaces, %v", len(ws), err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the transaction in flight: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.View(ctx, func(Tx) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("View after Close: %v", err)
+	}
+}
+
+// Readers and writers that iterate while the store closes end with nil or
+// ErrClosed, never a panic.
+func TestCloseUnderLoad(t *testing.T) {
+	s, err := OpenBadger(BadgerOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	update(t, s, func(tx Tx) error { return tx.PutWorkspace(&Workspace{ID: "ws1"}) })
+	var wg sync.WaitGroup
+	var ran atomic.Int64
+	start := make(chan struct{})
+	for g := range 8 {
+		wg.Go(func() {
+			<-start
+			for i := 0; ; i++ {
+				var err error
+				if g%2 == 0 {
+					err = s.View(ctx, func(tx Tx) error { _, err := tx.Workspaces(); return err })
+				} else {
+					err = s.Update(ctx, func(tx Tx) error {
+						if _, err := tx.Workspaces(); err != nil {
+							return err
+						}
+						return tx.PutWorkspace(&Workspace{ID: fmt.Sprintf("w%d-%d", g, i)})
+					})
+				}
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Errorf("goroutine %d: %v", g, err)
+					return
+				}
+				if ran.Add(1) == 400 {
+					go s.Close()
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 
