@@ -155,9 +155,10 @@ var proxyHeaders = [...]string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwar
 // req whose headers (a new map sharing the never-modified value slices)
 // hold the connection's credential in the kind's slot when the context
 // carries one, have none of the proxy's client headers, and whose Host is
-// the provider's (the URL's). Called by a transport just before the round
-// trip, so that the request the proxy and its logs hold never sees the
-// credential.
+// the provider's (the URL's); with the credential comes the admitted body
+// (when outgoing made a copy of it) and no trailers. Called by a transport
+// just before the round trip, so that the request the proxy and its logs
+// hold never sees the credential.
 func UpstreamRequest(req *http.Request) *http.Request {
 	out := new(http.Request)
 	*out = *req
