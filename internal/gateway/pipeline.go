@@ -62,9 +62,9 @@ type Pipeline struct {
 }
 
 // Forwarder sends a prepared request to a provider and streams the answer
-// into w. The request's context carries the provider credential
-// (WithCredential), which the forwarder's transport adds to the request it
-// sends (UpstreamRequest).
+// into w. The request's context carries the provider credential (and the
+// body as admitted, see outgoing), which the forwarder's transport adds to
+// the request it sends (UpstreamRequest).
 type Forwarder interface {
 	Forward(w http.ResponseWriter, out *http.Request, to Upstream) error
 }

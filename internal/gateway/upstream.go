@@ -126,14 +126,9 @@ type credential struct {
 	body []byte
 }
 
-// WithCredential returns ctx carrying a connection kind's provider
-// credential for UpstreamRequest.
-func WithCredential(ctx context.Context, kind, secret string) context.Context {
-	return &credentialContext{Context: ctx, c: credential{kind: kind, secret: secret}}
-}
-
 // credentialContext is context.WithValue(ctx, credentialKey{}, &c) in one
-// allocation instead of two.
+// allocation instead of two: a request context carrying what
+// UpstreamRequest adds to the request (outgoing makes it).
 type credentialContext struct {
 	context.Context
 	c credential
