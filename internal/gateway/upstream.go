@@ -71,9 +71,10 @@ func (c *call) outgoing(ctx context.Context, to *upstream) *http.Request {
 	}
 	n := c.out.Len()
 	if n <= flatBodyMax {
-		flat := c.out.AppendTo(make([]byte, 0, n))
-		out.Body = io.NopCloser(bytes.NewReader(flat))
-		cc.c.body = flat // what UpstreamRequest sends
+		out.Body = io.NopCloser(bytes.NewReader(c.out.AppendTo(make([]byte, 0, n))))
+		// UpstreamRequest sends this reader itself: the proxy's wrappers
+		// around it are never read.
+		cc.c.body, cc.c.size = out.Body, int64(n)
 	} else {
 		body := &upstreamBody{}
 		body.Reset(&c.out)
@@ -122,8 +123,10 @@ type credentialKey struct{}
 type credential struct {
 	kind, secret string
 	// body is the request's body as the pipeline admitted it, when it is
-	// sent from a copy of its own (flatBodyMax).
-	body []byte
+	// sent from a copy of its own (flatBodyMax): a bytes.Reader's, of size
+	// bytes (the proxy sets a chunked request's length to -1).
+	body io.ReadCloser
+	size int64
 }
 
 // credentialContext is context.WithValue(ctx, credentialKey{}, &c) in one
@@ -176,8 +179,7 @@ func UpstreamRequest(req *http.Request) *http.Request {
 			// trailers on at its end, and to keep it open when no
 			// connection was made), which would make the transport write
 			// the headers alone first.
-			out.Body = io.NopCloser(bytes.NewReader(c.body))
-			out.ContentLength = int64(len(c.body))
+			out.Body, out.ContentLength = c.body, c.size
 		}
 	}
 	return out
